@@ -1,0 +1,11 @@
+// Registration of the `vkformer` subcommands; one file per command group under src/cli.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vkf::cli {
+
+// Each registers its subcommand on `app`; the callback runs the command and sets `exit_code`.
+void add_devices_command(CLI::App& app, int& exit_code);
+
+}  // namespace vkf::cli

@@ -1,0 +1,165 @@
+// Tape recording and the reverse walk (see autograd.h).
+#include "core/autograd.h"
+
+#include "core/tensor_kernels.h"
+#include "vk/error.h"
+
+namespace vkf::autograd {
+namespace {
+thread_local Tape* g_active = nullptr;
+thread_local int g_no_grad_depth = 0;
+}  // namespace
+
+Tape* active_tape() { return g_no_grad_depth > 0 ? nullptr : g_active; }
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!active_tape()) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+TapeScope::TapeScope(Tape& tape) : previous_(g_active) { g_active = &tape; }
+TapeScope::~TapeScope() { g_active = previous_; }
+NoGradScope::NoGradScope() : previous_(nullptr) { ++g_no_grad_depth; }
+NoGradScope::~NoGradScope() { --g_no_grad_depth; }
+
+bool record_op(const char* op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+               BackwardFn backward) {
+  Tape* tape = active_tape();
+  if (!tape) return false;
+  bool any = false;
+  for (const auto& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return false;
+  for (auto& o : outputs) {
+    o.impl()->requires_grad = true;
+    o.impl()->is_leaf = false;
+  }
+  tape->record(op, std::move(inputs), std::move(outputs), std::move(backward));
+  return true;
+}
+
+void Tape::record(std::string op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+                  BackwardFn backward) {
+  nodes_.push_back({std::move(op), std::move(inputs), std::move(outputs), std::move(backward)});
+}
+
+void Tape::clear() {
+  nodes_.clear();
+  slots_.clear();
+}
+
+GradSlot& Tape::slot_for(const Tensor& t) { return slots_[t.impl()]; }
+
+// Leaves keep their gradient on the tensor; intermediates in the tape's slot map.
+void Tape::accumulate(const Tensor& t, const Tensor& g) {
+  VKF_REQUIRE(g.shape() == t.shape(), "backward produced a gradient of shape {} for a tensor of shape {}",
+              shape_str(g.shape()), shape_str(t.shape()));
+  TensorImpl* impl = t.impl();
+  Tensor current;
+  bool exclusive = false;
+  if (impl->is_leaf) {
+    current = Tensor(impl->grad);
+    exclusive = impl->grad_exclusive;
+  } else {
+    GradSlot& s = slots_[impl];
+    current = s.grad;
+    exclusive = s.exclusive;
+  }
+  Tensor result;
+  if (!current.defined()) {
+    if (g.is_contiguous()) {
+      result = g;  // shared with whoever produced g: never modified in place from here
+      exclusive = false;
+    } else {
+      result = g.contiguous();
+      exclusive = true;
+    }
+  } else if (exclusive) {
+    detail::add_inplace(current, g);
+    result = current;
+  } else {
+    result = detail::add(current, g);
+    exclusive = true;
+  }
+  if (impl->is_leaf) {
+    impl->grad = result.impl_ptr();
+    impl->grad_exclusive = exclusive;
+  } else {
+    slots_[impl] = {result, exclusive};
+  }
+}
+
+GradTarget Tape::target_for(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  Tensor current = impl->is_leaf ? Tensor(impl->grad) : slots_[impl].grad;
+  bool exclusive = impl->is_leaf ? impl->grad_exclusive : slots_[impl].exclusive;
+  GradTarget target{};
+  if (!current.defined()) {
+    target = {Tensor::empty(t.shape(), DType::F32), false};
+  } else if (!exclusive) {
+    target = {current.clone(), true};
+  } else {
+    target = {current, true};
+  }
+  if (impl->is_leaf) {
+    impl->grad = target.tensor.impl_ptr();
+    impl->grad_exclusive = true;
+  } else {
+    slots_[impl] = {target.tensor, true};
+  }
+  return target;
+}
+
+bool GradContext::needs_grad(size_t input) const {
+  return input < inputs_.size() && inputs_[input].defined() && inputs_[input].requires_grad();
+}
+
+void GradContext::add_grad(size_t input, const Tensor& g) {
+  if (!needs_grad(input) || !g.defined()) return;
+  tape_.accumulate(inputs_[input], g);
+}
+
+GradTarget GradContext::grad_target(size_t input) {
+  VKF_REQUIRE(needs_grad(input), "grad_target asked for input {} that needs no gradient", input);
+  return tape_.target_for(inputs_[input]);
+}
+
+void Tape::backward(const Tensor& root, const Tensor& seed) {
+  VKF_REQUIRE(root.defined() && root.requires_grad(),
+              "backward() on a tensor that does not require grad (no recorded op produced it)");
+  Tensor s = seed;
+  if (!s.defined()) {
+    VKF_REQUIRE(root.numel() == 1,
+                "backward() without a seed needs a scalar; got shape {}", shape_str(root.shape()));
+    s = Tensor::full(root.shape(), 1.0f);
+  }
+  VKF_REQUIRE(s.shape() == root.shape(), "backward seed shape {} differs from root shape {}",
+              shape_str(s.shape()), shape_str(root.shape()));
+  {
+    NoGradScope no_grad;
+    accumulate(root, s);
+    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+      Node& n = *it;
+      std::vector<Tensor> grads;
+      bool any = false;
+      for (const auto& o : n.outputs) {
+        auto found = slots_.find(o.impl());
+        if (found != slots_.end() && found->second.grad.defined()) {
+          grads.push_back(found->second.grad);
+          any = true;
+        } else {
+          grads.emplace_back();
+        }
+      }
+      if (!any) continue;
+      GradContext ctx(*this, n.inputs, std::move(grads));
+      n.backward(ctx);
+      // Every output is produced once, so its gradient is complete and no longer needed.
+      for (const auto& o : n.outputs) slots_.erase(o.impl());
+    }
+  }
+  clear();
+}
+
+}  // namespace vkf::autograd

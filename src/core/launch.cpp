@@ -1,0 +1,41 @@
+// Kernel dispatch through the context's stream (see launch.h).
+#include "core/launch.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "vk/error.h"
+
+namespace vkf {
+
+Grid grid_1d(int64_t n, uint32_t local) {
+  const uint64_t groups = std::max<uint64_t>(1, (static_cast<uint64_t>(n) + local - 1) / local);
+  if (n == 0) return {0, 1, 1};
+  constexpr uint64_t kMaxX = 65535;
+  if (groups <= kMaxX) return {static_cast<uint32_t>(groups), 1, 1};
+  const uint64_t y = (groups + kMaxX - 1) / kMaxX;
+  return {static_cast<uint32_t>(kMaxX), static_cast<uint32_t>(y), 1};
+}
+
+uint32_t checked_u32(int64_t n, const char* what) {
+  VKF_REQUIRE(n >= 0 && n <= std::numeric_limits<int32_t>::max(),
+              "{} = {} exceeds the 2^31 limit of vkformer's kernels", what, n);
+  return static_cast<uint32_t>(n);
+}
+
+void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
+                uint32_t push_bytes, Grid grid, std::initializer_list<const Tensor*> reads,
+                std::initializer_list<const Tensor*> writes, const vk::DispatchCost& cost) {
+  auto& ctx = vk::Context::get();
+  const vk::Kernel& kernel = ctx.pipelines().get(module, spec);
+  std::vector<vk::BufferRange> r, w;
+  r.reserve(reads.size());
+  w.reserve(writes.size());
+  for (const Tensor* t : reads)
+    if (t && t->defined()) r.push_back(t->range());
+  for (const Tensor* t : writes)
+    if (t && t->defined()) w.push_back(t->range());
+  ctx.stream().dispatch(kernel, push, push_bytes, grid.x, grid.y, grid.z, r, w, cost);
+}
+
+}  // namespace vkf

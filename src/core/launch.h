@@ -1,0 +1,41 @@
+// The one way kernels are dispatched: a named embedded module, a push-constant struct, a grid,
+// and the tensors read and written (for barrier tracking). Also the grid helpers that fold large
+// 1-D launches into 2-D grids, since many devices allow only 65535 workgroups per dimension;
+// shaders recover the flat index with `flat_group()` from common.glsl.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "vk/context.h"
+
+namespace vkf {
+
+struct Grid {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+inline uint32_t div_up(int64_t n, int64_t d) { return static_cast<uint32_t>((n + d - 1) / d); }
+
+// Enough workgroups of `local` threads to cover n items, folded so x stays within device limits.
+Grid grid_1d(int64_t n, uint32_t local);
+
+void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
+                uint32_t push_bytes, Grid grid, std::initializer_list<const Tensor*> reads,
+                std::initializer_list<const Tensor*> writes, const vk::DispatchCost& cost = {});
+
+template <typename Push>
+void launch(const std::string& module, const Push& push, Grid grid,
+            std::initializer_list<const Tensor*> reads, std::initializer_list<const Tensor*> writes,
+            const std::vector<uint32_t>& spec = {}, const vk::DispatchCost& cost = {}) {
+  static_assert(sizeof(Push) <= vk::kPushConstantBytes, "push constants exceed 128 bytes");
+  launch_raw(module, spec, &push, sizeof(Push), grid, reads, writes, cost);
+}
+
+// Element counts handed to kernels are 32-bit; larger tensors are refused with a clear error.
+uint32_t checked_u32(int64_t n, const char* what);
+
+}  // namespace vkf

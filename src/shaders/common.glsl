@@ -1,0 +1,35 @@
+// Shared declarations for every vkformer compute shader: buffer-reference types (tensors are
+// reached through 64-bit device addresses carried in push constants), and the flat index of a
+// workgroup in a grid folded into 2-D by grid_1d() on the host.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference2 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_scalar_block_layout : require
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32Buf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32Buf { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32Buf { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16Buf { uint16_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer I64Buf { int64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64Buf { uint64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4Buf { vec4 v[]; };
+
+// Index of this workgroup, and of this invocation, in a 1-D launch folded as (x, y) groups.
+// `local_size` must be the x workgroup size. Never use gl_WorkGroupSize: lavapipe (Mesa 22.3)
+// evaluates it wrongly in index arithmetic, so only the first workgroup's items get written.
+uint flat_group() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
+uint flat_invocation(uint local_size) { return flat_group() * local_size + gl_LocalInvocationID.x; }
+
+// Element offset of flat index i in a view of rank <= 6 with the given shape and strides.
+uint strided_offset(uint i, uint rank, uint shape[6], int strides[6]) {
+  int off = 0;
+  for (int d = int(rank) - 1; d >= 0; --d) {
+    uint extent = shape[d];
+    off += int(i % extent) * strides[d];
+    i /= extent;
+  }
+  return uint(off);
+}

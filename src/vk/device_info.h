@@ -1,0 +1,72 @@
+// What vkformer needs to know about a physical device: identity, limits and the optional features
+// that choose kernels (16-bit arithmetic and storage, cooperative matrices, buffer device address).
+// Read once per device; printed by `vkformer devices` and used for device selection.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vkf::vk {
+
+struct CoopMatShape {
+  uint32_t m, n, k;
+  std::string a_type, b_type, c_type, result_type;
+  std::string scope;
+};
+
+struct MemoryHeapInfo {
+  uint64_t size;
+  bool device_local;
+};
+
+struct DeviceInfo {
+  uint32_t index = 0;
+  VkPhysicalDevice handle = VK_NULL_HANDLE;
+  std::string name;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  std::string driver_name;
+  std::string driver_info;
+  uint32_t api_version = 0;
+  uint32_t vendor_id = 0;
+  uint8_t uuid[VK_UUID_SIZE] = {};
+  std::vector<MemoryHeapInfo> heaps;
+  uint32_t subgroup_size = 0;
+  uint32_t max_shared_memory = 0;
+  uint64_t max_storage_buffer_range = 0;
+  uint32_t max_push_constants = 0;
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_workgroup_count[3] = {};
+  float timestamp_period_ns = 0;
+  bool timestamps = false;
+  bool float16_arithmetic = false;
+  bool float64_arithmetic = false;
+  bool int64 = false;
+  bool int16 = false;
+  bool storage16 = false;
+  bool bfloat16 = false;
+  bool buffer_device_address = false;
+  bool subgroup_size_control = false;
+  bool coopmat_nv = false;
+  bool coopmat_khr = false;
+  bool coopmat2_nv = false;
+  bool memory_budget = false;
+  std::vector<CoopMatShape> coopmat_nv_shapes;
+  std::vector<CoopMatShape> coopmat_khr_shapes;
+
+  std::string type_name() const;
+  std::string api_string() const;
+  uint64_t device_local_bytes() const;
+  // Why the device cannot run vkformer, or "" when it can.
+  std::string unsupported_reason() const;
+};
+
+// Reads the capabilities of every physical device of the instance, in enumeration order.
+std::vector<DeviceInfo> query_devices(VkInstance instance);
+
+// The default choice: first discrete GPU, then integrated, then virtual, then CPU.
+uint32_t default_device_index(const std::vector<DeviceInfo>& devices);
+
+}  // namespace vkf::vk

@@ -1,0 +1,177 @@
+// Block sub-allocator for device and staging memory (see memory.h).
+#include "vk/memory.h"
+
+#include <algorithm>
+
+#include "vk/device_info.h"
+#include "vk/error.h"
+
+namespace vkf::vk {
+namespace {
+constexpr uint64_t kAlignment = 256;
+constexpr uint64_t kDeviceBlock = 256ull << 20;
+constexpr uint64_t kStagingBlock = 64ull << 20;
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+}  // namespace
+
+Allocator::Allocator(VkPhysicalDevice physical, VkDevice device, const DeviceInfo& info)
+    : physical_(physical), device_(device), memory_budget_(info.memory_budget) {
+  vkGetPhysicalDeviceMemoryProperties(physical_, &props_);
+}
+
+Allocator::~Allocator() {
+  for (auto& b : blocks_) destroy_block(b.get());
+}
+
+uint32_t Allocator::memory_type(MemoryKind kind) const {
+  // Staging prefers cached host memory (fast reads back); device memory prefers device-local.
+  auto want = kind == MemoryKind::Device
+                  ? std::vector<VkMemoryPropertyFlags>{VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0}
+                  : std::vector<VkMemoryPropertyFlags>{
+                        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                            VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT};
+  for (auto flags : want)
+    for (uint32_t i = 0; i < props_.memoryTypeCount; ++i)
+      if ((props_.memoryTypes[i].propertyFlags & flags) == flags) return i;
+  fail("no Vulkan memory type for {} memory on this device",
+       kind == MemoryKind::Device ? "device" : "host-visible staging");
+}
+
+uint64_t Allocator::available_bytes(MemoryKind kind) const {
+  const uint32_t heap = props_.memoryTypes[memory_type(kind)].heapIndex;
+  if (memory_budget_) {
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+    p2.pNext = &budget;
+    vkGetPhysicalDeviceMemoryProperties2(physical_, &p2);
+    const uint64_t b = budget.heapBudget[heap], u = budget.heapUsage[heap];
+    return b > u ? b - u : 0;
+  }
+  return props_.memoryHeaps[heap].size;
+}
+
+Block* Allocator::new_block(uint64_t size, MemoryKind kind, bool dedicated) {
+  auto block = std::make_unique<Block>();
+  block->id = next_block_id_++;
+  block->size = size;
+  block->kind = kind;
+  block->dedicated = dedicated;
+
+  VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bci.size = size;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkResult r = vkCreateBuffer(device_, &bci, nullptr, &block->buffer);
+  if (r != VK_SUCCESS) {
+    fail("cannot create a Vulkan buffer of {:.1f} MiB ({}); the device may limit buffer size",
+         mib(size), result_name(r));
+  }
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(device_, block->buffer, &req);
+  VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  mai.pNext = &flags;
+  mai.allocationSize = req.size;
+  mai.memoryTypeIndex = memory_type(kind);
+  r = vkAllocateMemory(device_, &mai, nullptr, &block->memory);
+  if (r != VK_SUCCESS) {
+    vkDestroyBuffer(device_, block->buffer, nullptr);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+      fail("out of {} memory: asked for {:.1f} MiB, about {:.1f} MiB available "
+           "({:.1f} MiB already in use by vkformer); use a smaller model, batch or sequence length",
+           kind == MemoryKind::Device ? "device" : "host-visible", mib(req.size),
+           mib(available_bytes(kind)), mib(stats_.device_bytes_reserved));
+    }
+    throw_vk_error(r, "vkAllocateMemory", __FILE__, __LINE__);
+  }
+  VKF_VK_CHECK(vkBindBufferMemory(device_, block->buffer, block->memory, 0));
+  VkBufferDeviceAddressInfo bdai{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+  bdai.buffer = block->buffer;
+  block->address = vkGetBufferDeviceAddress(device_, &bdai);
+  if (props_.memoryTypes[mai.memoryTypeIndex].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT &&
+      kind == MemoryKind::Staging) {
+    VKF_VK_CHECK(vkMapMemory(device_, block->memory, 0, VK_WHOLE_SIZE, 0, &block->mapped));
+  }
+  block->free_ranges[0] = size;
+  if (kind == MemoryKind::Device) stats_.device_bytes_reserved += size;
+  blocks_.push_back(std::move(block));
+  return blocks_.back().get();
+}
+
+void Allocator::destroy_block(Block* block) {
+  if (block->mapped) vkUnmapMemory(device_, block->memory);
+  vkDestroyBuffer(device_, block->buffer, nullptr);
+  vkFreeMemory(device_, block->memory, nullptr);
+}
+
+Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
+  const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAlignment);
+  const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlock : kStagingBlock;
+  Block* chosen = nullptr;
+  uint64_t offset = 0;
+  if (size <= block_size / 4) {
+    for (auto& b : blocks_) {
+      if (b->kind != kind || b->dedicated) continue;
+      for (auto& [off, sz] : b->free_ranges) {
+        if (sz >= size) {
+          chosen = b.get();
+          offset = off;
+          break;
+        }
+      }
+      if (chosen) break;
+    }
+    if (!chosen) {
+      chosen = new_block(block_size, kind, false);
+      offset = 0;
+    }
+  } else {
+    chosen = new_block(size, kind, true);  // large tensors get their own block, freed with them
+    offset = 0;
+  }
+  auto it = chosen->free_ranges.find(offset);
+  const uint64_t range = it->second;
+  chosen->free_ranges.erase(it);
+  if (range > size) chosen->free_ranges[offset + size] = range - size;
+  chosen->used += size;
+  if (kind == MemoryKind::Device) {
+    stats_.device_bytes_in_use += size;
+    stats_.peak_device_bytes_in_use =
+        std::max(stats_.peak_device_bytes_in_use, stats_.device_bytes_in_use);
+  }
+  return Allocation{chosen, offset, size};
+}
+
+void Allocator::free(const Allocation& a) {
+  Block* b = a.block;
+  if (!b) return;
+  b->used -= a.size;
+  if (b->kind == MemoryKind::Device) stats_.device_bytes_in_use -= a.size;
+  if (b->dedicated) {
+    if (b->kind == MemoryKind::Device) stats_.device_bytes_reserved -= b->size;
+    destroy_block(b);
+    blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
+                               [b](const auto& p) { return p.get() == b; }));
+    return;
+  }
+  // Insert and merge with neighbours.
+  auto [it, inserted] = b->free_ranges.emplace(a.offset, a.size);
+  if (std::next(it) != b->free_ranges.end() && it->first + it->second == std::next(it)->first) {
+    it->second += std::next(it)->second;
+    b->free_ranges.erase(std::next(it));
+  }
+  if (it != b->free_ranges.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      b->free_ranges.erase(it);
+    }
+  }
+}
+
+}  // namespace vkf::vk

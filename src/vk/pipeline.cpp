@@ -1,0 +1,133 @@
+// Lazy compute-pipeline cache over the embedded SPIR-V (see pipeline.h).
+#include "vk/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "vk/device_info.h"
+#include "vk/error.h"
+#include "vk/shader_registry.h"
+
+namespace vkf::vk {
+
+const EmbeddedShader* find_embedded_shader(const char* name) {
+  for (const auto& s : embedded_shaders())
+    if (std::strcmp(s.name, name) == 0) return &s;
+  return nullptr;
+}
+
+namespace {
+std::string cache_file_for(const DeviceInfo& info) {
+  const char* off = std::getenv("VKF_PIPELINE_CACHE");
+  if (off && std::string(off) == "0") return "";
+  std::filesystem::path dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    dir = xdg;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = std::filesystem::path(home) / ".cache";
+  } else {
+    return "";
+  }
+  std::string uuid;
+  for (auto b : info.uuid) uuid += fmt::format("{:02x}", b);
+  return (dir / "vkformer" / fmt::format("pipelines-{:04x}-{}.bin", info.vendor_id, uuid)).string();
+}
+}  // namespace
+
+Pipelines::Pipelines(VkDevice device, const DeviceInfo& info) : device_(device) {
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
+  VkPipelineLayoutCreateInfo lci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  lci.pushConstantRangeCount = 1;
+  lci.pPushConstantRanges = &range;
+  VKF_VK_CHECK(vkCreatePipelineLayout(device_, &lci, nullptr, &layout_));
+
+  cache_path_ = cache_file_for(info);
+  std::vector<char> data;
+  if (!cache_path_.empty()) {
+    std::ifstream in(cache_path_, std::ios::binary);
+    if (in) data.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  VkPipelineCacheCreateInfo pci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  pci.initialDataSize = data.size();
+  pci.pInitialData = data.empty() ? nullptr : data.data();
+  if (vkCreatePipelineCache(device_, &pci, nullptr, &cache_) != VK_SUCCESS) {
+    pci.initialDataSize = 0;  // a stale or corrupt file: start empty
+    pci.pInitialData = nullptr;
+    VKF_VK_CHECK(vkCreatePipelineCache(device_, &pci, nullptr, &cache_));
+  }
+}
+
+Pipelines::~Pipelines() {
+  save_cache();
+  for (auto& [key, k] : kernels_) vkDestroyPipeline(device_, k.pipeline, nullptr);
+  for (auto& [name, m] : modules_) vkDestroyShaderModule(device_, m, nullptr);
+  vkDestroyPipelineCache(device_, cache_, nullptr);
+  vkDestroyPipelineLayout(device_, layout_, nullptr);
+}
+
+void Pipelines::save_cache() {
+  if (cache_path_.empty() || kernels_.empty()) return;
+  size_t size = 0;
+  if (vkGetPipelineCacheData(device_, cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
+  std::vector<char> data(size);
+  if (vkGetPipelineCacheData(device_, cache_, &size, data.data()) != VK_SUCCESS) return;
+  // Best effort: a cache that cannot be written only costs compile time next run. Written to a
+  // temporary name and renamed, so a concurrent reader never sees half a file.
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cache_path_).parent_path(), ec);
+  const std::string tmp = fmt::format("{}.tmp{}", cache_path_, static_cast<const void*>(this));
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) return;
+    out.write(data.data(), static_cast<std::streamsize>(size));
+    if (!out) return;
+  }
+  std::filesystem::rename(tmp, cache_path_, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+bool Pipelines::has_module(const std::string& module) {
+  return find_embedded_shader(module.c_str()) != nullptr;
+}
+
+const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32_t>& spec) {
+  auto key = std::make_pair(module, spec);
+  if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+
+  VkShaderModule sm;
+  if (auto it = modules_.find(module); it != modules_.end()) {
+    sm = it->second;
+  } else {
+    const EmbeddedShader* s = find_embedded_shader(module.c_str());
+    VKF_REQUIRE(s, "shader module '{}' is not built into this vkformer; optional modules exist only when the installed glslc accepts their extension (this build: " VKF_GLSL_EXTENSIONS ")", module);
+    VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    smci.codeSize = s->word_count * 4;
+    smci.pCode = s->words;
+    VKF_VK_CHECK(vkCreateShaderModule(device_, &smci, nullptr, &sm));
+    modules_[module] = sm;
+  }
+
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4, 4};
+  VkSpecializationInfo si{static_cast<uint32_t>(entries.size()), entries.data(), spec.size() * 4,
+                          spec.data()};
+  VkComputePipelineCreateInfo cci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  cci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cci.stage.module = sm;
+  cci.stage.pName = "main";
+  cci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
+  cci.layout = layout_;
+  Kernel k;
+  k.name = module;
+  VKF_VK_CHECK(vkCreateComputePipelines(device_, cache_, 1, &cci, nullptr, &k.pipeline));
+  return kernels_.emplace(key, k).first->second;
+}
+
+}  // namespace vkf::vk

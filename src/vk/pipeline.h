@@ -1,0 +1,48 @@
+// Compute pipelines created lazily from the embedded SPIR-V, one per (module, specialization
+// constants), and cached for the life of the context. Every pipeline shares one layout: no
+// descriptor sets, only a 128-byte push-constant block carrying buffer device addresses and sizes.
+// The driver's VkPipelineCache is persisted under ~/.cache/vkformer (VKF_PIPELINE_CACHE=0 disables).
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace vkf::vk {
+
+struct DeviceInfo;
+
+inline constexpr uint32_t kPushConstantBytes = 128;
+
+struct Kernel {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  std::string name;  // module name plus specialization, for profiles
+};
+
+class Pipelines {
+ public:
+  Pipelines(VkDevice device, const DeviceInfo& info);
+  ~Pipelines();
+  Pipelines(const Pipelines&) = delete;
+  Pipelines& operator=(const Pipelines&) = delete;
+
+  // `spec` gives specialization constants 0..n-1 (all 32-bit). Throws if the module is not
+  // embedded (for example a variant the installed glslc could not compile).
+  const Kernel& get(const std::string& module, const std::vector<uint32_t>& spec = {});
+  static bool has_module(const std::string& module);
+  VkPipelineLayout layout() const { return layout_; }
+
+ private:
+  void save_cache();
+  VkDevice device_;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string cache_path_;
+  std::map<std::string, VkShaderModule> modules_;
+  std::map<std::pair<std::string, std::vector<uint32_t>>, Kernel> kernels_;
+};
+
+}  // namespace vkf::vk
