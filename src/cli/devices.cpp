@@ -26,9 +26,13 @@ int run_devices() {
                "mesa-vulkan-drivers for the CPU device (lavapipe).\n");
     return 0;
   }
-  const uint32_t chosen = vk::default_device_index(devices);
+  const uint32_t fallback = vk::default_device_index(devices);
+  const uint32_t chosen =
+      vk::Context::resolve_device_index(devices, vk::Context::requested_device_index());
   for (const auto& d : devices) {
-    fmt::print("device {}: {}{}\n", d.index, d.name, d.index == chosen ? "  (default)" : "");
+    std::string mark = d.index == fallback ? " (default)" : "";
+    if (d.index == chosen) mark += " (selected)";
+    fmt::print("device {}: {}{}\n", d.index, d.name, mark);
     fmt::print("  type: {}\n  driver: {} {}\n  Vulkan API: {}\n", d.type_name(), d.driver_name,
                d.driver_info, d.api_string());
     fmt::print("  memory heaps:");

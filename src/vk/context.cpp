@@ -107,6 +107,30 @@ void Context::select_device(int index) {
 
 void Context::shutdown() { instance_slot().reset(); }
 
+std::optional<int> Context::requested_device_index() {
+  if (requested_device()) return requested_device();
+  if (const char* env = std::getenv("VKF_DEVICE"); env && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    VKF_REQUIRE(end && *end == '\0' && v >= 0 && v < (1 << 20),
+                "VKF_DEVICE='{}' is not a device index; `vkformer devices` lists them", env);
+    return static_cast<int>(v);
+  }
+  return std::nullopt;
+}
+
+uint32_t Context::resolve_device_index(const std::vector<DeviceInfo>& devices,
+                                       std::optional<int> requested) {
+  VKF_REQUIRE(!devices.empty(), "no Vulkan device found; install a GPU driver, or "
+              "mesa-vulkan-drivers for the CPU device (lavapipe)");
+  if (!requested) return default_device_index(devices);
+  VKF_REQUIRE(*requested >= 0 && static_cast<size_t>(*requested) < devices.size(),
+              "device {} requested (--device or VKF_DEVICE), but there are only {} Vulkan "
+              "device(s), numbered 0..{}; `vkformer devices` lists them",
+              *requested, devices.size(), devices.size() - 1);
+  return static_cast<uint32_t>(*requested);
+}
+
 std::vector<DeviceInfo> Context::list_devices() {
   VkInstance inst = create_instance(false, true);
   if (!inst) return {};
@@ -142,21 +166,8 @@ Context::Context(std::optional<int> requested) {
     fail("no Vulkan device found; install a GPU driver, or mesa-vulkan-drivers for the CPU "
          "device (lavapipe)");
   }
-  if (!requested) {
-    if (const char* env = std::getenv("VKF_DEVICE"); env && *env) {
-      char* end = nullptr;
-      long v = std::strtol(env, &end, 10);
-      VKF_REQUIRE(end && *end == '\0' && v >= 0,
-                  "VKF_DEVICE='{}' is not a device index; `vkformer devices` lists them", env);
-      requested = static_cast<int>(v);
-    }
-  }
-  const uint32_t index =
-      requested ? static_cast<uint32_t>(*requested) : default_device_index(devices);
-  VKF_REQUIRE(index < devices.size(),
-              "device {} requested, but there are only {} Vulkan devices (0..{}); `vkformer "
-              "devices` lists them",
-              index, devices.size(), devices.size() - 1);
+  if (!requested) requested = requested_device_index();
+  const uint32_t index = resolve_device_index(devices, requested);
   info_ = devices[index];
   const std::string why = info_.unsupported_reason();
   VKF_REQUIRE(why.empty(), "device {} ({}) cannot run vkformer: {}", index, info_.name, why);

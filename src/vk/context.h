@@ -29,6 +29,11 @@ class Context {
   static void shutdown();
   // Lists the devices of a temporary instance (no context is created); empty if there is no driver.
   static std::vector<DeviceInfo> list_devices();
+  // The device asked for by select_device() or VKF_DEVICE (validated as a number), if any.
+  static std::optional<int> requested_device_index();
+  // The index a context would use among `devices`; throws a clear error for a bad request.
+  static uint32_t resolve_device_index(const std::vector<DeviceInfo>& devices,
+                                       std::optional<int> requested);
 
   ~Context();
   Context(const Context&) = delete;

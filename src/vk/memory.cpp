@@ -54,6 +54,13 @@ uint64_t Allocator::available_bytes(MemoryKind kind) const {
 }
 
 Block* Allocator::new_block(uint64_t size, MemoryKind kind, bool dedicated) {
+  const uint64_t heap_size = props_.memoryHeaps[props_.memoryTypes[memory_type(kind)].heapIndex].size;
+  if (size > heap_size) {
+    fail("out of {} memory: asked for {:.1f} MiB, but the whole memory heap is {:.1f} MiB "
+         "({:.1f} MiB available); use a smaller model, batch or sequence length",
+         kind == MemoryKind::Device ? "device" : "host-visible", mib(size), mib(heap_size),
+         mib(available_bytes(kind)));
+  }
   auto block = std::make_unique<Block>();
   block->id = next_block_id_++;
   block->size = size;
