@@ -42,7 +42,9 @@ Grid row_grid(int64_t rows, uint32_t tpr_log2) {
   return grid_1d(groups * kLocal, kLocal);
 }
 
-const char* variant(const NormSpec& s) { return s.layer ? "layer" : "rms"; }
+const char* variant(const NormSpec& s) {
+  return s.layer ? "layer" : "rms";
+}
 
 void check_param(const NormSpec& s, const Tensor& p, const char* what, const Tensor& x) {
   if (!p.defined()) return;
@@ -53,7 +55,9 @@ void check_param(const NormSpec& s, const Tensor& p, const char* what, const Ten
               x.dim(-1), shape_str(x.shape()), shape_str(p.shape()));
 }
 
-Tensor contiguous_f32(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+Tensor contiguous_f32(const Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
 
 // dw and/or db (each undefined when not wanted) for rows of xc/dy, from the saved statistics.
 void param_grads(const NormSpec& s, const Tensor& xc, const Tensor& dy, const Tensor& mean,
@@ -82,8 +86,7 @@ void param_grads(const NormSpec& s, const Tensor& xc, const Tensor& dy, const Te
   push.h = checked_u32(h, "row length");
   push.rows_per_block = static_cast<uint32_t>(rows_per_block);
   push.tw_log2 = tw_log2;
-  const bool accumulate_direct =
-      direct && ((dw && dw->accumulate) || (db && db->accumulate));
+  const bool accumulate_direct = direct && ((dw && dw->accumulate) || (db && db->accumulate));
   // With one block and targets that differ in accumulate mode, run the w and b halves apart.
   auto run = [&](uint32_t want, bool accumulate) {
     push.flags = want | (accumulate ? kParamAccumulate : 0);
@@ -129,6 +132,10 @@ Tensor norm_forward(const NormSpec& s, const Tensor& x, const Tensor& weight, co
   const int64_t h = x.dim(-1);
   const int64_t rows = x.numel() / h;
   checked_u32(x.numel(), "x element count");
+  // The weight-gradient kernel tiles columns by up to 256 over at most 65535 workgroups.
+  VKF_REQUIRE(h <= int64_t{65535} * kLocal,
+              "{}: rows of {} elements are not supported (at most {})", s.op, h,
+              int64_t{65535} * kLocal);
   const uint32_t tpr_log2 = threads_per_row_log2(h);
   const bool save = autograd::should_record({&xc, &w, &b});
 
@@ -158,39 +165,39 @@ Tensor norm_forward(const NormSpec& s, const Tensor& x, const Tensor& weight, co
          {&y, &mean, &rstd}, {}, {(s.layer ? 7.0 : 4.0) * n, (s.layer ? 12.0 : 8.0) * n});
   if (!save) return y;
 
-  autograd::record_op(s.op, {xc, w, b}, {y}, [s, xc, w, mean, rstd, rows, h,
-                                               tpr_log2](autograd::GradContext& ctx) {
-    const Tensor& g = ctx.grad_output(0);
-    if (!g.defined()) return;
-    const Tensor dy = contiguous_f32(g);
-    if (ctx.needs_grad(0)) {
-      autograd::GradTarget dx = ctx.grad_target(0);
-      struct {
-        uint64_t x, w, dy, mean, rstd, dx;
-        uint32_t rows, h, tpr_log2, flags;
-      } bp{};
-      bp.x = xc.address();
-      bp.w = w.defined() ? w.address() : 0;
-      bp.dy = dy.address();
-      bp.mean = mean.defined() ? mean.address() : 0;
-      bp.rstd = rstd.address();
-      bp.dx = dx.tensor.address();
-      bp.rows = static_cast<uint32_t>(rows);
-      bp.h = static_cast<uint32_t>(h);
-      bp.tpr_log2 = tpr_log2;
-      bp.flags = (w.defined() ? kBwdHasWeight : 0) | (s.one_plus ? kBwdOnePlus : 0) |
-                 (dx.accumulate ? kBwdAccumulate : 0);
-      const double elems = static_cast<double>(rows * h);
-      launch(std::string("norm_bwd_") + variant(s), bp, row_grid(rows, tpr_log2),
-             {&xc, &w, &dy, &mean, &rstd}, {&dx.tensor}, {}, {10.0 * elems, 16.0 * elems});
-    }
-    const bool want_w = ctx.needs_grad(1), want_b = ctx.needs_grad(2);
-    if (!want_w && !want_b) return;
-    autograd::GradTarget dw{}, db{};
-    if (want_w) dw = ctx.grad_target(1);
-    if (want_b) db = ctx.grad_target(2);
-    param_grads(s, xc, dy, mean, rstd, want_w ? &dw : nullptr, want_b ? &db : nullptr, rows, h);
-  });
+  autograd::record_op(
+      s.op, {xc, w, b}, {y}, [s, xc, w, mean, rstd, rows, h, tpr_log2](autograd::GradContext& ctx) {
+        const Tensor& g = ctx.grad_output(0);
+        if (!g.defined()) return;
+        const Tensor dy = contiguous_f32(g);
+        if (ctx.needs_grad(0)) {
+          autograd::GradTarget dx = ctx.grad_target(0);
+          struct {
+            uint64_t x, w, dy, mean, rstd, dx;
+            uint32_t rows, h, tpr_log2, flags;
+          } bp{};
+          bp.x = xc.address();
+          bp.w = w.defined() ? w.address() : 0;
+          bp.dy = dy.address();
+          bp.mean = mean.defined() ? mean.address() : 0;
+          bp.rstd = rstd.address();
+          bp.dx = dx.tensor.address();
+          bp.rows = static_cast<uint32_t>(rows);
+          bp.h = static_cast<uint32_t>(h);
+          bp.tpr_log2 = tpr_log2;
+          bp.flags = (w.defined() ? kBwdHasWeight : 0) | (s.one_plus ? kBwdOnePlus : 0) |
+                     (dx.accumulate ? kBwdAccumulate : 0);
+          const double elems = static_cast<double>(rows * h);
+          launch(std::string("norm_bwd_") + variant(s), bp, row_grid(rows, tpr_log2),
+                 {&xc, &w, &dy, &mean, &rstd}, {&dx.tensor}, {}, {10.0 * elems, 16.0 * elems});
+        }
+        const bool want_w = ctx.needs_grad(1), want_b = ctx.needs_grad(2);
+        if (!want_w && !want_b) return;
+        autograd::GradTarget dw{}, db{};
+        if (want_w) dw = ctx.grad_target(1);
+        if (want_b) db = ctx.grad_target(2);
+        param_grads(s, xc, dy, mean, rstd, want_w ? &dw : nullptr, want_b ? &db : nullptr, rows, h);
+      });
   return y;
 }
 

@@ -1,9 +1,10 @@
 // CPU double references for RMSNorm and LayerNorm (see norm_ref.h).
 //
-// The backward is derived by hand: with xhat = (x - c) * r and y = xhat * w' + b,
-//   dxhat = dy * w'
-//   rms   (c = 0,    r = (mean(x^2) + eps)^-1/2):  dx = r * dxhat - x * r^3 * mean(dxhat * x)
-//   layer (c = mean, r = (var + eps)^-1/2):       dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+// The backward is derived by hand: with xhat = (x - c) * r and y = xhat * w' + b, dxhat = dy * w',
+//   rms   (c = 0, r = (mean(x^2) + eps)^-1/2):
+//         dx = r * dxhat - x * r^3 * mean(dxhat * x)
+//   layer (c = mean, r = (var + eps)^-1/2):
+//         dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 //   dw = sum_rows dy * xhat, db = sum_rows dy.
 #include "ops/norm_ref.h"
 
@@ -44,8 +45,8 @@ std::vector<double> forward(const std::vector<double>& x, const std::vector<doub
 }
 
 NormGrads backward(const std::vector<double>& x, const std::vector<double>& w, bool has_bias,
-                   const std::vector<double>& dy, int64_t rows, int64_t h, double eps,
-                   bool centred, bool one_plus) {
+                   const std::vector<double>& dy, int64_t rows, int64_t h, double eps, bool centred,
+                   bool one_plus) {
   NormGrads g;
   g.dx.assign(x.size(), 0.0);
   if (!w.empty()) g.dw.assign(h, 0.0);

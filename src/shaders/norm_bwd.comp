@@ -38,7 +38,8 @@ float scaled_grad(uint base, uint i) {
 void main() {
   const uint tpr = 1u << p.tpr_log2;
   const uint lane = gl_LocalInvocationID.x & (tpr - 1u);
-  const uint row = flat_group() * (LOCAL_SIZE >> p.tpr_log2) + (gl_LocalInvocationID.x >> p.tpr_log2);
+  const uint row =
+      flat_group() * (LOCAL_SIZE >> p.tpr_log2) + (gl_LocalInvocationID.x >> p.tpr_log2);
   const bool in_range = row < p.rows;
   const uint base = in_range ? row * p.H : 0u;
   const uint n = in_range ? p.H : 0u;

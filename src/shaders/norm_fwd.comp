@@ -34,7 +34,8 @@ layout(push_constant, std430) uniform Push {
 void main() {
   const uint tpr = 1u << p.tpr_log2;
   const uint lane = gl_LocalInvocationID.x & (tpr - 1u);
-  const uint row = flat_group() * (LOCAL_SIZE >> p.tpr_log2) + (gl_LocalInvocationID.x >> p.tpr_log2);
+  const uint row =
+      flat_group() * (LOCAL_SIZE >> p.tpr_log2) + (gl_LocalInvocationID.x >> p.tpr_log2);
   // Threads past the last row still take part in the reductions (barriers) but touch nothing.
   const bool in_range = row < p.rows;
   const uint base = in_range ? row * p.H : 0u;

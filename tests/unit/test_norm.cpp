@@ -80,7 +80,7 @@ struct Shape2 {
 
 TEST(Norm, ForwardMatchesReference) {
   // Rows of one element, primes, a row past 16384, and sizes that are no multiple of any tile.
-  const Shape2 shapes[] = {{1, 1}, {7, 5},    {33, 64},   {61, 1},   {1000, 576},
+  const Shape2 shapes[] = {{1, 1},     {7, 5},     {33, 64},   {61, 1},   {1000, 576},
                            {4097, 64}, {13, 3000}, {2, 16411}, {37, 257}, {5, 2}};
   Rng rng(11);
   for (const auto& k : kKinds) {
@@ -88,8 +88,8 @@ TEST(Norm, ForwardMatchesReference) {
       const double eps = k.layer ? 1e-5 : 1e-6;
       const Inputs in = make_inputs(rng, k, s.rows, s.h);
       Tensor x = test::to_gpu(in.x, {s.rows, s.h});
-      Tensor y = run_gpu(k, x, gpu_or_none(in.w, s.h), gpu_or_none(in.b, s.h),
-                         static_cast<float>(eps));
+      Tensor y =
+          run_gpu(k, x, gpu_or_none(in.w, s.h), gpu_or_none(in.b, s.h), static_cast<float>(eps));
       ASSERT_EQ(y.shape(), x.shape());
       test::expect_close(y, run_ref(k, in, s.rows, s.h, eps), 2e-6, 2e-6, label(k, s.rows, s.h));
     }
@@ -146,15 +146,14 @@ TEST(Norm, ReferenceBackwardMatchesFiniteDifferences) {
     const auto dy = rng.normal(static_cast<size_t>(rows * h));
     const auto g = run_ref_backward(k, in, dy, rows, h, eps);
     const std::string what = std::string(k.name) + " reference";
-    test::expect_close(
-        test::numeric_grad(
-            [&](const std::vector<double>& v) {
-              Inputs p = in;
-              p.x = v;
-              return run_ref(k, p, rows, h, eps);
-            },
-            in.x, dy),
-        g.dx, 1e-7, 1e-6, what + " dx");
+    test::expect_close(test::numeric_grad(
+                           [&](const std::vector<double>& v) {
+                             Inputs p = in;
+                             p.x = v;
+                             return run_ref(k, p, rows, h, eps);
+                           },
+                           in.x, dy),
+                       g.dx, 1e-7, 1e-6, what + " dx");
     if (k.weight)
       test::expect_close(test::numeric_grad(
                              [&](const std::vector<double>& v) {
@@ -245,7 +244,8 @@ TEST(Norm, StridedInputIsNormalizedAndGetsGradients) {
     for (int64_t hi = 0; hi < NH; ++hi)
       for (int64_t ti = 0; ti < T; ++ti)
         for (int64_t d = 0; d < D; ++d)
-          want_dbase[((bi * NH + hi) * T + ti) * D + d] = want.dx[((bi * T + ti) * NH + hi) * D + d];
+          want_dbase[((bi * NH + hi) * T + ti) * D + d] =
+              want.dx[((bi * T + ti) * NH + hi) * D + d];
   test::expect_close(grads[0], want_dbase, 1e-5, 1e-5, "strided dx");
   test::expect_close(grads[1], want.dw, 1e-5, 1e-5, "strided dw");
   test::expect_close(grads[2], want.db, 1e-5, 1e-5, "strided db");
