@@ -22,7 +22,8 @@ enum class RopeLayout { RotateHalf, Interleaved };
 
 // x: f32 [B, T, heads, D] (made contiguous if it is a strided view).
 // cos, sin: f32 [P, rotary_dim / 2], as rope_cos_sin() builds them.
-// position_ids: [B, T] or [1, T] (shared by the batch), I32 or I64 (converted to I32).
+// position_ids: [B, T] or [1, T] (shared by the batch), I32 or I64 (converted to I32: ids past
+//               2^31 - 1 do not survive the conversion).
 // rotary_dim: even, 2 <= rotary_dim <= D.
 // Returns a new f32 [B, T, heads, D]. Differentiable w.r.t. x (the backward rotates by -angle).
 //

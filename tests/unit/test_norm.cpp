@@ -107,9 +107,10 @@ TEST(Norm, HigherRankInputsNormalizeTheLastDimension) {
 }
 
 TEST(Norm, BackwardMatchesReference) {
-  // rows 7 and 33: one block of rows (gradients written straight into the weight gradient);
-  // 1000 and 4097: many blocks reduced in a second pass.
-  const Shape2 shapes[] = {{1, 1}, {7, 5}, {33, 64}, {1000, 37}, {4097, 64}, {3, 3000}, {61, 300}};
+  // Up to 32 rows: one block of rows, whose sums go straight into the weight gradient; from 33
+  // rows on, several blocks reduced in a second pass. Rows from 1 to 16411 elements.
+  const Shape2 shapes[] = {{1, 1},     {7, 5},    {33, 64},  {1000, 37},
+                           {4097, 64}, {3, 3000}, {61, 300}, {2, 16411}};
   Rng rng(21);
   for (const auto& k : kKinds) {
     for (const auto& s : shapes) {
@@ -210,6 +211,38 @@ TEST(Norm, GradientsAccumulate) {
       test::expect_close(tx.grad(), want_dx, 2e-5, 2e-5, what + " dx");
       test::expect_close(tw.grad(), want_dw, 2e-4, 2e-5, what + " dw");
     }
+  }
+}
+
+TEST(Norm, WeightAndBiasGradientsAccumulateIndependently) {
+  // The bias already holds a gradient (so its new one is added) while the weight has none (so
+  // its new one is written), on both the one-block and the multi-block paths.
+  Rng rng(45);
+  const KindInfo& k = kKinds[3];
+  for (int64_t rows : {7, 100}) {
+    const int64_t h = 19;
+    const Inputs in = make_inputs(rng, k, rows, h);
+    const auto dy = test::as_f32(rng.normal(static_cast<size_t>(rows * h)));
+    const auto prior = test::as_f32(rng.normal(static_cast<size_t>(h)));
+    const auto want = ref::layer_norm_backward(in.x, in.w, in.b, dy, rows, h, 1e-5);
+    Tensor x = test::to_gpu(in.x, {rows, h}), w = test::to_gpu(in.w, {h});
+    Tensor b = test::to_gpu(in.b, {h});
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    b.set_grad(test::to_gpu(prior, {h}));
+    autograd::Tape tape;
+    Tensor y;
+    {
+      autograd::TapeScope scope(tape);
+      y = ops::layer_norm(x, w, b, 1e-5f);
+    }
+    tape.backward(y, test::to_gpu(dy, {rows, h}));
+    std::vector<double> want_db = want.db;
+    for (int64_t j = 0; j < h; ++j) want_db[j] += prior[j];
+    const std::string what = "rows=" + std::to_string(rows);
+    test::expect_close(w.grad(), want.dw, 1e-5, 1e-5, what + " dw");
+    test::expect_close(b.grad(), want_db, 1e-5, 1e-5, what + " db");
+    EXPECT_FALSE(x.grad().defined());
   }
 }
 

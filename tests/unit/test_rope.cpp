@@ -3,6 +3,7 @@
 // tables, the rotation on odd shapes with both pair layouts, partial rotary and non-monotonic
 // positions, its gradient (reference and finite differences), accumulation, strided input,
 // position clamping, determinism and input validation.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -537,7 +538,8 @@ TEST(Rope, MatchesTransformersFixture) {
     // The cos/sin table built from transformers' inv_freq reproduces its forward's table.
     ops::RopeTables theirs{want, cs.at("attention_scaling").get<double>(), t.rotary_dim};
     const auto positions = cs.at("positions").get<std::vector<int64_t>>();
-    const auto host = ops::rope_cos_sin_host(theirs, positions.back() + 1);
+    const auto host =
+        ops::rope_cos_sin_host(theirs, *std::max_element(positions.begin(), positions.end()) + 1);
     const auto cos = cs.at("cos").get<std::vector<std::vector<double>>>();
     const auto sin = cs.at("sin").get<std::vector<std::vector<double>>>();
     const int64_t half = host.half;
