@@ -21,8 +21,10 @@ using detail::kMaxKernelDims;
 constexpr uint32_t kLocal = 256;
 // Elements per workgroup in the first level of a flat sum: 16 per invocation.
 constexpr int64_t kChunk = 4096;
-// reduce_sum.comp: reductions up to this length run one invocation per output.
+// reduce_sum.comp: reductions up to kSerialMax long run one invocation per output, up to
+// kShortMax 32 invocations per output (8 outputs per workgroup), longer ones 256.
 constexpr int64_t kSerialMax = 16;
+constexpr int64_t kShortMax = 1024;
 // reduce_sum.comp cols variant: outputs per workgroup.
 constexpr int64_t kCols = 16;
 
@@ -81,8 +83,10 @@ void reduce_dims(const Tensor& x, const std::vector<bool>& reduced, const Tensor
     launch("reduce_sum_thread", push, grid_1d(n_out, kLocal), {&x}, {&out}, {}, cost);
   } else if (columns) {
     launch("reduce_sum_cols", push, grid_1d((n_out + kCols - 1) / kCols, 1), {&x}, {&out}, {}, cost);
+  } else if (n_red <= kShortMax) {
+    launch("reduce_sum_rows_short", push, grid_1d((n_out + 7) / 8, 1), {&x}, {&out}, {}, cost);
   } else {
-    launch("reduce_sum_group", push, grid_1d(n_out, 1), {&x}, {&out}, {}, cost);
+    launch("reduce_sum_rows", push, grid_1d(n_out, 1), {&x}, {&out}, {}, cost);
   }
 }
 

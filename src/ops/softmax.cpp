@@ -1,6 +1,7 @@
 // Softmax / log-softmax over rows (see softmax.h), kernel softmax.comp. Rows up to kShortRow
-// elements share a workgroup (32 invocations each) so that many short rows do not leave most
-// invocations idle; longer rows get a workgroup of 256 invocations each.
+// elements share a workgroup (32 invocations each, at most 32 elements per invocation) so that
+// many short rows, such as attention rows, do not leave most invocations idle; longer rows get a
+// workgroup of 256 invocations each.
 #include "ops/softmax.h"
 
 #include "core/autograd.h"
@@ -13,7 +14,7 @@ namespace {
 
 using detail::check_f32;
 
-constexpr int64_t kShortRow = 128;
+constexpr int64_t kShortRow = 1024;
 constexpr int64_t kShortRowsPerGroup = 256 / 32;
 
 struct SoftmaxPush {

@@ -4,14 +4,16 @@
 // dims (shape[nk..nk+nr)), each with the input's strides; out is contiguous over the kept dims.
 // Every variant sums in a fixed order that depends only on the shapes, so results are bitwise
 // reproducible:
-//   group:  one workgroup per output; invocation t sums r = t, t+256, ... in order, then a fixed
-//           shared-memory tree. For long reductions (rows).
-//   thread: one invocation per output sums r = 0..R-1 in order. For short reductions.
+//   rows, rows_short: ROW_THREADS (256 or 32) invocations per output, LOCAL_SIZE / ROW_THREADS
+//           outputs per workgroup; lane l sums r = l, l+ROW_THREADS, ... in order, then the fixed
+//           tree of row_reduce.glsl. For long reductions (rows), short ones several to a group.
+//   thread: one invocation per output sums r = 0..R-1 in order. For very short reductions.
 //   cols:   16 neighbouring outputs x 16 lanes per workgroup; lane l sums r = l, l+16, ... then a
 //           tree over lanes. For column sums (kept innermost dim with unit stride), where the 16
 //           outputs of one r are adjacent in memory.
 //!novariant_base
-//!variant group -DMODE=0
+//!variant rows -DMODE=0 -DROW_THREADS=256
+//!variant rows_short -DMODE=0 -DROW_THREADS=32
 //!variant thread -DMODE=1
 //!variant cols -DMODE=2
 #version 460
@@ -42,21 +44,20 @@ int offset_of(uint idx, uint first, uint count) {
 }
 
 #if MODE == 0
-shared float partial[LOCAL_SIZE];
+#include "row_reduce.glsl"
 void main() {
-  uint o = flat_group();
-  if (o >= p.n_out) return;  // uniform across the workgroup
-  uint t = gl_LocalInvocationID.x;
-  int base = offset_of(o, 0u, p.nk);
+  uint first = flat_group() * (LOCAL_SIZE / ROW_THREADS);
+  if (first >= p.n_out) return;  // uniform across the workgroup
+  uint lane = gl_LocalInvocationID.x % ROW_THREADS;
+  uint o = first + gl_LocalInvocationID.x / ROW_THREADS;
+  bool in_range = o < p.n_out;  // outputs past the end still take part in the barriers
   float acc = 0.0;
-  for (uint r = t; r < p.n_red; r += LOCAL_SIZE) acc += p.in_.v[base + offset_of(r, p.nk, p.nr)];
-  partial[t] = acc;
-  barrier();
-  for (uint s = LOCAL_SIZE / 2; s > 0; s >>= 1) {
-    if (t < s) partial[t] += partial[t + s];
-    barrier();
+  if (in_range) {
+    int base = offset_of(o, 0u, p.nk);
+    for (uint r = lane; r < p.n_red; r += ROW_THREADS) acc += p.in_.v[base + offset_of(r, p.nk, p.nr)];
   }
-  if (t == 0) p.out_.v[o] = partial[0];
+  acc = row_sum(acc);
+  if (in_range && lane == 0) p.out_.v[o] = acc;
 }
 #elif MODE == 1
 void main() {

@@ -191,6 +191,19 @@ TEST(Elementwise, InPlaceAdd) {
   test::expect_close(t, {1, 3, 5, 7}, 0, 0, "add_ of a shifted view of itself");
 }
 
+TEST(Elementwise, MoreThanOneGridRow) {
+  // 2^24 + 3 elements need more than 65535 workgroups of 256: the grid folds into two dimensions.
+  const int64_t n = (int64_t{1} << 24) + 3;
+  std::vector<double> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<double>(i % 1000);
+    b[i] = static_cast<double>(i / 1000);
+  }
+  const auto out = ops::add(test::to_gpu(a, {n}), test::to_gpu(b, {1, n})).to_double();
+  ASSERT_EQ(out.size(), a.size());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+}
+
 TEST(Elementwise, Deterministic) {
   Rng rng(16);
   const Shape s = {300, 257};

@@ -65,10 +65,12 @@ struct DimCase {
 
 TEST(Reduce, SumOverOneDimension) {
   Rng rng(42);
-  // Serial (short), per-workgroup (long, reduced dim innermost or strided) and column kernels.
+  // Every reduce_sum variant: serial (<= 16 long), 32 lanes per output (<= 1024), 256 lanes per
+  // output (longer; reduced dim innermost or strided) and column sums.
   const DimCase cases[] = {{{13, 37}, 0},   {{13, 37}, 1},     {{13, 37}, -1}, {{3, 1, 5}, 1},
                            {{2, 3, 129}, -1}, {{1001, 7}, -1}, {{7, 1001}, 1}, {{300, 257}, 0},
-                           {{4, 61, 3}, 1}, {{5, 100003}, -1}, {{1}, 0},       {{7}, 0}};
+                           {{4, 61, 3}, 1}, {{5, 100003}, -1}, {{1}, 0},       {{7}, 0},
+                           {{2, 3000, 2}, 1}, {{3, 1025}, 1}};
   for (const DimCase& c : cases) {
     const auto x = random_f32(rng, c.shape);
     const int d = c.dim < 0 ? c.dim + static_cast<int>(c.shape.size()) : c.dim;
@@ -223,6 +225,16 @@ TEST(Reduce, ClipGradNormScalesOnlyWhenAboveMax) {
     // The clipped gradients now have norm max_norm (up to the 1e-6 in the factor).
     EXPECT_NEAR(ops::global_l2_norm(grads).item(), max_norm, 3e-6 * max_norm);
   }
+}
+
+TEST(Reduce, MoreOutputsThanOneGridRow) {
+  // 600001 rows of 17, 8 to a workgroup: more than the 65535 workgroups of one grid row, so the
+  // grid folds into two dimensions.
+  Rng rng(48);
+  const Shape s = {600001, 17};
+  const auto x = random_f32(rng, s);
+  expect_sums_close(ops::sum(test::to_gpu(x, s), -1).to_double(), ref::sum_dim(x, s, 1),
+                    ref::sum_dim(abs_values(x), s, 1), "sum of 70001 rows");
 }
 
 TEST(Reduce, Deterministic) {

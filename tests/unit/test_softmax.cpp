@@ -16,9 +16,10 @@ namespace {
 
 using test::Rng;
 
-// Row lengths: 1, primes, around the 128 short-row threshold, and a vocabulary-sized 100003.
-const Shape kShapes[] = {{1},      {7},        {5, 1},      {13, 37},  {1001, 7},
-                         {4, 128}, {2, 3, 129}, {3, 1031}, {3, 100003}};
+// Row lengths: 1, primes, either side of the 1024 short-row threshold, and a vocabulary-sized
+// 100003; row counts that do not fill the last workgroup.
+const Shape kShapes[] = {{1},         {7},          {5, 1},     {13, 37},  {1001, 7},
+                         {3, 5, 1024}, {2, 3, 1025}, {3, 1031}, {3, 100003}};
 
 std::vector<double> logits(Rng& rng, const Shape& s) {
   return test::as_f32(rng.normal(static_cast<size_t>(shape_numel(s)), 3.0));
@@ -70,7 +71,7 @@ TEST(Softmax, StridedInput) {
 
 TEST(Softmax, GradientsMatchReferenceAndFiniteDifferences) {
   Rng rng(33);
-  for (const Shape& s : {Shape{1}, Shape{5, 1}, Shape{13, 37}, Shape{2, 3, 129}, Shape{3, 1031}}) {
+  for (const Shape& s : {Shape{1}, Shape{5, 1}, Shape{13, 37}, Shape{3, 1024}, Shape{2, 1031}}) {
     const auto x = logits(rng, s);
     const auto dy = test::as_f32(rng.uniform(x.size(), -1, 1));
     const int64_t len = s.back();
@@ -97,6 +98,16 @@ TEST(Softmax, GradientsMatchReferenceAndFiniteDifferences) {
                            x, dy),
                        1e-8, 1e-7, "reference log_softmax grad");
   }
+}
+
+TEST(Softmax, MoreRowsThanOneGridRow) {
+  // 600001 short rows, 8 to a workgroup, need more workgroups than one grid row holds (65535):
+  // the grid folds into two dimensions.
+  Rng rng(35);
+  const Shape s = {600001, 3};
+  const auto x = logits(rng, s);
+  test::expect_close(ops::softmax(test::to_gpu(x, s)), ref::softmax(x, 3), 1e-9, 2e-6,
+                     "softmax " + shape_str(s));
 }
 
 TEST(Softmax, Deterministic) {
