@@ -145,7 +145,7 @@ Tensor gated_act(const Tensor& gate, const Tensor& up, Activation kind) {
   VKF_REQUIRE(gate.shape() == up.shape(),
               "gated_act: gate has shape {} and up has shape {}; expected equal shapes",
               shape_str(gate.shape()), shape_str(up.shape()));
-  code(kind);
+  (void)code(kind);  // an invalid kind fails before any work is queued
   const Tensor gc = contiguous_input(gate), uc = contiguous_input(up);
   const int64_t n = gate.numel();
   const GatedLayout layout{1, n, n, n};
@@ -171,7 +171,7 @@ Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first) 
               "gated_act_fused: gate_up has shape {}; expected [..., 2*I] with an even last "
               "dimension (gate and up halves)",
               shape_str(gate_up.shape()));
-  code(kind);
+  (void)code(kind);
   const Tensor gu = contiguous_input(gate_up);
   const int64_t inner = gu.dim(-1) / 2;
   const GatedLayout layout{gu.numel() / (2 * inner), inner, 2 * inner, 2 * inner};

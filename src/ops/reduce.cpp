@@ -25,6 +25,7 @@ constexpr int64_t kChunk = 4096;
 // kShortMax 32 invocations per output (8 outputs per workgroup), longer ones 256.
 constexpr int64_t kSerialMax = 16;
 constexpr int64_t kShortMax = 1024;
+constexpr int64_t kShortOutputsPerGroup = 256 / 32;
 // reduce_sum.comp cols variant: outputs per workgroup.
 constexpr int64_t kCols = 16;
 
@@ -84,7 +85,7 @@ void reduce_dims(const Tensor& x, const std::vector<bool>& reduced, const Tensor
   } else if (columns) {
     launch("reduce_sum_cols", push, grid_1d((n_out + kCols - 1) / kCols, 1), {&x}, {&out}, {}, cost);
   } else if (n_red <= kShortMax) {
-    launch("reduce_sum_rows_short", push, grid_1d((n_out + 7) / 8, 1), {&x}, {&out}, {}, cost);
+    launch("reduce_sum_rows_short", push, grid_1d((n_out + kShortOutputsPerGroup - 1) / kShortOutputsPerGroup, 1), {&x}, {&out}, {}, cost);
   } else {
     launch("reduce_sum_rows", push, grid_1d(n_out, 1), {&x}, {&out}, {}, cost);
   }

@@ -4,6 +4,8 @@
 // workgroup of 256 invocations each.
 #include "ops/softmax.h"
 
+#include <string>
+
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/checks.h"
@@ -32,7 +34,7 @@ void run(bool log, const Tensor& x, const Tensor& dy, const Tensor& out) {
                          checked_u32(len, "row length")};
   const bool short_rows = len <= kShortRow;
   const int64_t groups = short_rows ? (rows + kShortRowsPerGroup - 1) / kShortRowsPerGroup : rows;
-  std::string module = std::string("softmax_") + (backward ? "bwd" : "fwd") + (short_rows ? "_short" : "");
+  const std::string module = std::string("softmax_") + (backward ? "bwd" : "fwd") + (short_rows ? "_short" : "");
   const double n = static_cast<double>(x.numel());
   launch(module, push, grid_1d(groups, 1), {&x, &d}, {&out}, {log ? 1u : 0u},
          {n * 5.0, n * (backward ? 16.0 : 12.0)});
