@@ -1,0 +1,198 @@
+// Activations and gated activations (see activation.h). Kernels: activation.comp (elementwise
+// forward/backward) and gated_act.comp (act(gate) * up, forward and both gradients), sharing the
+// formulas of activation.glsl; the activation kind is a spec constant.
+#include "ops/activation.h"
+
+#include <string>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "ops/checks.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+using detail::check_f32;
+
+constexpr uint32_t kLocal = 256;
+
+struct NameMap {
+  std::string_view name;
+  Activation kind;
+};
+// transformers' ACT2FN names whose formula we implement (see activation.h for the formulas).
+constexpr NameMap kNames[] = {
+    {"silu", Activation::SiLU},
+    {"swish", Activation::SiLU},
+    {"gelu", Activation::GELU},
+    {"gelu_python", Activation::GELU},
+    {"gelu_pytorch_tanh", Activation::GELUTanh},
+    {"gelu_new", Activation::GELUTanh},
+    {"gelu_fast", Activation::GELUTanh},
+    {"gelu_accurate", Activation::GELUTanh},
+    {"gelu_python_tanh", Activation::GELUTanh},
+    {"relu", Activation::ReLU},
+    {"quick_gelu", Activation::QuickGELU},
+};
+
+uint32_t code(Activation kind) {
+  const auto c = static_cast<uint32_t>(kind);
+  VKF_REQUIRE(c <= static_cast<uint32_t>(Activation::QuickGELU),
+              "activation: unknown Activation value {}", c);
+  return c;
+}
+
+Tensor contiguous_input(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
+
+struct ActPush {
+  uint64_t x, dy, out;
+  uint32_t n;
+};
+
+// Elementwise act (dy undefined) or dy * act' over contiguous tensors of one size.
+void run_act(Activation kind, const Tensor& x, const Tensor& dy, const Tensor& out) {
+  const Tensor& d = dy.defined() ? dy : x;
+  const ActPush push{x.address(), d.address(), out.address(),
+                     checked_u32(x.numel(), "element count")};
+  const double n = static_cast<double>(x.numel());
+  launch(dy.defined() ? "activation_bwd" : "activation_fwd", push, grid_1d(x.numel(), kLocal),
+         {&x, &d}, {&out}, {code(kind)}, {n * 20.0, n * (dy.defined() ? 12.0 : 8.0)});
+}
+
+struct GatedPush {
+  uint64_t gate, up, dy, out, d_up;
+  uint32_t n, inner, gate_stride, up_stride;
+};
+
+// How gate and up (and their gradients) are laid out: `rows` rows of `inner` elements, each
+// operand with its own row stride in elements.
+struct GatedLayout {
+  int64_t rows, inner, gate_stride, up_stride;
+};
+
+void run_gated_fwd(Activation kind, const Tensor& gate, const Tensor& up, const GatedLayout& l,
+                   uint64_t gate_addr, uint64_t up_addr, const Tensor& out) {
+  const int64_t n = l.rows * l.inner;
+  const GatedPush push{gate_addr, up_addr, out.address(), out.address(), out.address(),
+                       checked_u32(n, "element count"), checked_u32(l.inner, "inner size"),
+                       checked_u32(l.gate_stride, "row stride"), checked_u32(l.up_stride, "row stride")};
+  const double dn = static_cast<double>(n);
+  launch("gated_act_fwd", push, grid_1d(n, kLocal), {&gate, &up}, {&out}, {code(kind)},
+         {dn * 20.0, dn * 12.0});
+}
+
+void run_gated_bwd(Activation kind, const Tensor& gate, const Tensor& up, const GatedLayout& l,
+                   uint64_t gate_addr, uint64_t up_addr, const Tensor& dy, const Tensor& d_gate,
+                   const Tensor& d_up, uint64_t d_gate_addr, uint64_t d_up_addr) {
+  const int64_t n = l.rows * l.inner;
+  const GatedPush push{gate_addr, up_addr, dy.address(), d_gate_addr, d_up_addr,
+                       checked_u32(n, "element count"), checked_u32(l.inner, "inner size"),
+                       checked_u32(l.gate_stride, "row stride"), checked_u32(l.up_stride, "row stride")};
+  const double dn = static_cast<double>(n);
+  launch("gated_act_bwd", push, grid_1d(n, kLocal), {&gate, &up, &dy}, {&d_gate, &d_up},
+         {code(kind)}, {dn * 30.0, dn * 20.0});
+}
+
+}  // namespace
+
+Activation parse_activation(std::string_view hf_name) {
+  for (const NameMap& m : kNames)
+    if (m.name == hf_name) return m.kind;
+  std::string supported;
+  for (const NameMap& m : kNames) supported += (supported.empty() ? "" : ", ") + std::string(m.name);
+  fail("activation '{}' is not supported; supported names (transformers' ACT2FN): {}", hf_name,
+       supported);
+}
+
+const char* activation_name(Activation kind) {
+  switch (kind) {
+    case Activation::SiLU: return "silu";
+    case Activation::GELU: return "gelu";
+    case Activation::GELUTanh: return "gelu_pytorch_tanh";
+    case Activation::ReLU: return "relu";
+    case Activation::QuickGELU: return "quick_gelu";
+  }
+  fail("activation_name: unknown Activation value {}", static_cast<uint32_t>(kind));
+}
+
+Tensor activation(const Tensor& x, Activation kind) {
+  const char* name = activation_name(kind);
+  check_f32(x, name, "x");
+  const Tensor xc = contiguous_input(x);
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  run_act(kind, xc, {}, out);
+  autograd::record_op(name, {xc}, {out}, [kind, xc](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (!g.defined()) return;
+    const Tensor gc = contiguous_input(g);
+    Tensor dx = Tensor::empty(xc.shape(), DType::F32);
+    run_act(kind, xc, gc, dx);
+    ctx.add_grad(0, dx);
+  });
+  return out;
+}
+
+Tensor silu(const Tensor& x) { return activation(x, Activation::SiLU); }
+Tensor gelu(const Tensor& x) { return activation(x, Activation::GELU); }
+Tensor gelu_tanh(const Tensor& x) { return activation(x, Activation::GELUTanh); }
+Tensor relu(const Tensor& x) { return activation(x, Activation::ReLU); }
+Tensor quick_gelu(const Tensor& x) { return activation(x, Activation::QuickGELU); }
+
+Tensor gated_act(const Tensor& gate, const Tensor& up, Activation kind) {
+  check_f32(gate, "gated_act", "gate");
+  check_f32(up, "gated_act", "up");
+  VKF_REQUIRE(gate.shape() == up.shape(),
+              "gated_act: gate has shape {} and up has shape {}; expected equal shapes",
+              shape_str(gate.shape()), shape_str(up.shape()));
+  (void)code(kind);  // an invalid kind fails before any work is queued
+  const Tensor gc = contiguous_input(gate), uc = contiguous_input(up);
+  const int64_t n = gate.numel();
+  const GatedLayout layout{1, n, n, n};
+  Tensor out = Tensor::empty(gate.shape(), DType::F32);
+  run_gated_fwd(kind, gc, uc, layout, gc.address(), uc.address(), out);
+  autograd::record_op("gated_act", {gc, uc}, {out}, [kind, gc, uc, layout](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (!g.defined()) return;
+    const Tensor dy = contiguous_input(g);
+    Tensor d_gate = Tensor::empty(gc.shape(), DType::F32);
+    Tensor d_up = Tensor::empty(uc.shape(), DType::F32);
+    run_gated_bwd(kind, gc, uc, layout, gc.address(), uc.address(), dy, d_gate, d_up,
+                  d_gate.address(), d_up.address());
+    ctx.add_grad(0, d_gate);
+    ctx.add_grad(1, d_up);
+  });
+  return out;
+}
+
+Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first) {
+  check_f32(gate_up, "gated_act_fused", "gate_up");
+  VKF_REQUIRE(gate_up.rank() >= 1 && gate_up.dim(-1) % 2 == 0,
+              "gated_act_fused: gate_up has shape {}; expected [..., 2*I] with an even last "
+              "dimension (gate and up halves)",
+              shape_str(gate_up.shape()));
+  (void)code(kind);
+  const Tensor gu = contiguous_input(gate_up);
+  const int64_t inner = gu.dim(-1) / 2;
+  const GatedLayout layout{gu.numel() / (2 * inner), inner, 2 * inner, 2 * inner};
+  // Element offsets of the two halves within each row.
+  const uint64_t half_bytes = static_cast<uint64_t>(inner) * sizeof(float);
+  const uint64_t gate_off = gate_first ? 0 : half_bytes, up_off = gate_first ? half_bytes : 0;
+  Shape out_shape = gu.shape();
+  out_shape.back() = inner;
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  run_gated_fwd(kind, gu, gu, layout, gu.address() + gate_off, gu.address() + up_off, out);
+  autograd::record_op("gated_act_fused", {gu}, {out},
+                      [kind, gu, layout, gate_off, up_off](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (!g.defined()) return;
+    const Tensor dy = contiguous_input(g);
+    Tensor d_gu = Tensor::empty(gu.shape(), DType::F32);
+    run_gated_bwd(kind, gu, gu, layout, gu.address() + gate_off, gu.address() + up_off, dy, d_gu,
+                  d_gu, d_gu.address() + gate_off, d_gu.address() + up_off);
+    ctx.add_grad(0, d_gu);
+  });
+  return out;
+}
+
+}  // namespace vkf::ops

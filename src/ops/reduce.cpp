@@ -1,0 +1,281 @@
+// Deterministic sums and norms (see reduce.h). Kernels: reduce_sum.comp (sums over chosen
+// dimensions of a strided tensor), reduce_flat.comp (the two levels of a sum over contiguous
+// data) and scale_by_scalar.comp (scaling by a factor read from device memory).
+#include "ops/reduce.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "ops/checks.h"
+#include "ops/elementwise.h"
+#include "ops/strided.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+using detail::check_f32;
+using detail::kMaxKernelDims;
+
+constexpr uint32_t kLocal = 256;
+// Elements per workgroup in the first level of a flat sum: 16 per invocation.
+constexpr int64_t kChunk = 4096;
+// reduce_sum.comp: reductions up to kSerialMax long run one invocation per output, up to
+// kShortMax 32 invocations per output (8 outputs per workgroup), longer ones 256.
+constexpr int64_t kSerialMax = 16;
+constexpr int64_t kShortMax = 1024;
+constexpr int64_t kShortOutputsPerGroup = 256 / 32;
+// reduce_sum.comp cols variant: outputs per workgroup.
+constexpr int64_t kCols = 16;
+
+Tensor contiguous_input(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
+
+// out (contiguous, numel = product of x's kept dims) = x summed over the dims flagged in
+// `reduced` (one flag per dim of x). Not recorded.
+void reduce_dims(const Tensor& x, const std::vector<bool>& reduced, const Tensor& out,
+                 const char* op) {
+  const Shape& shape = x.shape();
+  Shape out_strides(shape.size(), 0);
+  int64_t acc = 1;
+  for (int d = x.rank() - 1; d >= 0; --d) {
+    if (reduced[d]) continue;
+    out_strides[d] = acc;
+    acc *= shape[d];
+  }
+  // Merging never fuses a kept with a reduced dim: their output strides (s > 0 and 0) differ.
+  const detail::LoopNest nest = detail::merge(shape, {x.strides(), out_strides});
+  std::vector<int> kept, summed;
+  for (int d = 0; d < nest.rank(); ++d) (nest.strides[1][d] == 0 ? summed : kept).push_back(d);
+  VKF_REQUIRE(nest.rank() <= kMaxKernelDims,
+              "{}: x of shape {} and strides {} needs {} dimensions after merging; at most {} are "
+              "supported",
+              op, shape_str(shape), shape_str(x.strides()), nest.rank(), kMaxKernelDims);
+  struct {
+    uint64_t in, out;
+    uint32_t n_out, n_red, nk, nr;
+    uint32_t shape[kMaxKernelDims];
+    int32_t strides[kMaxKernelDims];
+  } push{};
+  push.in = x.address();
+  push.out = out.address();
+  int64_t n_red = 1;
+  int slot = 0;
+  for (const std::vector<int>* group : {&kept, &summed}) {
+    for (int d : *group) {
+      push.shape[slot] = checked_u32(nest.shape[d], "dimension");
+      push.strides[slot] = static_cast<int32_t>(checked_u32(nest.strides[0][d], "stride"));
+      ++slot;
+    }
+  }
+  for (int d : summed) n_red *= nest.shape[d];
+  const int64_t n_out = out.numel();
+  push.n_out = checked_u32(n_out, "output count");
+  push.n_red = checked_u32(n_red, "reduction length");
+  push.nk = static_cast<uint32_t>(kept.size());
+  push.nr = static_cast<uint32_t>(summed.size());
+  const vk::DispatchCost cost{static_cast<double>(x.numel()),
+                              4.0 * static_cast<double>(x.numel() + n_out)};
+  // A column sum: the innermost kept dim is contiguous in x, so neighbouring outputs are
+  // neighbours in memory and the cols variant reads them together.
+  const bool columns = !kept.empty() && nest.strides[0][kept.back()] == 1 &&
+                       nest.shape[kept.back()] >= kCols && n_out >= 256;
+  if (n_red <= kSerialMax) {
+    launch("reduce_sum_thread", push, grid_1d(n_out, kLocal), {&x}, {&out}, {}, cost);
+  } else if (columns) {
+    launch("reduce_sum_cols", push, grid_1d((n_out + kCols - 1) / kCols, 1), {&x}, {&out}, {}, cost);
+  } else if (n_red <= kShortMax) {
+    launch("reduce_sum_rows_short", push, grid_1d((n_out + kShortOutputsPerGroup - 1) / kShortOutputsPerGroup, 1), {&x}, {&out}, {}, cost);
+  } else {
+    launch("reduce_sum_rows", push, grid_1d(n_out, 1), {&x}, {&out}, {}, cost);
+  }
+}
+
+enum class Finish : uint32_t { None = 0, Divide = 1, Sqrt = 2 };
+
+struct FlatPush {
+  uint64_t in, out;
+  uint32_t n, chunk, out_offset;
+  float divisor;
+};
+
+// out[out_offset + g] = sum (of squares) of x[g*chunk, (g+1)*chunk) for every chunk g; x contiguous.
+void flat_level(const Tensor& x, const Tensor& out, int64_t out_offset, int64_t chunk, bool square,
+                Finish finish, float divisor) {
+  const int64_t n = x.numel();
+  const FlatPush push{x.address(), out.address(), checked_u32(n, "element count"),
+                      checked_u32(chunk, "chunk"), checked_u32(out_offset, "offset"), divisor};
+  launch("reduce_flat", push, grid_1d((n + chunk - 1) / chunk, 1), {&x}, {&out},
+         {square ? 1u : 0u, static_cast<uint32_t>(finish)},
+         {static_cast<double>(n) * (square ? 2.0 : 1.0), 4.0 * static_cast<double>(n)});
+}
+
+// A rank-0 tensor holding the finished sum of contiguous x: one pass when x fits one chunk,
+// else chunk sums then one workgroup over them.
+Tensor flat_sum(const Tensor& x, Finish finish, float divisor) {
+  Tensor out = Tensor::empty({}, DType::F32);
+  const int64_t n = x.numel();
+  if (n <= kChunk) {
+    flat_level(x, out, 0, n, false, finish, divisor);
+    return out;
+  }
+  const int64_t parts = (n + kChunk - 1) / kChunk;
+  Tensor partial = Tensor::empty({parts}, DType::F32);
+  flat_level(x, partial, 0, kChunk, false, Finish::None, 1.0f);
+  flat_level(partial, out, 0, parts, false, finish, divisor);
+  return out;
+}
+
+int normalize_dim(int dim, int rank, const char* op) {
+  const int d = dim < 0 ? dim + rank : dim;
+  VKF_REQUIRE(rank > 0 && d >= 0 && d < rank,
+              "{}: dim {} is out of range for a tensor of rank {} (expected {} <= dim < {})", op,
+              dim, rank, -rank, rank);
+  return d;
+}
+
+// out[i] = in[i] * factor(s0, s1) over contiguous tensors (see scale_by_scalar.comp).
+void scale_by_scalar(uint32_t mode, const Tensor& s0, const Tensor& s1, const Tensor& in,
+                     const Tensor& out, float max_norm) {
+  struct {
+    uint64_t s0, s1, in, out;
+    uint32_t n;
+    float max_norm;
+  } push{s0.address(), s1.address(), in.address(), out.address(),
+         checked_u32(in.numel(), "element count"), max_norm};
+  const double n = static_cast<double>(in.numel());
+  launch("scale_by_scalar", push, grid_1d(in.numel(), kLocal), {&s0, &s1, &in}, {&out}, {mode},
+         {n, 8.0 * n});
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) {
+  check_f32(x, "sum", "x");
+  const Tensor xc = contiguous_input(x);
+  Tensor out = flat_sum(xc, Finish::None, 1.0f);
+  autograd::record_op("sum", {xc}, {out}, [shape = x.shape()](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (g.defined()) ctx.add_grad(0, expand(g, shape));
+  });
+  return out;
+}
+
+Tensor mean(const Tensor& x) {
+  check_f32(x, "mean", "x");
+  const Tensor xc = contiguous_input(x);
+  const int64_t n = x.numel();
+  Tensor out = flat_sum(xc, Finish::Divide, static_cast<float>(n));
+  autograd::record_op("mean", {xc}, {out}, [shape = x.shape(), n](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (g.defined())
+      ctx.add_grad(0, scale(expand(g, shape), static_cast<float>(1.0 / static_cast<double>(n))));
+  });
+  return out;
+}
+
+Tensor sum(const Tensor& x, int dim, bool keepdim) {
+  check_f32(x, "sum", "x");
+  const int d = normalize_dim(dim, x.rank(), "sum");
+  std::vector<bool> reduced(x.rank(), false);
+  reduced[d] = true;
+  Shape kept_shape = x.shape();
+  kept_shape[d] = 1;
+  Shape out_shape = x.shape();
+  if (keepdim) {
+    out_shape[d] = 1;
+  } else {
+    out_shape.erase(out_shape.begin() + d);
+  }
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  reduce_dims(x, reduced, out, "sum");
+  autograd::record_op("sum_dim", {x}, {out},
+                      [kept_shape, shape = x.shape()](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (g.defined()) ctx.add_grad(0, expand(g.reshape(kept_shape), shape));
+  });
+  return out;
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  check_f32(x, "sum_to_shape", "x");
+  VKF_REQUIRE(shape.size() <= x.shape().size() &&
+                  detail::broadcast_shapes(shape, x.shape(), "sum_to_shape") == x.shape(),
+              "sum_to_shape: shape {} does not broadcast to x's shape {}", shape_str(shape),
+              shape_str(x.shape()));
+  if (shape == x.shape()) return x;
+  const size_t lead = x.shape().size() - shape.size();
+  std::vector<bool> reduced(x.shape().size(), false);
+  for (size_t d = 0; d < x.shape().size(); ++d)
+    reduced[d] = d < lead || (shape[d - lead] == 1 && x.shape()[d] != 1);
+  Tensor out = Tensor::empty(shape, DType::F32);
+  reduce_dims(x, reduced, out, "sum_to_shape");
+  autograd::record_op("sum_to_shape", {x}, {out}, [sx = x.shape()](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (g.defined()) ctx.add_grad(0, expand(g, sx));
+  });
+  return out;
+}
+
+Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
+  VKF_REQUIRE(!tensors.empty(), "global_l2_norm: the list of tensors is empty");
+  std::vector<Tensor> inputs;
+  inputs.reserve(tensors.size());
+  int64_t parts = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string arg = "tensors[" + std::to_string(i) + "]";
+    check_f32(tensors[i], "global_l2_norm", arg.c_str());
+    parts += (tensors[i].numel() + kChunk - 1) / kChunk;
+  }
+  // The copies of non-contiguous inputs are not the recorded inputs: gradients go to the originals.
+  Tensor partial = Tensor::empty({parts}, DType::F32);
+  int64_t offset = 0;
+  {
+    autograd::NoGradScope no_grad;
+    for (const Tensor& t : tensors) {
+      const Tensor tc = contiguous_input(t);
+      flat_level(tc, partial, offset, kChunk, true, Finish::None, 1.0f);
+      offset += (t.numel() + kChunk - 1) / kChunk;
+    }
+  }
+  Tensor norm = Tensor::empty({}, DType::F32);
+  flat_level(partial, norm, 0, parts, false, Finish::Sqrt, 1.0f);
+  autograd::record_op("global_l2_norm", tensors, {norm},
+                      [tensors, norm](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    if (!g.defined()) return;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!ctx.needs_grad(i)) continue;
+      const Tensor tc = contiguous_input(tensors[i]);
+      Tensor gi = Tensor::empty(tc.shape(), DType::F32);
+      scale_by_scalar(1, g, norm, tc, gi, 0.0f);
+      ctx.add_grad(i, gi);
+    }
+  });
+  return norm;
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm) {
+  VKF_REQUIRE(!std::isnan(max_norm) && max_norm >= 0.0f,
+              "clip_grad_norm_: max_norm is {}; expected a non-negative number", max_norm);
+  VKF_REQUIRE(!grads.empty(), "clip_grad_norm_: the list of gradients is empty");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string arg = "grads[" + std::to_string(i) + "]";
+    check_f32(grads[i], "clip_grad_norm_", arg.c_str());
+    VKF_REQUIRE(grads[i].is_contiguous(),
+                "clip_grad_norm_: grads[{}] of shape {} is a non-contiguous view; gradients are "
+                "scaled in place and must be contiguous",
+                i, shape_str(grads[i].shape()));
+    for (size_t j = 0; j < i; ++j)
+      VKF_REQUIRE(!(grads[j].same_storage(grads[i]) && grads[j].offset() == grads[i].offset()),
+                  "clip_grad_norm_: grads[{}] and grads[{}] are the same tensor; each gradient "
+                  "must appear once or it would be scaled twice",
+                  j, i);
+  }
+  autograd::NoGradScope no_grad;
+  Tensor norm = global_l2_norm(grads);
+  for (const Tensor& g : grads) scale_by_scalar(0, norm, norm, g, g, max_norm);
+  return norm;
+}
+
+}  // namespace vkf::ops

@@ -1,0 +1,37 @@
+// Sums and norms of f32 tensors, all deterministic: every reduction runs in a fixed order that
+// depends only on the shapes (no atomics), so the same inputs give the same bits. Large sums take
+// two levels (fixed chunks of 4096 elements, then one pass over the chunk sums). Results stay on
+// the device; nothing here waits for the GPU.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace vkf::ops {
+
+// Sum and mean of every element: a rank-0 tensor (shape []). Differentiable.
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+// Sum over one dimension (negative counts from the end; sum(x, -1) sums each row). The dimension
+// is removed, or kept with size 1 when keepdim. Differentiable.
+Tensor sum(const Tensor& x, int dim, bool keepdim = false);
+
+// Sums x over the dimensions along which `shape` was broadcast to x's shape (torch's
+// Tensor.sum_to_size): the gradient of a broadcast. `shape` must broadcast to x's shape.
+// Differentiable (its gradient is ops::expand).
+Tensor sum_to_shape(const Tensor& x, const Shape& shape);
+
+// sqrt of the sum of squares of every element of every tensor: a rank-0 tensor. Per-tensor chunk
+// sums in order, then one fixed-order pass over all of them. Differentiable (d/dx = x / norm, and
+// 0 where the norm is 0).
+Tensor global_l2_norm(const std::vector<Tensor>& tensors);
+
+// torch.nn.utils.clip_grad_norm_ with the L2 norm: returns the total norm of `grads` (rank 0) and
+// multiplies every gradient in place by min(1, max_norm / (total_norm + 1e-6)), always (a factor
+// of exactly 1 when the norm is small), with the factor computed on the GPU from the norm in
+// device memory. Gradients must be contiguous. Not recorded by autodiff.
+Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm);
+
+}  // namespace vkf::ops

@@ -1,0 +1,57 @@
+// out[i] = OP(a, b) over f32 tensors: add, sub, mul, copy (broadcast expansion) and scale.
+// `flat` reads contiguous operands of equal size; `strided` decodes the flat output index over a
+// merged loop nest of up to 6 dimensions, reading a and b through their own strides (stride 0 is a
+// broadcast dimension). The output is contiguous and may alias a (in-place accumulation), since
+// each invocation reads and writes only its own element.
+//!novariant_base
+//!variant flat -DSTRIDED=0
+//!variant strided -DSTRIDED=1
+#version 460
+#include "common.glsl"
+#define LOCAL_SIZE 256
+layout(local_size_x = LOCAL_SIZE) in;
+
+#define OP_ADD 0u
+#define OP_SUB 1u
+#define OP_MUL 2u
+#define OP_COPY 3u   // out = a (b unused)
+#define OP_SCALE 4u  // out = a * alpha (b unused)
+layout(constant_id = 0) const uint OP = OP_ADD;
+
+layout(push_constant, std430) uniform Push {
+  F32Buf a;
+  F32Buf b;
+  F32Buf out_;
+  uint n;
+  uint rank;
+  float alpha;
+  uint shape[6];
+  int a_strides[6];
+  int b_strides[6];
+} p;
+
+void main() {
+  uint i = flat_invocation(LOCAL_SIZE);
+  if (i >= p.n) return;
+#if STRIDED
+  int ia = 0, ib = 0;
+  uint rest = i;
+  for (int d = int(p.rank) - 1; d >= 0; --d) {
+    uint extent = p.shape[d];
+    int coord = int(rest % extent);
+    rest /= extent;
+    ia += coord * p.a_strides[d];
+    ib += coord * p.b_strides[d];
+  }
+#else
+  uint ia = i, ib = i;
+#endif
+  float x = p.a.v[ia];
+  float r;
+  if (OP == OP_ADD) r = x + p.b.v[ib];
+  else if (OP == OP_SUB) r = x - p.b.v[ib];
+  else if (OP == OP_MUL) r = x * p.b.v[ib];
+  else if (OP == OP_SCALE) r = x * p.alpha;
+  else r = x;
+  p.out_.v[i] = r;
+}

@@ -1,0 +1,35 @@
+// Reductions across the invocations that share one row, for kernels that give each row a segment
+// of ROW_THREADS invocations (LOCAL_SIZE / ROW_THREADS rows per workgroup). A fixed shared-memory
+// tree (pairs t, t + s for s = ROW_THREADS/2 ... 1), so the result is bitwise reproducible and the
+// same on every device whatever its subgroup size. Every invocation of the workgroup must call
+// these in uniform control flow (they contain barriers); each returns the row's total to all of
+// the row's invocations. Needs LOCAL_SIZE and ROW_THREADS (a power of two) defined.
+shared float row_scratch[LOCAL_SIZE];
+
+float row_sum(float v) {
+  uint t = gl_LocalInvocationID.x;
+  uint lane = t % ROW_THREADS;
+  row_scratch[t] = v;
+  barrier();
+  for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {
+    if (lane < s) row_scratch[t] += row_scratch[t + s];
+    barrier();
+  }
+  float total = row_scratch[t - lane];
+  barrier();  // everyone has read the total before the scratch is reused
+  return total;
+}
+
+float row_max(float v) {
+  uint t = gl_LocalInvocationID.x;
+  uint lane = t % ROW_THREADS;
+  row_scratch[t] = v;
+  barrier();
+  for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {
+    if (lane < s) row_scratch[t] = max(row_scratch[t], row_scratch[t + s]);
+    barrier();
+  }
+  float m = row_scratch[t - lane];
+  barrier();
+  return m;
+}

@@ -1,0 +1,36 @@
+// out[i] = in[i] * c over contiguous f32 data, with the factor c formed on the GPU from rank-0
+// tensors in device memory, so that no host round trip sits between a norm and its use:
+//   MODE 0 (clip): c = min(1, max_norm / (s0 + 1e-6)), s0 the total norm. Formed as
+//     torch.nn.utils.clip_grad_norm_ forms it in fp32 (`max_norm / t` on a tensor t is
+//     reciprocal(t) * max_norm in torch), clamped so that a NaN norm stays visible as torch.clamp
+//     keeps it, and applied always (in place: out = in).
+//   MODE 1 (ratio): c = s0 / s1, or 0 when s1 == 0: the gradient g / norm of an L2 norm.
+#version 460
+#include "common.glsl"
+#define LOCAL_SIZE 256
+layout(local_size_x = LOCAL_SIZE) in;
+
+layout(constant_id = 0) const uint MODE = 0;
+
+layout(push_constant, std430) uniform Push {
+  F32Buf s0;
+  F32Buf s1;
+  F32Buf in_;
+  F32Buf out_;
+  uint n;
+  float max_norm;
+} p;
+
+void main() {
+  uint i = flat_invocation(LOCAL_SIZE);
+  if (i >= p.n) return;
+  float c;
+  if (MODE == 0) {
+    c = (1.0 / (p.s0.v[0] + 1e-6)) * p.max_norm;
+    c = c > 1.0 ? 1.0 : c;
+  } else {
+    float d = p.s1.v[0];
+    c = d == 0.0 ? 0.0 : p.s0.v[0] / d;
+  }
+  p.out_.v[i] = p.in_.v[i] * c;
+}
