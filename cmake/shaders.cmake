@@ -30,6 +30,8 @@ function(vkf_add_shaders target shader_dir)
   set(names "")
   foreach(src ${shader_sources})
     get_filename_component(base ${src} NAME_WE)
+    # The //! directives are read here, at configure time: re-configure when a shader changes.
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${src})
     file(STRINGS ${src} directives REGEX "^//!")
     set(skip FALSE)
     set(build_base TRUE)
