@@ -39,9 +39,10 @@ void adamw_step_f32(std::vector<float>& param, const std::vector<float>& grad,
     const float g = grad[i], m = exp_avg[i];
     const float m_new = std::fabs(weight) < 0.5f ? std::fma(weight, g - m, m)
                                                  : std::fma(weight - 1.0f, g - m, g);
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): self + value * t1 * t2.
+    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): self + value * t1 * t2, which
+    // torch's builds contract into fma(value * t1, t2, self).
     const float v_scaled = exp_avg_sq[i] * beta2;
-    const float v_new = v_scaled + rounded(rounded(one_minus_beta2 * g) * g);
+    const float v_new = std::fma(rounded(one_minus_beta2 * g), g, v_scaled);
     // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
     const float denom = std::sqrt(v_new) / bc2_sqrt + eps;
     // param.addcdiv_(exp_avg, denom, value=-step_size): self + value * t1 / t2.

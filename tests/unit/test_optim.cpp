@@ -2,8 +2,10 @@
 // arithmetic emulated on the CPU (to within a few ulp) and the plain double mathematics (within
 // fp32 tolerance); weight decay 0 / 0.01, eps 1e-8 / 1e-3, both lerp branches, momentum,
 // dampening, nesterov; per-parameter weight decay and step numbers; learning-rate changes;
-// determinism; errors on bad input.
+// determinism; results of torch itself (a committed fixture); errors on bad input.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "ops/optim.h"
@@ -226,6 +228,72 @@ TEST(SGD, ThreeStepsMatchTorchArithmeticAndDouble) {
                              what + " buffer vs double");
         }
       }
+    }
+  }
+}
+
+// Results of torch 2.11 itself (tools/oracle/optim_fixture.py, on an x86-64 CPU with AVX-512):
+// per config, p0 then per step grad, param and the state, N = 67 floats each.
+std::vector<float> load_fixture(const char* name) {
+  const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" /
+                    "optim" / name;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::vector<float> v(static_cast<size_t>(in.tellg()) / 4);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+
+TEST(Optimizers, MatchTorchResults) {
+  constexpr size_t n = 67;
+  const Shape shape{static_cast<int64_t>(n)};
+  auto slice = [&](const std::vector<float>& v, size_t& off) {
+    std::vector<float> out(v.begin() + static_cast<ptrdiff_t>(off),
+                           v.begin() + static_cast<ptrdiff_t>(off + n));
+    off += n;
+    return out;
+  };
+  const ops::AdamWConfig adam[] = {{1e-3, 0.9, 0.999, 1e-8, 0.0},
+                                   {1e-3, 0.9, 0.999, 1e-8, 0.01},
+                                   {1e-3, 0.9, 0.999, 1e-3, 0.01},
+                                   {1e-3, 0.9, 0.999, 1e-3, 0.0},
+                                   {3e-2, 0.3, 0.95, 1e-6, 0.1}};
+  const auto a = load_fixture("adamw_torch.bin");
+  ASSERT_EQ(a.size(), 5 * 13 * n);
+  size_t off = 0;
+  for (size_t c = 0; c < 5; ++c) {
+    Tensor p = gpu(slice(a, off), shape);
+    ops::AdamW opt({p}, adam[c]);
+    for (int t = 1; t <= 3; ++t) {
+      p.set_grad(gpu(slice(a, off), shape));
+      opt.step();
+      const std::string what = "AdamW config " + std::to_string(c) + " step " + std::to_string(t);
+      // torch's CPU sqrt (MKL) is off by an ulp now and then: the parameters agree to a few ulp.
+      expect_ulps(p.to_double(), slice(a, off), 4, adam[c].lr, what + " param");
+      expect_ulps(opt.exp_avg()[0].to_double(), slice(a, off), 0, 0.0, what + " exp_avg");
+      expect_ulps(opt.exp_avg_sq()[0].to_double(), slice(a, off), 0, 0.0, what + " exp_avg_sq");
+    }
+  }
+  const ops::SGDConfig sgd[] = {{0.1, 0.0, 0.0, 0.0, false},
+                                {0.1, 0.0, 0.0, 0.01, false},
+                                {0.05, 0.9, 0.0, 0.0, false},
+                                {0.05, 0.9, 0.1, 0.01, false},
+                                {0.05, 0.9, 0.0, 0.01, true}};
+  const auto s = load_fixture("sgd_torch.bin");
+  ASSERT_EQ(s.size(), 5 * 10 * n);
+  off = 0;
+  for (size_t c = 0; c < 5; ++c) {
+    Tensor p = gpu(slice(s, off), shape);
+    ops::SGD opt({p}, sgd[c]);
+    for (int t = 1; t <= 3; ++t) {
+      p.set_grad(gpu(slice(s, off), shape));
+      opt.step();
+      const std::string what = "SGD config " + std::to_string(c) + " step " + std::to_string(t);
+      expect_ulps(p.to_double(), slice(s, off), 0, 0.0, what + " param");
+      const auto buf = slice(s, off);
+      if (sgd[c].momentum != 0.0)
+        expect_ulps(opt.momentum_buffer()[0].to_double(), buf, 0, 0.0, what + " buffer");
     }
   }
 }
