@@ -5,7 +5,8 @@
 // Dekker's exact product, Knuth's TwoSum, and a final sum whose inner part is rounded to odd
 // (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
 // rounding to odd", IEEE TC 2008). Exact unless a product or sum overflows or underflows into
-// subnormals (then it is within an ulp or so); non-finite inputs take the plain expression.
+// subnormals (then it is within an ulp or so); non-finite results, and inputs beyond 1e30 (where
+// the split would overflow), take the plain expression.
 
 // a * b = hi + lo exactly (Veltkamp split at 2^12 + 1 for 24-bit significands).
 void exact_product(float a, float b, out float hi, out float lo) {
@@ -32,7 +33,7 @@ void exact_sum(float a, float b, out float s, out float e) {
 
 float fma_exact(float a, float b, float c) {
   precise float plain = a * b + c;
-  if (isinf(plain) || isnan(plain) || isinf(a) || isinf(b)) return plain;
+  if (isinf(plain) || isnan(plain) || max(abs(a), abs(b)) > 1.0e30) return plain;
   float p_hi, p_lo, s_hi, s_lo, v, v_err;
   exact_product(a, b, p_hi, p_lo);
   exact_sum(c, p_hi, s_hi, s_lo);

@@ -232,6 +232,38 @@ TEST(SGD, ThreeStepsMatchTorchArithmeticAndDouble) {
   }
 }
 
+// sgd_update's param.add_(grad, alpha=-lr) is one rounding of p - lr * g (torch fuses it) on any
+// device, also where a separate multiply and add would round the other way: near-ties built by
+// hand, and random cancellations, checked bitwise against std::fma.
+TEST(SGD, UpdateIsRoundedOnceLikeFma) {
+  const double lr = std::ldexp(1.0 + std::ldexp(1.0, -23), -12);  // 2^-12 (1 + 2^-23)
+  const float neg_lr = static_cast<float>(-lr);
+  // g * -lr = 2^-24 (1 - 2^-46), just under half an ulp of p = 1 + 2^-23: the exact sum rounds
+  // down to p, while rounding the product first makes a tie that rounds up to 1 + 2^-22.
+  const float g_tie = -std::ldexp(1.0f - std::ldexp(1.0f, -23), -12);
+  std::vector<float> p = {1.0f + std::ldexp(1.0f, -23), -(1.0f + std::ldexp(1.0f, -23)),
+                          std::ldexp(1.0f + std::ldexp(1.0f, -23), 5), 3.0f};
+  std::vector<float> g = {g_tie, -g_tie, std::ldexp(g_tie, 5), g_tie};
+  ASSERT_EQ(std::fma(g[0], neg_lr, p[0]), p[0]);
+  ASSERT_NE(static_cast<float>(p[0] + static_cast<float>(g[0] * neg_lr)), p[0])
+      << "the crafted case does not separate fused from unfused rounding";
+  Rng rng(35);
+  std::uniform_int_distribution<int> exponent(-30, 10);
+  for (int i = 0; i < 200000; ++i) {
+    const float gi = static_cast<float>(std::ldexp(rng.uniform(1, -1, 1)[0], exponent(rng.gen())));
+    // p close to lr * g (heavy cancellation), or of an unrelated size.
+    const double rel = i % 2 ? 1.0 + rng.uniform(1, -1e-6, 1e-6)[0] : rng.uniform(1, -4, 4)[0];
+    g.push_back(gi);
+    p.push_back(static_cast<float>(static_cast<double>(gi) * lr * rel));
+  }
+  const int64_t n = static_cast<int64_t>(p.size());
+  Tensor tp = gpu(p, {n});
+  ops::sgd_update(tp, gpu(g, {n}), Tensor(), ops::SGDConfig{lr, 0.0, 0.0, 0.0, false}, true);
+  std::vector<float> want(p.size());
+  for (size_t i = 0; i < p.size(); ++i) want[i] = std::fma(g[i], neg_lr, p[i]);
+  expect_ulps(tp.to_double(), want, 0, 0.0, "p - lr * g rounded once");
+}
+
 // Results of torch 2.11 itself (tools/oracle/optim_fixture.py, on an x86-64 CPU with AVX-512):
 // per config, p0 then per step grad, param and the state, N = 67 floats each.
 std::vector<float> load_fixture(const char* name) {
