@@ -1,7 +1,7 @@
 // Embedding forward and backward (see embed.h; kernels embed_*.comp and scan_u32.comp).
 //
 // Backward, for N tokens and a V-row table, in O(V + N + sum of squared bucket sizes) work:
-//   1. embed_bucket_count: counts[id] += 1 per valid token (integer atomics);
+//   1. embed_bucket_count: counts[id] += 1 per valid token, not padding_idx (integer atomics);
 //   2. scan_u32: offsets = exclusive prefix sums of counts ([V + 1], offsets[V] = valid tokens);
 //   3. embed_bucket_place: each token position lands in its id's bucket (arbitrary order);
 //   4. embed_bucket_rank: each bucket sorted by position (a position's slot = smaller positions);
@@ -41,6 +41,16 @@ void check_weight(const Tensor& weight, const char* op, const char* what) {
   checked_u32(weight.numel(), "embedding table element count");
 }
 
+// The row that gets no gradient (kNoRow for none), after torch's checks and normalization.
+constexpr uint32_t kNoRow = 0xffffffffu;
+uint32_t padding_row(std::optional<int64_t> padding_idx, int64_t vocab, const char* op) {
+  if (!padding_idx) return kNoRow;
+  const int64_t p = *padding_idx;
+  VKF_REQUIRE(p >= -vocab && p < vocab, "{}: padding_idx {} is outside [-{}, {})", op, p, vocab,
+              vocab);
+  return static_cast<uint32_t>(p < 0 ? p + vocab : p);
+}
+
 // offsets[0..n] = exclusive prefix sums of counts[0..n), offsets[n] = the total.
 void exclusive_scan_u32(const Tensor& counts, const Tensor& offsets, int64_t n) {
   const int64_t blocks = (n + kScanBlock - 1) / kScanBlock;
@@ -75,9 +85,10 @@ void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const char* where
   }
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t> padding_idx) {
   check_weight(weight, "embedding", "weight");
   check_ids_tensor(ids, "embedding");
+  padding_row(padding_idx, weight.dim(0), "embedding");
   const Tensor w = weight.is_contiguous() ? weight : weight.contiguous();
   const Tensor idc = ids.is_contiguous() ? ids : ids.contiguous();
   const int64_t vocab = w.dim(0), hidden = w.dim(1), n = idc.numel();
@@ -94,17 +105,17 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     launch(std::string("embed_forward_") + id_variant(idc.dtype()), push, grid_1d(total, kLocal),
            {&w, &idc}, {&out}, {}, {0.0, 8.0 * static_cast<double>(total)});
   }
-  autograd::record_op("embedding", {w}, {out}, [idc](autograd::GradContext& ctx) {
+  autograd::record_op("embedding", {w}, {out}, [idc, padding_idx](autograd::GradContext& ctx) {
     const Tensor& g = ctx.grad_output(0);
     if (!g.defined() || !ctx.needs_grad(0)) return;
     autograd::GradTarget target = ctx.grad_target(0);
-    embedding_backward(idc, g, target.tensor, target.accumulate);
+    embedding_backward(idc, g, target.tensor, target.accumulate, padding_idx);
   });
   return out;
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
-                        bool accumulate) {
+                        bool accumulate, std::optional<int64_t> padding_idx) {
   const char* op = "embedding_backward";
   check_ids_tensor(ids, op);
   check_weight(grad_weight, op, "grad_weight");
@@ -121,6 +132,7 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
               shape_str(expect), shape_str(ids.shape()), hidden, shape_str(grad_out.shape()));
   checked_u32(n * hidden, "embedding gradient size");
   checked_u32(vocab + 1, "vocabulary size");
+  const uint32_t skip_row = padding_row(padding_idx, vocab, op);
 
   if (n == 0) {
     if (!accumulate) grad_weight.fill_(0.0f);
@@ -139,8 +151,8 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
 
   struct {
     uint64_t ids, rows, counts;
-    uint32_t n, vocab;
-  } count_push{idc.address(), rows.address(), counts.address(), n32, v32};
+    uint32_t n, vocab, skip_row;
+  } count_push{idc.address(), rows.address(), counts.address(), n32, v32, skip_row};
   launch(std::string("embed_bucket_count_") + id_variant(idc.dtype()), count_push,
          grid_1d(n, kLocal), {&idc, &counts}, {&rows, &counts});
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -15,7 +16,10 @@ namespace vkf::ops {
 // An id outside [0, V) is not an error on the GPU (the host cannot see it without a wait): its
 // output row is all zeros and it contributes nothing to the weight gradient. Data loaders should
 // call check_ids() on the host, where ids are known anyway.
-Tensor embedding(const Tensor& weight, const Tensor& ids);
+// padding_idx, as torch.nn.Embedding's (HF decoders pass config.pad_token_id): tokens with that id
+// are looked up as usual but give that row no gradient. Negative values count from V, as in torch.
+Tensor embedding(const Tensor& weight, const Tensor& ids,
+                 std::optional<int64_t> padding_idx = std::nullopt);
 
 // Throws vkf::Error naming `where`, the first id outside [0, vocab) and its position.
 void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const char* where);
@@ -25,6 +29,6 @@ void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const char* where
 // Row v receives the sum of grad_out rows of the tokens with id v, added in increasing token
 // position. Used by embedding()'s backward; public for callers that hold the gradient themselves.
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
-                        bool accumulate);
+                        bool accumulate, std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace vkf::ops

@@ -1,6 +1,6 @@
 // Embedding tests: forward (odd shapes, both id dtypes, repeated and out-of-range ids) and the
-// deterministic scatter-add backward against the double reference, accumulation into an existing
-// gradient, bitwise determinism, a large case, and errors on bad input.
+// deterministic scatter-add backward against the double reference, padding_idx, accumulation into
+// an existing gradient, bitwise determinism, a large case, and errors on bad input.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -185,6 +185,39 @@ TEST(Embedding, AccumulatesIntoExistingGradient) {
     tol[i] = 2 * tol[i] + 2.4e-7 * std::fabs(want[i]);
   }
   expect_within(w.grad().to_double(), want, tol, "two passes through the tape");
+}
+
+TEST(Embedding, PaddingIdxGetsNoGradient) {
+  Rng rng(18);
+  const int64_t vocab = 11, hidden = 9, n = 40;
+  auto ids = random_ids(rng, n, 4);  // ids 0..3: the padding row 2 is used often
+  const auto w = test::as_f32(rng.uniform(vocab * hidden));
+  const auto dy = test::as_f32(rng.uniform(n * hidden));
+  const auto want = ref::embedding_backward(ids, dy, vocab, hidden, 2);
+  for (int64_t c = 0; c < hidden; ++c) ASSERT_EQ(want[2 * hidden + c], 0.0);
+  // torch's padding_idx = -9 is row 2 of 11.
+  for (int64_t padding_idx : {int64_t{2}, int64_t{-9}}) {
+    Tensor out;
+    auto grads = test::gpu_grads(
+        [&](std::vector<Tensor>& in) {
+          out = ops::embedding(in[0], ids_tensor(ids, {n}, DType::I32), padding_idx);
+          return out;
+        },
+        {test::to_gpu(w, {vocab, hidden})}, test::to_gpu(dy, {n, hidden}));
+    EXPECT_EQ(out.to_double(), ref::embedding(w, vocab, hidden, ids)) << "lookup is unchanged";
+    expect_within(grads[0], want, sum_tolerance(ids, dy, vocab, hidden),
+                  "padding_idx " + std::to_string(padding_idx));
+  }
+  // Accumulating leaves the padding row as it was.
+  const auto old = test::as_f32(rng.uniform(vocab * hidden));
+  Tensor grad = test::to_gpu(old, {vocab, hidden});
+  ops::embedding_backward(ids_tensor(ids, {n}, DType::I64), test::to_gpu(dy, {n, hidden}), grad,
+                          true, 2);
+  const auto got = grad.to_double();
+  for (int64_t c = 0; c < hidden; ++c) EXPECT_EQ(got[2 * hidden + c], old[2 * hidden + c]);
+  Tensor wt = test::to_gpu(w, {vocab, hidden});
+  EXPECT_THROW(ops::embedding(wt, ids_tensor(ids, {n}, DType::I32), 11), Error);
+  EXPECT_THROW(ops::embedding(wt, ids_tensor(ids, {n}, DType::I32), -12), Error);
 }
 
 TEST(Embedding, BackwardIsBitwiseDeterministic) {
