@@ -1,0 +1,254 @@
+// AdamW and SGD (see optim.h; kernels adamw.comp and sgd.comp): validation, the host-side
+// scalars in torch's order, and one elementwise dispatch per parameter.
+#include "ops/optim.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+constexpr uint32_t kLocal = 256;
+// Flags shared with sgd.comp.
+constexpr uint32_t kHasWeightDecay = 1, kHasMomentum = 2, kFirstStep = 4, kNesterov = 8;
+
+void check_finite_at_least(const char* op, const char* name, double v, double lo) {
+  VKF_REQUIRE(std::isfinite(v) && v >= lo, "{}: {} must be finite and >= {}, got {}", op, name, lo,
+              v);
+}
+
+void check_config(const AdamWConfig& c) {
+  check_finite_at_least("AdamW", "lr", c.lr, 0.0);
+  check_finite_at_least("AdamW", "eps", c.eps, 0.0);
+  check_finite_at_least("AdamW", "weight_decay", c.weight_decay, 0.0);
+  VKF_REQUIRE(c.beta1 >= 0.0 && c.beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got {}", c.beta1);
+  VKF_REQUIRE(c.beta2 >= 0.0 && c.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got {}", c.beta2);
+}
+
+void check_config(const SGDConfig& c) {
+  check_finite_at_least("SGD", "lr", c.lr, 0.0);
+  check_finite_at_least("SGD", "momentum", c.momentum, 0.0);
+  check_finite_at_least("SGD", "dampening", c.dampening, 0.0);
+  check_finite_at_least("SGD", "weight_decay", c.weight_decay, 0.0);
+  VKF_REQUIRE(!c.nesterov || (c.momentum > 0.0 && c.dampening == 0.0),
+              "SGD: nesterov needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
+              c.momentum, c.dampening);
+}
+
+// A tensor an update writes in place: defined, f32, contiguous, of the parameter's shape.
+void check_state(const char* op, const char* what, const Tensor& t, const Tensor& param) {
+  VKF_REQUIRE(t.defined(), "{}: {} is undefined", op, what);
+  VKF_REQUIRE(t.dtype() == DType::F32, "{}: {} must be f32, got {}", op, what,
+              dtype_name(t.dtype()));
+  VKF_REQUIRE(t.shape() == param.shape(), "{}: {} has shape {}, the parameter {}", op, what,
+              shape_str(t.shape()), shape_str(param.shape()));
+  VKF_REQUIRE(t.is_contiguous(), "{}: {} (shape {}) must be contiguous to be updated in place", op,
+              what, shape_str(t.shape()));
+}
+
+Tensor contiguous_grad(const char* op, const Tensor& grad, const Tensor& param) {
+  VKF_REQUIRE(grad.defined(), "{}: grad is undefined", op);
+  VKF_REQUIRE(grad.dtype() == DType::F32, "{}: grad must be f32, got {}", op,
+              dtype_name(grad.dtype()));
+  VKF_REQUIRE(grad.shape() == param.shape(), "{}: grad has shape {}, the parameter {}", op,
+              shape_str(grad.shape()), shape_str(param.shape()));
+  return grad.is_contiguous() ? grad : grad.contiguous();
+}
+
+// The parameters an optimizer owns: each defined, f32, contiguous and listed once; and the
+// per-parameter weight decay (empty: the config's for all).
+std::vector<double> check_params(const char* op, const std::vector<Tensor>& params,
+                                 std::vector<double> weight_decay, double default_decay) {
+  std::set<const void*> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    VKF_REQUIRE(p.defined(), "{}: parameter {} is undefined", op, i);
+    VKF_REQUIRE(p.dtype() == DType::F32, "{}: parameter {} ({}) must be f32, got {}", op, i,
+                p.name(), dtype_name(p.dtype()));
+    VKF_REQUIRE(p.is_contiguous(), "{}: parameter {} ({}, shape {}) must be contiguous", op, i,
+                p.name(), shape_str(p.shape()));
+    checked_u32(p.numel(), "parameter element count");
+    VKF_REQUIRE(seen.insert(p.impl()).second, "{}: parameter {} ({}) is listed twice", op, i,
+                p.name());
+  }
+  if (weight_decay.empty()) return std::vector<double>(params.size(), default_decay);
+  VKF_REQUIRE(weight_decay.size() == params.size(),
+              "{}: {} weight-decay values for {} parameters", op, weight_decay.size(),
+              params.size());
+  for (double wd : weight_decay) check_finite_at_least(op, "weight_decay", wd, 0.0);
+  return weight_decay;
+}
+
+}  // namespace
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t) {
+  const char* op = "adamw_update";
+  check_config(config);
+  VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
+  check_state(op, "param", param, param);
+  check_state(op, "exp_avg", exp_avg, param);
+  check_state(op, "exp_avg_sq", exp_avg_sq, param);
+  VKF_REQUIRE(t >= 1, "{}: the step number t must be >= 1, got {}", op, t);
+  const Tensor g = contiguous_grad(op, grad, param);
+  const int64_t n = param.numel();
+  if (n == 0) return;
+
+  // Python's arithmetic in double: bias corrections, step size, sqrt(bc2), 1 - lr * wd.
+  const double bc1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+  const double step_size = config.lr / bc1;
+  // torch's lerp(weight): start + weight * (end - start) for |weight| < 0.5, else
+  // end + (weight - 1) * (end - start), the weight and weight - 1 in f32.
+  const float lerp_weight = static_cast<float>(1.0 - config.beta1);
+  const bool from_grad = !(std::fabs(lerp_weight) < 0.5f);
+  struct {
+    uint64_t param, grad, exp_avg, exp_avg_sq;
+    uint32_t n;
+    float decay, lerp_coeff;
+    uint32_t lerp_from_grad;
+    float beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+  } push{param.address(),
+         g.address(),
+         exp_avg.address(),
+         exp_avg_sq.address(),
+         static_cast<uint32_t>(n),
+         static_cast<float>(1.0 - config.lr * config.weight_decay),
+         from_grad ? lerp_weight - 1.0f : lerp_weight,
+         from_grad ? 1u : 0u,
+         static_cast<float>(config.beta2),
+         static_cast<float>(1.0 - config.beta2),
+         static_cast<float>(std::sqrt(bc2)),
+         static_cast<float>(config.eps),
+         static_cast<float>(-step_size)};
+  const double elems = static_cast<double>(n);
+  launch("adamw", push, grid_1d(n, kLocal), {&param, &g, &exp_avg, &exp_avg_sq},
+         {&param, &exp_avg, &exp_avg_sq}, {}, {12.0 * elems, 28.0 * elems});
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config)
+    : AdamW(std::move(params), config, {}) {}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double> weight_decay)
+    : params_(std::move(params)), config_(config) {
+  check_config(config_);
+  weight_decay_ = check_params("AdamW", params_, std::move(weight_decay), config_.weight_decay);
+  param_steps_.assign(params_.size(), 0);
+  for (const Tensor& p : params_) {
+    exp_avg_.push_back(Tensor::zeros(p.shape()));
+    exp_avg_sq_.push_back(Tensor::zeros(p.shape()));
+  }
+}
+
+void AdamW::step() {
+  autograd::NoGradScope no_grad;
+  VKF_REQUIRE(param_steps_.size() == params_.size() && exp_avg_.size() == params_.size() &&
+                  exp_avg_sq_.size() == params_.size(),
+              "AdamW: state lists ({} steps, {} exp_avg, {} exp_avg_sq) do not match the {} "
+              "parameters",
+              param_steps_.size(), exp_avg_.size(), exp_avg_sq_.size(), params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor grad = params_[i].grad();
+    if (!grad.defined()) continue;
+    AdamWConfig c = config_;
+    c.weight_decay = weight_decay_[i];
+    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1);
+    ++param_steps_[i];
+  }
+  ++steps_;
+}
+
+void AdamW::zero_grad() {
+  for (const Tensor& p : params_) p.zero_grad();
+}
+
+void AdamW::set_lr(double lr) {
+  check_finite_at_least("AdamW", "lr", lr, 0.0);
+  config_.lr = lr;
+}
+
+void AdamW::set_step_count(int64_t steps) {
+  VKF_REQUIRE(steps >= 0, "AdamW: step count must be >= 0, got {}", steps);
+  steps_ = steps;
+}
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                const SGDConfig& config, bool first_step) {
+  const char* op = "sgd_update";
+  check_config(config);
+  VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
+  check_state(op, "param", param, param);
+  const bool momentum = config.momentum != 0.0;
+  if (momentum) check_state(op, "momentum_buffer", momentum_buffer, param);
+  const Tensor g = contiguous_grad(op, grad, param);
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  const uint32_t flags = (config.weight_decay != 0.0 ? kHasWeightDecay : 0) |
+                         (momentum ? kHasMomentum : 0) | (momentum && first_step ? kFirstStep : 0) |
+                         (config.nesterov ? kNesterov : 0);
+  struct {
+    uint64_t param, grad, momentum_buffer;
+    uint32_t n;
+    float weight_decay, momentum, one_minus_dampening, neg_lr;
+    uint32_t flags;
+  } push{param.address(),
+         g.address(),
+         momentum ? momentum_buffer.address() : 0,
+         static_cast<uint32_t>(n),
+         static_cast<float>(config.weight_decay),
+         static_cast<float>(config.momentum),
+         static_cast<float>(1.0 - config.dampening),
+         static_cast<float>(-config.lr),
+         flags};
+  const Tensor* buffer = momentum ? &momentum_buffer : nullptr;
+  const double elems = static_cast<double>(n);
+  launch("sgd", push, grid_1d(n, kLocal), {&param, &g, buffer}, {&param, buffer}, {},
+         {6.0 * elems, (momentum ? 20.0 : 12.0) * elems});
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDConfig config) : SGD(std::move(params), config, {}) {}
+
+SGD::SGD(std::vector<Tensor> params, SGDConfig config, std::vector<double> weight_decay)
+    : params_(std::move(params)), config_(config) {
+  check_config(config_);
+  weight_decay_ = check_params("SGD", params_, std::move(weight_decay), config_.weight_decay);
+  momentum_buffer_.resize(params_.size());
+}
+
+void SGD::step() {
+  autograd::NoGradScope no_grad;
+  VKF_REQUIRE(momentum_buffer_.size() == params_.size(),
+              "SGD: {} momentum buffers for {} parameters", momentum_buffer_.size(),
+              params_.size());
+  const bool momentum = config_.momentum != 0.0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor grad = params_[i].grad();
+    if (!grad.defined()) continue;
+    SGDConfig c = config_;
+    c.weight_decay = weight_decay_[i];
+    const bool first = momentum && !momentum_buffer_[i].defined();
+    if (first) momentum_buffer_[i] = Tensor::empty(params_[i].shape());
+    sgd_update(params_[i], grad, momentum_buffer_[i], c, first);
+  }
+  ++steps_;
+}
+
+void SGD::zero_grad() {
+  for (const Tensor& p : params_) p.zero_grad();
+}
+
+void SGD::set_lr(double lr) {
+  check_finite_at_least("SGD", "lr", lr, 0.0);
+  config_.lr = lr;
+}
+
+void SGD::set_step_count(int64_t steps) {
+  VKF_REQUIRE(steps >= 0, "SGD: step count must be >= 0, got {}", steps);
+  steps_ = steps;
+}
+
+}  // namespace vkf::ops

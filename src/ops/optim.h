@@ -1,0 +1,101 @@
+// Optimizers that update parameters in place from their .grad(): AdamW and SGD with torch's
+// arithmetic (torch.optim.AdamW / torch.optim.SGD with foreach=False), so that parameters after k
+// steps match PyTorch's to within a few ulp (see PARITY.md). Updates are not recorded on the tape.
+//
+// Exactness: the hyper-parameter scalars (bias corrections, step size, 1 - lr*wd, ...) are
+// computed on the host in double, as Python computes them, and used as f32, as torch does. Per
+// element, the f32 operations run in torch's order; where torch's CPU/CUDA kernels fuse a
+// multiply-add (lerp_, add_(x, alpha=a), addcmul_ as compiled) so do the kernels here, rounded
+// once on every device, and nowhere else. Against torch 2.11's CPU results: SGD and AdamW's
+// moments agree bitwise; AdamW's parameters differ by an ulp where torch's sqrt (MKL's, not
+// correctly rounded) does. sqrt and division are the device's: Vulkan allows them a few ulp
+// (lavapipe rounds them correctly).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace vkf::ops {
+
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
+// One AdamW step of one tensor, in place: param, exp_avg and exp_avg_sq (contiguous f32, same
+// shape as grad) are updated for step number t >= 1 (1 on the first step).
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t);
+
+// AdamW over a list of parameters (contiguous f32 tensors, each listed once), with zero-initialized
+// moments. step() updates each parameter that has a gradient and skips the others, as torch does;
+// like torch's per-parameter state["step"], a parameter's step number advances only when it is
+// updated. Weight decay is config.weight_decay for every parameter, or per parameter with the
+// second constructor (the HF Trainer decays no biases or norm weights: pass 0 for those).
+class AdamW {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWConfig config);
+  AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double> weight_decay);
+
+  void step();
+  void zero_grad();  // drops every parameter's gradient (torch's set_to_none)
+  void set_lr(double lr);  // for schedules; takes effect at the next step()
+  double lr() const { return config_.lr; }
+  const AdamWConfig& config() const { return config_; }
+  int64_t step_count() const { return steps_; }  // step() calls so far
+
+  // State, for checkpointing and resume (same order as the parameters).
+  std::vector<Tensor>& params() { return params_; }
+  std::vector<Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  std::vector<int64_t>& param_steps() { return param_steps_; }  // torch's state["step"]
+  const std::vector<double>& weight_decay() const { return weight_decay_; }
+  void set_step_count(int64_t steps);
+
+ private:
+  std::vector<Tensor> params_, exp_avg_, exp_avg_sq_;
+  std::vector<double> weight_decay_;
+  std::vector<int64_t> param_steps_;
+  AdamWConfig config_;
+  int64_t steps_ = 0;
+};
+
+struct SGDConfig {
+  double lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// One SGD step of one tensor, in place. momentum_buffer (contiguous f32, grad's shape) is needed
+// when config.momentum != 0: on the first step (first_step = true) it is set to the gradient
+// (plus weight decay), as torch initializes it; afterwards it is updated.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                const SGDConfig& config, bool first_step);
+
+// SGD over a list of parameters, with the same shape of API as AdamW. A momentum buffer is
+// created at a parameter's first update (undefined before, as torch's None).
+class SGD {
+ public:
+  SGD(std::vector<Tensor> params, SGDConfig config);
+  SGD(std::vector<Tensor> params, SGDConfig config, std::vector<double> weight_decay);
+
+  void step();
+  void zero_grad();
+  void set_lr(double lr);
+  double lr() const { return config_.lr; }
+  const SGDConfig& config() const { return config_; }
+  int64_t step_count() const { return steps_; }
+
+  std::vector<Tensor>& params() { return params_; }
+  std::vector<Tensor>& momentum_buffer() { return momentum_buffer_; }
+  const std::vector<double>& weight_decay() const { return weight_decay_; }
+  void set_step_count(int64_t steps);
+
+ private:
+  std::vector<Tensor> params_, momentum_buffer_;
+  std::vector<double> weight_decay_;
+  SGDConfig config_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace vkf::ops
