@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/launch.h"

@@ -6,13 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "core/tensor.h"
 
 namespace vkf::ops {
 
 struct AttentionOptions {
-  float scale;          // multiplies q.k (callers pass 1/sqrt(D), or Gemma2's query_pre_attn_scalar^-0.5)
+  // Multiplies q.k: callers pass 1/sqrt(D), or Gemma2's query_pre_attn_scalar^-0.5. Left unset it
+  // is NaN, which attention() rejects, so a forgotten scale is an error rather than a silent 1.
+  float scale = std::numeric_limits<float>::quiet_NaN();
   bool causal = true;   // key j visible to query i only if j <= position(i)
   // 0 = none; else key j is visible to query i only if position(i) - j < sliding_window
   // (transformers' sliding-window rule: kv_idx > q_idx - window).

@@ -84,6 +84,7 @@ Shape kv_shape(const ref::AttentionShape& s) { return {s.batch, s.tk, s.hkv, s.d
 // and primes), GQA and MQA, and every mask kind. Sizes stay moderate for lavapipe.
 const Case kCases[] = {
     {"t1", 2, 1, 1, 4, 4, 8, true, 0, 0, Pad::kNone, 1},
+    {"t5_d3_window2_pad", 2, 5, 5, 2, 1, 3, true, 2, 0, Pad::kRight, 1},
     {"t7_gqa_right_pad", 2, 7, 7, 6, 2, 10, true, 0, 0, Pad::kRight, 1},
     {"t37_mqa_left_pad", 2, 37, 37, 8, 1, 48, true, 0, 0, Pad::kLeft, 1},
     {"t65_window16", 2, 65, 65, 4, 4, 64, true, 16, 0, Pad::kNone, 1},
@@ -300,6 +301,7 @@ TEST(Attention, RejectsBadInput) {
                Error);
   // Options.
   EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = NAN}), Error);
+  EXPECT_THROW(ops::attention(q, k, v, {}, AttentionOptions{}), Error);  // scale left unset
   EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = 0.5f, .sliding_window = -1}), Error);
   EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = 0.5f, .softcap = -5}), Error);
   // Messages name the op and what was seen.
