@@ -1,0 +1,248 @@
+// Fused attention (see attention.h): input validation, the forward dispatch, and the backward as
+// three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
+// of each GQA group). Tile sizes live in the shaders' //!variant lines; the tables here mirror them
+// so the host can size the grids.
+#include "ops/attention.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+// Mirrors struct AttnParams in src/shaders/attention_common.glsl.
+struct AttnParams {
+  uint32_t tq, tk, hq, hkv, d, causal, window;
+  int32_t q_offset;
+  float scale, softcap;
+};
+
+struct ForwardPush {
+  uint64_t q, k, v, mask, o, lse;
+  AttnParams a;
+  uint32_t has_mask;
+};
+
+struct DqPush {
+  uint64_t q, k, v, mask, dout, lse, delta, dq;
+  AttnParams a;
+  uint32_t has_mask;
+};
+
+struct DkvPush {
+  uint64_t q, k, v, mask, dout, lse, delta, dk, dv;
+  AttnParams a;
+  uint32_t has_mask;
+};
+
+struct DeltaPush {
+  uint64_t dout, o, delta;
+  uint32_t rows, tq, hq, d;
+};
+
+// Rows of queries / keys per workgroup of each kernel, by padded head dim (the variants' -D flags).
+struct Tiles {
+  uint32_t bq, bk;
+};
+constexpr uint32_t kHeadDims[] = {32, 64, 128, 256};
+constexpr Tiles kForwardTiles[] = {{64, 32}, {32, 32}, {16, 16}, {8, 8}};
+constexpr Tiles kDqTiles[] = {{32, 32}, {32, 16}, {16, 8}, {8, 4}};
+constexpr Tiles kDkvTiles[] = {{32, 32}, {16, 32}, {8, 16}, {4, 8}};
+constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxGroups = 65535;  // per grid dimension on every device we target
+
+// Index of the smallest variant whose padded head dim holds d.
+int variant_index(int64_t d) {
+  int i = 0;
+  while (kHeadDims[i] < d) ++i;
+  return i;
+}
+
+std::string variant_name(const char* kernel, int index) {
+  return std::string(kernel) + "_d" + std::to_string(kHeadDims[index]);
+}
+
+void check_grid(int64_t groups, const char* what) {
+  VKF_REQUIRE(groups <= kMaxGroups,
+              "attention: {} needs {} workgroups in one grid dimension, more than the {} devices "
+              "allow",
+              what, groups, kMaxGroups);
+}
+
+struct Dims {
+  int64_t b, tq, tk, hq, hkv, d;
+};
+
+Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+              const AttentionOptions& opts) {
+  const std::pair<const Tensor*, const char*> qkv[] = {{&q, "q"}, {&k, "k"}, {&v, "v"}};
+  for (const auto& [t, name] : qkv) {
+    VKF_REQUIRE(t->defined(), "attention: {} is undefined", name);
+    VKF_REQUIRE(t->dtype() == DType::F32, "attention: {} must be f32, got {}", name,
+                dtype_name(t->dtype()));
+    VKF_REQUIRE(t->rank() == 4, "attention: {} must be [batch, time, heads, head_dim], got {}",
+                name, shape_str(t->shape()));
+    for (int64_t extent : t->shape())
+      VKF_REQUIRE(extent > 0, "attention: {} is empty, shape {}", name, shape_str(t->shape()));
+  }
+  VKF_REQUIRE(k.shape() == v.shape(), "attention: k {} and v {} must have the same shape",
+              shape_str(k.shape()), shape_str(v.shape()));
+  const Dims dims{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  VKF_REQUIRE(k.dim(0) == dims.b, "attention: batch of k {} ({}) differs from batch of q {} ({})",
+              shape_str(k.shape()), k.dim(0), shape_str(q.shape()), dims.b);
+  VKF_REQUIRE(k.dim(3) == dims.d,
+              "attention: head_dim of k {} ({}) differs from head_dim of q {} ({})",
+              shape_str(k.shape()), k.dim(3), shape_str(q.shape()), dims.d);
+  VKF_REQUIRE(dims.hq % dims.hkv == 0,
+              "attention: query heads ({}, q {}) must be a multiple of key/value heads ({}, k {})",
+              dims.hq, shape_str(q.shape()), dims.hkv, shape_str(k.shape()));
+  VKF_REQUIRE(dims.d <= kMaxHeadDim, "attention: head_dim {} exceeds the supported maximum {}",
+              dims.d, kMaxHeadDim);
+  checked_u32(q.numel(), "attention: q element count");
+  checked_u32(k.numel(), "attention: k element count");
+  if (mask.defined()) {
+    VKF_REQUIRE(mask.dtype() == DType::I32 || mask.dtype() == DType::I64,
+                "attention: key_padding_mask must be i32 or i64, got {}", dtype_name(mask.dtype()));
+    VKF_REQUIRE(mask.shape() == (Shape{dims.b, dims.tk}),
+                "attention: key_padding_mask must be [batch, key_len] = [{}, {}], got {}", dims.b,
+                dims.tk, shape_str(mask.shape()));
+  }
+  VKF_REQUIRE(std::isfinite(opts.scale), "attention: scale must be finite, got {}", opts.scale);
+  VKF_REQUIRE(std::isfinite(opts.softcap) && opts.softcap >= 0,
+              "attention: softcap must be 0 (none) or a positive finite value, got {}",
+              opts.softcap);
+  VKF_REQUIRE(opts.sliding_window >= 0,
+              "attention: sliding_window must be 0 (none) or positive, got {}",
+              opts.sliding_window);
+  check_grid(dims.hq, "the query heads");
+  check_grid(dims.b, "the batch");
+  return dims;
+}
+
+AttnParams make_params(const Dims& dims, const AttentionOptions& opts) {
+  AttnParams a{};
+  a.tq = static_cast<uint32_t>(dims.tq);
+  a.tk = static_cast<uint32_t>(dims.tk);
+  a.hq = static_cast<uint32_t>(dims.hq);
+  a.hkv = static_cast<uint32_t>(dims.hkv);
+  a.d = static_cast<uint32_t>(dims.d);
+  a.causal = opts.causal ? 1 : 0;
+  // A window of Tk or more hides nothing (a query position is at most Tk - 1 past key 0).
+  a.window = opts.sliding_window >= dims.tk ? 0 : static_cast<uint32_t>(opts.sliding_window);
+  a.q_offset = static_cast<int32_t>(dims.tk - dims.tq);
+  a.scale = opts.scale;
+  a.softcap = opts.softcap;
+  return a;
+}
+
+// Rough work of one pass over all (query, key) pairs, for profiles: 2 flops per multiply-add.
+vk::DispatchCost pair_cost(const Dims& dims, double dots, double bytes) {
+  const double pairs = static_cast<double>(dims.b * dims.hq * dims.tq) * static_cast<double>(dims.tk);
+  return {2.0 * dots * pairs * static_cast<double>(dims.d), bytes};
+}
+
+struct SavedForward {
+  Tensor q, k, v, mask, out, lse;
+  Dims dims;
+  AttnParams params;
+};
+
+void backward(const SavedForward& s, autograd::GradContext& ctx) {
+  const Tensor& grad = ctx.grad_output(0);
+  if (!grad.defined()) return;
+  const Tensor dout = grad.is_contiguous() ? grad : grad.contiguous();
+  const Dims& dims = s.dims;
+  const int vi = variant_index(dims.d);
+  const uint32_t has_mask = s.mask.defined() ? 1 : 0;
+  const uint64_t mask_addr = has_mask ? s.mask.address() : 0;
+  const double qbytes = static_cast<double>(s.q.nbytes());
+
+  Tensor delta = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
+  const DeltaPush dp{dout.address(), s.out.address(), delta.address(),
+                     checked_u32(delta.numel(), "attention: delta rows"), s.params.tq,
+                     s.params.hq, s.params.d};
+  launch("attention_bwd_delta", dp, grid_1d(delta.numel(), 128), {&dout, &s.out}, {&delta}, {},
+         {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
+
+  if (ctx.needs_grad(0)) {
+    Tensor dq = Tensor::empty(s.q.shape(), DType::F32);
+    const DqPush push{s.q.address(), s.k.address(), s.v.address(), mask_addr,   dout.address(),
+                      s.lse.address(), delta.address(), dq.address(), s.params, has_mask};
+    const int64_t blocks = (dims.tq + kDqTiles[vi].bq - 1) / kDqTiles[vi].bq;
+    check_grid(blocks, "the dq query blocks");
+    launch(variant_name("attention_bwd_dq", vi), push,
+           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
+                static_cast<uint32_t>(dims.b)},
+           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dq}, {},
+           pair_cost(dims, 3, 3 * qbytes));
+    ctx.add_grad(0, dq);
+  }
+  if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
+    Tensor dk = Tensor::empty(s.k.shape(), DType::F32);
+    Tensor dv = Tensor::empty(s.v.shape(), DType::F32);
+    const DkvPush push{s.q.address(),   s.k.address(),     s.v.address(),
+                       mask_addr,       dout.address(),    s.lse.address(),
+                       delta.address(), dk.address(),      dv.address(),
+                       s.params,        has_mask};
+    const int64_t blocks = (dims.tk + kDkvTiles[vi].bk - 1) / kDkvTiles[vi].bk;
+    check_grid(blocks, "the dk/dv key blocks");
+    launch(variant_name("attention_bwd_dkv", vi), push,
+           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
+                static_cast<uint32_t>(dims.b)},
+           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dk, &dv}, {},
+           pair_cost(dims, 4, 2 * qbytes + 4.0 * static_cast<double>(s.k.nbytes())));
+    ctx.add_grad(1, dk);
+    ctx.add_grad(2, dv);
+  }
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                 const AttentionOptions& opts) {
+  const Dims dims = validate(q, k, v, key_padding_mask, opts);
+  const int vi = variant_index(dims.d);
+  const int64_t blocks = (dims.tq + kForwardTiles[vi].bq - 1) / kForwardTiles[vi].bq;
+  check_grid(blocks, "the query blocks");
+
+  SavedForward s;
+  s.dims = dims;
+  s.params = make_params(dims, opts);
+  s.q = q.is_contiguous() ? q : q.contiguous();
+  s.k = k.is_contiguous() ? k : k.contiguous();
+  s.v = v.is_contiguous() ? v : v.contiguous();
+  if (key_padding_mask.defined()) {
+    s.mask = key_padding_mask.dtype() == DType::I32
+                 ? (key_padding_mask.is_contiguous() ? key_padding_mask
+                                                     : key_padding_mask.contiguous())
+                 : key_padding_mask.to(DType::I32);
+  }
+  s.out = Tensor::empty(q.shape(), DType::F32);
+  s.lse = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
+
+  const ForwardPush push{s.q.address(),
+                         s.k.address(),
+                         s.v.address(),
+                         s.mask.defined() ? s.mask.address() : 0,
+                         s.out.address(),
+                         s.lse.address(),
+                         s.params,
+                         s.mask.defined() ? 1u : 0u};
+  launch(variant_name("attention_fwd", vi), push,
+         Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
+              static_cast<uint32_t>(dims.b)},
+         {&s.q, &s.k, &s.v, &s.mask}, {&s.out, &s.lse}, {},
+         pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
+
+  Tensor out = s.out;
+  autograd::record_op("attention", {s.q, s.k, s.v}, {out},
+                      [s](autograd::GradContext& ctx) { backward(s, ctx); });
+  return out;
+}
+
+}  // namespace vkf::ops

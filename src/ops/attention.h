@@ -1,0 +1,42 @@
+// Scaled dot-product attention as one fused, differentiable op: softmax(mask(softcap(scale * q k^T)))
+// v over the natural [batch, time, heads, head_dim] layout of projection outputs, with GQA/MQA,
+// causal and sliding-window masks, key padding, and Gemma2-style logit soft-capping. The forward is
+// a tiled online-softmax kernel that never stores the score matrix; the backward recomputes scores
+// from the saved row logsumexp and produces dq, dk, dv deterministically.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "core/tensor.h"
+
+namespace vkf::ops {
+
+struct AttentionOptions {
+  // Multiplies q.k: callers pass 1/sqrt(D), or Gemma2's query_pre_attn_scalar^-0.5. Left unset it
+  // is NaN, which attention() rejects, so a forgotten scale is an error rather than a silent 1.
+  float scale = std::numeric_limits<float>::quiet_NaN();
+  bool causal = true;   // key j visible to query i only if j <= position(i)
+  // 0 = none; else key j is visible to query i only if position(i) - j < sliding_window
+  // (transformers' sliding-window rule: kv_idx > q_idx - window).
+  int64_t sliding_window = 0;
+  // 0 = none; else logits = softcap * tanh(logits / softcap), applied after scaling (Gemma2).
+  float softcap = 0;
+};
+
+// q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D] (f32; made contiguous if they are not), Hkv divides Hq
+// (query head h reads kv head h / (Hq / Hkv)), D <= 256. key_padding_mask is optional (undefined
+// tensor = none): [B, Tk] I32 or I64, nonzero = token, 0 = padding (transformers' attention_mask).
+// Returns [B, Tq, Hq, D].
+//
+// Query i sits at position Tk - Tq + i (queries aligned to the end of the keys, as with a KV
+// cache); the causal and sliding-window rules compare that position with the key index.
+//
+// A query row that sees no key at all (for example a left-padding row under a causal mask)
+// outputs zeros and passes zero gradient to q, k and v. transformers gives NaN or the mean of v
+// for such rows depending on the attention implementation; zeros keep training finite and those
+// rows are ignored by the loss anyway.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                 const AttentionOptions& opts);
+
+}  // namespace vkf::ops

@@ -1,0 +1,318 @@
+// Fused attention vs the double CPU reference: forward and dq/dk/dv over odd shapes (GQA, MQA,
+// head dims of every kernel variant, Tq != Tk), padding (right, and left so that whole rows see no
+// key), sliding windows, soft-capping and the non-causal mode; the reference backward against
+// central finite differences; determinism; and the errors raised on bad input.
+#include <cmath>
+#include <string>
+
+#include "core/autograd.h"
+#include "ops/attention.h"
+#include "ops/attention_ref.h"
+#include "test_util.h"
+#include "vk/error.h"
+
+namespace vkf {
+namespace {
+
+using ops::AttentionOptions;
+using test::Rng;
+
+enum class Pad { kNone, kRight, kLeft };
+
+struct Case {
+  const char* name;
+  int64_t b, tq, tk, hq, hkv, d;
+  bool causal;
+  int64_t window;
+  float softcap;
+  Pad pad;
+  double q_gain;  // larger queries give larger logits, so the soft-cap bends them
+};
+
+// Inputs of one case, rounded to f32 so the reference sees exactly what the GPU sees.
+struct Inputs {
+  ref::AttentionShape shape;
+  AttentionOptions opts;
+  std::vector<double> q, k, v, dout;
+  std::vector<int64_t> mask;  // empty = none
+};
+
+// Right padding: batch row b keeps its first tk - 3 b keys (like a batch of shorter sequences).
+// Left padding: row b > 0 drops its first 3 b + 2 keys, so under a causal mask the first queries
+// of that row see no key at all.
+std::vector<int64_t> make_mask(Pad pad, int64_t batch, int64_t tk) {
+  if (pad == Pad::kNone) return {};
+  std::vector<int64_t> m(static_cast<size_t>(batch * tk), 1);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t cut = pad == Pad::kRight ? 3 * b : 3 * b + (b > 0 ? 2 : 0);
+    for (int64_t j = 0; j < std::min(cut, tk - 1); ++j) {
+      const int64_t col = pad == Pad::kRight ? tk - 1 - j : j;
+      m[static_cast<size_t>(b * tk + col)] = 0;
+    }
+  }
+  return m;
+}
+
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  Rng rng(seed);
+  Inputs in;
+  in.shape = {c.b, c.tq, c.tk, c.hq, c.hkv, c.d};
+  in.opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  in.opts.causal = c.causal;
+  in.opts.sliding_window = c.window;
+  in.opts.softcap = c.softcap;
+  const auto nq = static_cast<size_t>(c.b * c.tq * c.hq * c.d);
+  const auto nk = static_cast<size_t>(c.b * c.tk * c.hkv * c.d);
+  in.q = test::as_f32(rng.normal(nq, c.q_gain));
+  in.k = test::as_f32(rng.normal(nk));
+  in.v = test::as_f32(rng.normal(nk));
+  in.dout = test::as_f32(rng.normal(nq));
+  in.mask = make_mask(c.pad, c.b, c.tk);
+  return in;
+}
+
+Tensor mask_tensor(const Inputs& in) {
+  if (in.mask.empty()) return {};
+  std::vector<int32_t> m(in.mask.begin(), in.mask.end());
+  return Tensor::from_host_i32(m, {in.shape.batch, in.shape.tk});
+}
+
+Shape q_shape(const ref::AttentionShape& s) { return {s.batch, s.tq, s.hq, s.d}; }
+Shape kv_shape(const ref::AttentionShape& s) { return {s.batch, s.tk, s.hkv, s.d}; }
+
+// Cover each kernel variant (padded head dims 32, 64, 128, 256), tiles left partly empty (sizes 1
+// and primes), GQA and MQA, and every mask kind. Sizes stay moderate for lavapipe.
+const Case kCases[] = {
+    {"t1", 2, 1, 1, 4, 4, 8, true, 0, 0, Pad::kNone, 1},
+    {"t5_d3_window2_pad", 2, 5, 5, 2, 1, 3, true, 2, 0, Pad::kRight, 1},
+    {"t7_gqa_right_pad", 2, 7, 7, 6, 2, 10, true, 0, 0, Pad::kRight, 1},
+    {"t37_mqa_left_pad", 2, 37, 37, 8, 1, 48, true, 0, 0, Pad::kLeft, 1},
+    {"t65_window16", 2, 65, 65, 4, 4, 64, true, 16, 0, Pad::kNone, 1},
+    {"t130_gqa_d128_right_pad", 2, 130, 130, 6, 2, 128, true, 0, 0, Pad::kRight, 1},
+    {"t37_noncausal_right_pad", 2, 37, 37, 4, 4, 64, false, 0, 0, Pad::kRight, 1},
+    {"t13_window1", 2, 13, 13, 4, 2, 32, true, 1, 0, Pad::kNone, 1},
+    {"t37_window5_softcap50_d80", 2, 37, 37, 6, 2, 80, true, 5, 50, Pad::kRight, 8},
+    {"t65_softcap5_d96", 2, 65, 65, 4, 1, 96, true, 0, 5, Pad::kLeft, 3},
+    {"kv_cache_13_of_61", 2, 13, 61, 8, 1, 64, true, 0, 0, Pad::kLeft, 1},
+    {"decode_1_of_130_window16", 2, 1, 130, 8, 2, 128, true, 16, 0, Pad::kRight, 1},
+    {"noncausal_7_of_37", 2, 7, 37, 4, 2, 10, false, 0, 0, Pad::kNone, 1},
+    {"more_queries_than_keys", 1, 9, 5, 2, 1, 8, true, 0, 0, Pad::kNone, 1},
+    {"d256_softcap50", 1, 19, 19, 2, 1, 256, true, 0, 50, Pad::kNone, 8},
+};
+
+TEST(Attention, ForwardMatchesReference) {
+  uint64_t seed = 100;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, ++seed);
+    const Tensor out = ops::attention(test::to_gpu(in.q, q_shape(in.shape)),
+                                      test::to_gpu(in.k, kv_shape(in.shape)),
+                                      test::to_gpu(in.v, kv_shape(in.shape)), mask_tensor(in),
+                                      in.opts);
+    ASSERT_EQ(out.shape(), q_shape(in.shape));
+    test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5,
+                       1e-4, std::string(c.name) + " out");
+  }
+}
+
+TEST(Attention, BackwardMatchesReference) {
+  uint64_t seed = 200;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, ++seed);
+    const Tensor mask = mask_tensor(in);
+    const auto grads = test::gpu_grads(
+        [&](std::vector<Tensor>& x) { return ops::attention(x[0], x[1], x[2], mask, in.opts); },
+        {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
+         test::to_gpu(in.v, kv_shape(in.shape))},
+        test::to_gpu(in.dout, q_shape(in.shape)));
+    const auto want =
+        ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+    test::expect_close(grads[0], want.dq, 1e-4, 5e-4, std::string(c.name) + " dq");
+    test::expect_close(grads[1], want.dk, 1e-4, 5e-4, std::string(c.name) + " dk");
+    test::expect_close(grads[2], want.dv, 1e-4, 5e-4, std::string(c.name) + " dv");
+  }
+}
+
+// The reference backward against central differences of the reference forward, on tiny sizes.
+TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
+  const Case tiny[] = {
+      {"causal", 1, 5, 5, 2, 1, 3, true, 0, 0, Pad::kNone, 1},
+      {"window2", 1, 5, 5, 2, 1, 3, true, 2, 0, Pad::kNone, 1},
+      {"softcap", 1, 5, 5, 2, 1, 3, true, 0, 1.5f, Pad::kNone, 3},
+      {"noncausal_right_pad", 2, 5, 5, 2, 1, 3, false, 0, 0, Pad::kRight, 1},
+      {"left_pad_empty_rows", 2, 5, 5, 2, 1, 3, true, 0, 0, Pad::kLeft, 1},
+      {"kv_cache", 1, 3, 5, 2, 1, 3, true, 3, 2.0f, Pad::kNone, 2},
+  };
+  uint64_t seed = 300;
+  for (const Case& c : tiny) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, ++seed);
+    const auto g = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+    const auto fq = [&](const std::vector<double>& x) {
+      return ref::attention(x, in.k, in.v, in.mask, in.shape, in.opts);
+    };
+    const auto fk = [&](const std::vector<double>& x) {
+      return ref::attention(in.q, x, in.v, in.mask, in.shape, in.opts);
+    };
+    const auto fv = [&](const std::vector<double>& x) {
+      return ref::attention(in.q, in.k, x, in.mask, in.shape, in.opts);
+    };
+    test::expect_close(g.dq, test::numeric_grad(fq, in.q, in.dout), 1e-7, 1e-6, "dq");
+    test::expect_close(g.dk, test::numeric_grad(fk, in.k, in.dout), 1e-7, 1e-6, "dk");
+    test::expect_close(g.dv, test::numeric_grad(fv, in.v, in.dout), 1e-7, 1e-6, "dv");
+  }
+}
+
+// A left-padded row under a causal mask: its first queries see no key, so they output exact zeros
+// and send no gradient; the reference agrees (checked above), and here the zeros are checked
+// directly rather than through a tolerance.
+TEST(Attention, RowsWithoutKeysAreZero) {
+  const Case c{"left_pad", 2, 11, 11, 4, 2, 10, true, 0, 0, Pad::kLeft, 1};
+  const Inputs in = make_inputs(c, 400);
+  const Tensor mask = mask_tensor(in);
+  const int64_t empty_rows = 5;  // row b = 1 drops its first 3 + 2 keys
+  ASSERT_EQ(in.mask[static_cast<size_t>(c.tk + empty_rows - 1)], 0);
+  ASSERT_EQ(in.mask[static_cast<size_t>(c.tk + empty_rows)], 1);
+  Tensor q = test::to_gpu(in.q, q_shape(in.shape)).set_requires_grad(true);
+  Tensor k = test::to_gpu(in.k, kv_shape(in.shape)).set_requires_grad(true);
+  Tensor v = test::to_gpu(in.v, kv_shape(in.shape)).set_requires_grad(true);
+  autograd::Tape tape;
+  Tensor out;
+  {
+    autograd::TapeScope scope(tape);
+    out = ops::attention(q, k, v, mask, in.opts);
+  }
+  tape.backward(out, test::to_gpu(in.dout, q_shape(in.shape)));
+  const auto o = out.to_double();
+  const auto dq = q.grad().to_double();
+  const size_t row = static_cast<size_t>(c.hq * c.d);  // one query position, all heads
+  for (int64_t i = 0; i < c.tq; ++i)
+    for (size_t e = 0; e < row; ++e) {
+      const size_t at = static_cast<size_t>(c.tq + i) * row + e;  // batch row 1
+      if (i < empty_rows) {
+        EXPECT_EQ(o[at], 0.0) << "query " << i;
+        EXPECT_EQ(dq[at], 0.0) << "query " << i;
+      } else {
+        EXPECT_TRUE(std::isfinite(o[at]));
+      }
+    }
+}
+
+// Non-contiguous inputs (q, k, v as [B, H, T, D] transposed to [B, T, H, D]) and an I64 mask give
+// the same result, and the gradient reaches the original tensors.
+TEST(Attention, StridedInputsAndI64Mask) {
+  const Case c{"strided", 2, 13, 13, 4, 2, 10, true, 0, 0, Pad::kRight, 1};
+  const Inputs in = make_inputs(c, 500);
+  const Tensor mask32 = mask_tensor(in);
+  const Tensor mask64 = Tensor::from_host_i64(in.mask, {c.b, c.tk});
+  const Tensor q = test::to_gpu(in.q, q_shape(in.shape));
+  const Tensor k = test::to_gpu(in.k, kv_shape(in.shape));
+  const Tensor v = test::to_gpu(in.v, kv_shape(in.shape));
+  const Tensor plain = ops::attention(q, k, v, mask32, in.opts);
+  const Tensor seed = test::to_gpu(in.dout, q_shape(in.shape));
+  const auto grads = test::gpu_grads(
+      [&](std::vector<Tensor>& x) {
+        return ops::attention(x[0].transpose(1, 2), x[1].transpose(1, 2), x[2].transpose(1, 2),
+                              mask64, in.opts);
+      },
+      {q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(),
+       v.transpose(1, 2).contiguous()},
+      seed);
+  const Tensor strided = ops::attention(q.transpose(1, 2).contiguous().transpose(1, 2),
+                                        k.transpose(1, 2).contiguous().transpose(1, 2),
+                                        v.transpose(1, 2).contiguous().transpose(1, 2), mask64,
+                                        in.opts);
+  test::expect_bitwise_equal(strided, plain, "strided inputs with an i64 mask");
+  const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+  // Gradients come back in the [B, H, T, D] layout of the original tensors.
+  const auto to_bhtd = [](const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t d) {
+    std::vector<double> y(x.size());
+    for (int64_t ib = 0; ib < b; ++ib)
+      for (int64_t it = 0; it < t; ++it)
+        for (int64_t ih = 0; ih < h; ++ih)
+          for (int64_t id = 0; id < d; ++id)
+            y[static_cast<size_t>(((ib * h + ih) * t + it) * d + id)] =
+                x[static_cast<size_t>(((ib * t + it) * h + ih) * d + id)];
+    return y;
+  };
+  test::expect_close(grads[0], to_bhtd(want.dq, c.b, c.tq, c.hq, c.d), 1e-4, 5e-4, "dq");
+  test::expect_close(grads[1], to_bhtd(want.dk, c.b, c.tk, c.hkv, c.d), 1e-4, 5e-4, "dk");
+  test::expect_close(grads[2], to_bhtd(want.dv, c.b, c.tk, c.hkv, c.d), 1e-4, 5e-4, "dv");
+}
+
+TEST(Attention, Deterministic) {
+  const Case c{"det", 2, 37, 37, 6, 2, 48, true, 16, 30, Pad::kRight, 4};
+  const Inputs in = make_inputs(c, 600);
+  const Tensor mask = mask_tensor(in);
+  const Tensor seed = test::to_gpu(in.dout, q_shape(in.shape));
+  Tensor q = test::to_gpu(in.q, q_shape(in.shape)).set_requires_grad(true);
+  Tensor k = test::to_gpu(in.k, kv_shape(in.shape)).set_requires_grad(true);
+  Tensor v = test::to_gpu(in.v, kv_shape(in.shape)).set_requires_grad(true);
+  std::vector<Tensor> runs[2];
+  for (auto& run : runs) {
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+    autograd::Tape tape;
+    Tensor out;
+    {
+      autograd::TapeScope scope(tape);
+      out = ops::attention(q, k, v, mask, in.opts);
+    }
+    tape.backward(out, seed);
+    run = {out, q.grad(), k.grad(), v.grad()};
+  }
+  const char* what[] = {"out", "dq", "dk", "dv"};
+  for (size_t i = 0; i < 4; ++i) test::expect_bitwise_equal(runs[0][i], runs[1][i], what[i]);
+}
+
+TEST(Attention, RejectsBadInput) {
+  const AttentionOptions opts{.scale = 0.5f};
+  const Tensor q = Tensor::zeros({2, 5, 4, 8});
+  const Tensor k = Tensor::zeros({2, 7, 2, 8});
+  const Tensor v = Tensor::zeros({2, 7, 2, 8});
+  const Tensor mask = Tensor::zeros({2, 7}, DType::I32);
+  EXPECT_NO_THROW(ops::attention(q, k, v, mask, opts));
+  // Head dim mismatch, heads not divisible, k/v mismatch, batch mismatch, head dim too large.
+  EXPECT_THROW(ops::attention(q, Tensor::zeros({2, 7, 2, 6}), Tensor::zeros({2, 7, 2, 6}), {},
+                              opts),
+               Error);
+  EXPECT_THROW(ops::attention(q, Tensor::zeros({2, 7, 3, 8}), Tensor::zeros({2, 7, 3, 8}), {},
+                              opts),
+               Error);
+  EXPECT_THROW(ops::attention(q, k, Tensor::zeros({2, 6, 2, 8}), {}, opts), Error);
+  EXPECT_THROW(ops::attention(q, Tensor::zeros({3, 7, 2, 8}), Tensor::zeros({3, 7, 2, 8}), {},
+                              opts),
+               Error);
+  EXPECT_THROW(ops::attention(Tensor::zeros({1, 2, 1, 264}), Tensor::zeros({1, 2, 1, 264}),
+                              Tensor::zeros({1, 2, 1, 264}), {}, opts),
+               Error);
+  // Mask: wrong shape, wrong dtype.
+  EXPECT_THROW(ops::attention(q, k, v, Tensor::zeros({2, 5}, DType::I32), opts), Error);
+  EXPECT_THROW(ops::attention(q, k, v, Tensor::zeros({2, 7, 1}, DType::I32), opts), Error);
+  EXPECT_THROW(ops::attention(q, k, v, Tensor::zeros({2, 7}), opts), Error);
+  // Wrong dtype, rank, undefined or empty tensors.
+  EXPECT_THROW(ops::attention(Tensor::zeros({2, 5, 4, 8}, DType::F16), k, v, {}, opts), Error);
+  EXPECT_THROW(ops::attention(Tensor::zeros({10, 4, 8}), k, v, {}, opts), Error);
+  EXPECT_THROW(ops::attention({}, k, v, {}, opts), Error);
+  EXPECT_THROW(ops::attention(q, Tensor::zeros({2, 0, 2, 8}), Tensor::zeros({2, 0, 2, 8}), {},
+                              opts),
+               Error);
+  // Options.
+  EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = NAN}), Error);
+  EXPECT_THROW(ops::attention(q, k, v, {}, AttentionOptions{}), Error);  // scale left unset
+  EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = 0.5f, .sliding_window = -1}), Error);
+  EXPECT_THROW(ops::attention(q, k, v, {}, {.scale = 0.5f, .softcap = -5}), Error);
+  // Messages name the op and what was seen.
+  try {
+    ops::attention(q, Tensor::zeros({2, 7, 3, 8}), Tensor::zeros({2, 7, 3, 8}), {}, opts);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("attention"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[2, 7, 3, 8]"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace vkf
