@@ -51,7 +51,7 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta);
 
 // Tile choice of the tiled kernel. Auto picks by shape and device; the others force a size
 // (for benchmarks and tuning).
-enum class TileChoice { Auto, Small, Medium, Large };
+enum class TileChoice { Auto, Medium, Large };
 void set_tile_choice(TileChoice choice);
 TileChoice tile_choice();
 // Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger

@@ -17,11 +17,14 @@ layout(local_size_x = LOCAL_SIZE) in;
 layout(constant_id = 0) const uint MROWS = 1;  // M, 1..MMAX
 layout(constant_id = 1) const bool TRANS_A = false;
 layout(constant_id = 2) const bool TRANS_B = false;
+// With TRANS_B only: each thread reads 4 consecutive k as one vec4. The host sets it when every
+// such vec4 is 16-byte aligned and K is a multiple of 4.
+layout(constant_id = 3) const bool VEC4_B = false;
 
 const uint KS = TRANS_B ? 32u : 8u;  // threads sharing one column (k-slices)
 const uint COLS = LOCAL_SIZE / KS;   // columns per workgroup
 
-shared float As[MMAX * KC];
+shared vec4 As[MMAX * KC / 4];  // As[m * KC/4 + kk/4][kk % 4] is opA(m, k0 + kk)
 shared float red[MMAX * LOCAL_SIZE];
 
 #include "matmul_push.glsl"
@@ -41,6 +44,7 @@ void main() {
   const bool valid = n < p.N;
   const uint abase = z * p.sa, bbase = z * p.sb;
 
+  Vec4Buf b4 = Vec4Buf(uint64_t(p.b));
   float acc[MMAX];
   [[unroll]] for (uint m = 0; m < MMAX; ++m) acc[m] = 0.0;
 
@@ -56,16 +60,28 @@ void main() {
         m = e / KC;
       }
       const uint k = k0 + kk;
-      As[m * KC + kk] =
+      As[m * (KC / 4) + kk / 4][kk % 4] =
           k < p.K ? p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)] : 0.0;
     }
     barrier();
-    if (valid) {
-      const uint kend = min(KC, p.K - k0);
+    const uint kend = min(KC, p.K - k0);
+    if (valid && VEC4_B) {
+      const uint row = (bbase + n * p.ldb + k0) / 4;
+      for (uint q = lane; q < kend / 4; q += KS) {
+        const vec4 bv = b4.v[row + q];
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+          const vec4 av = As[m * (KC / 4) + q];
+          acc[m] += av.x * bv.x;
+          acc[m] += av.y * bv.y;
+          acc[m] += av.z * bv.z;
+          acc[m] += av.w * bv.w;
+        }
+      }
+    } else if (valid) {
       for (uint kk = lane; kk < kend; kk += KS) {
         const uint k = k0 + kk;
         const float bv = p.b.v[bbase + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) acc[m] += As[m * KC + kk] * bv;
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) acc[m] += As[m * (KC / 4) + kk / 4][kk % 4] * bv;
       }
     }
   }
