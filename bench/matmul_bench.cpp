@@ -118,17 +118,18 @@ int run(int argc, char** argv) {
   bool quick = false;
   std::string shapes, tile = "auto";
   int repeats = 10;
-  double budget_s = 3.0;
+  double budget_s = 2.0;
   app.add_option("--device", device, "Vulkan device index (see `vkformer devices`)");
   app.add_flag("--quick", quick, "a small set that finishes in seconds (CI, lavapipe)");
   app.add_option("--shapes", shapes, "comma-separated MxNxK[:nn|nt|tn|tt] to run instead");
   app.add_option("--repeats", repeats, "most timed calls per shape (fewer when slow)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--budget", budget_s, "seconds of timed calls per shape, at least 3 calls")
+  app.add_option("--budget", budget_s, "seconds of timed calls per shape (at least 3 calls); 1 with --quick")
       ->check(CLI::PositiveNumber);
   app.add_option("--tile", tile, "tile of the tiled kernel")
       ->check(CLI::IsMember({"auto", "medium", "large"}));
   CLI11_PARSE(app, argc, argv);
+  if (quick && app.count("--budget") == 0) budget_s = 1.0;
 
   std::vector<Case> cases;
   if (!shapes.empty()) {

@@ -270,6 +270,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
                 "matmul: internal: bias must be f32 [{}]", c.cols);
     bias_stride = bias.strides()[0];
     checked_u32((c.cols - 1) * bias_stride, "matmul bias extent");
+    VKF_REQUIRE(!storage_overlaps(MatDesc{bias, 1, 1, c.cols, 0, 0, bias_stride}, c),
+                "matmul: the output overlaps the bias in memory");
   }
   if (c.rows == 0 || c.cols == 0 || c.batch == 0) return;
 
