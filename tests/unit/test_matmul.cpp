@@ -4,9 +4,11 @@
 // backward, and the reference backward against finite differences; determinism; bad input; grids
 // beyond one dispatch; and an operand larger than lavapipe's 128 MiB storage-buffer range.
 #include <cmath>
-#include <cstring>
 #include <functional>
+#include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "ops/matmul.h"
@@ -65,9 +67,11 @@ struct Mnk {
   int64_t m, n, k;
 };
 // 1x1x1; decode (M = 1); skinny edges M = 8 / 9; N <= 8 (the transposed skinny problem);
-// K past the skinny kernel's 256-deep chunk; primes and non-multiples of every tile; one full tile.
-const Mnk kShapes[] = {{1, 1, 1},  {1, 61, 37},  {37, 13, 61}, {65, 129, 17}, {128, 128, 128},
-                       {8, 33, 20}, {9, 33, 20}, {61, 3, 40},   {7, 5, 300},   {2, 70, 1}};
+// K past the skinny kernel's 256-deep chunk; primes and non-multiples of every tile; one full
+// large tile; a mid-size product of several tiles in every direction.
+const Mnk kShapes[] = {{1, 1, 1},    {1, 61, 37},     {37, 13, 61},    {65, 129, 17},
+                       {8, 33, 20},  {9, 33, 20},     {61, 3, 40},     {7, 5, 300},
+                       {2, 70, 1},   {128, 128, 128}, {200, 257, 190}};
 
 TEST(Matmul, ForwardAllTransposes) {
   Rng rng(1);
