@@ -7,9 +7,9 @@
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
 //                [--tile auto|medium|large]
 // mode is nn (default), nt (A B^T, the linear layout), tn (A^T B) or tt.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -60,17 +60,28 @@ Case parse_case(const std::string& text) {
 }
 
 std::vector<Case> default_cases() {
-  return {{256, 256, 256},          {512, 512, 512},         {1024, 1024, 1024},
-          {2048, 2048, 2048},       {8192, 1536, 576},       {8192, 576, 1536},
-          {8192, 49152, 576},       {8192, 1536, 576, false, true},
+  return {{256, 256, 256},
+          {512, 512, 512},
+          {1024, 1024, 1024},
+          {2048, 2048, 2048},
+          {8192, 1536, 576},
+          {8192, 576, 1536},
+          {8192, 49152, 576},
+          {8192, 1536, 576, false, true},
           {8192, 1536, 576, true, false},
           // Decode: a few rows against a Hugging Face [out, in] weight.
-          {1, 49152, 576, false, true}, {8, 1536, 576, false, true}};
+          {1, 49152, 576, false, true},
+          {8, 1536, 576, false, true}};
 }
 
 std::vector<Case> quick_cases() {
-  return {{128, 128, 128}, {256, 256, 256}, {512, 512, 512}, {512, 512, 512, false, true},
-          {512, 512, 512, true, false}, {1024, 576, 192, false, true}, {1, 4096, 1024, false, true}};
+  return {{128, 128, 128},
+          {256, 256, 256},
+          {512, 512, 512},
+          {512, 512, 512, false, true},
+          {512, 512, 512, true, false},
+          {1024, 576, 192, false, true},
+          {1, 4096, 1024, false, true}};
 }
 
 // Random operands in [-1, 1): a cheap generator is plenty for timing.
@@ -124,7 +135,8 @@ int run(int argc, char** argv) {
   app.add_option("--shapes", shapes, "comma-separated MxNxK[:nn|nt|tn|tt] to run instead");
   app.add_option("--repeats", repeats, "most timed calls per shape (fewer when slow)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--budget", budget_s, "seconds of timed calls per shape (at least 3 calls); 1 with --quick")
+  app.add_option("--budget", budget_s,
+                 "seconds of timed calls per shape (at least 3 calls); 1 with --quick")
       ->check(CLI::PositiveNumber);
   app.add_option("--tile", tile, "tile of the tiled kernel")
       ->check(CLI::IsMember({"auto", "medium", "large"}));
@@ -152,8 +164,8 @@ int run(int argc, char** argv) {
   fmt::print("device: {} ({})\n", ctx.info().name, ctx.info().driver_info);
   fmt::print("timing: median of up to {} calls after one warm-up, {}\n\n", repeats,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
-  fmt::print("{:>22}  {:>4}  {:<18}  {:>10}  {:>10}  {:>9}\n", "M x N x K", "mode", "kernel",
-             "ms", "best ms", "GFLOP/s");
+  fmt::print("{:>22}  {:>4}  {:<18}  {:>10}  {:>10}  {:>9}\n", "M x N x K", "mode", "kernel", "ms",
+             "best ms", "GFLOP/s");
 
   for (const Case& c : cases) {
     const Tensor a = random_tensor(c.trans_a ? vkf::Shape{c.k, c.m} : vkf::Shape{c.m, c.k}, 1);
@@ -161,8 +173,8 @@ int run(int argc, char** argv) {
     const Tensor out = Tensor::empty({c.m, c.n});
     auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
     const double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
-    const int n = std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3,
-                             repeats);
+    const int n =
+        std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3, repeats);
     std::vector<double> ms;
     for (int i = 0; i < n; ++i) ms.push_back(timer.time(call));
     const double med = median(ms), best = *std::min_element(ms.begin(), ms.end());

@@ -29,12 +29,12 @@ void check_operand(const char* op, const char* name, const Tensor& t, const char
   check_tensor(t, what.c_str(), DType::F32);
   VKF_REQUIRE(t.rank() >= 2, "{}: argument {} must have rank >= 2 ({}), got shape {}", op, name,
               layout, shape_str(t.shape()));
-  VKF_REQUIRE(t.numel() > 0, "{}: argument {} is empty (shape {}); operands need every dimension > 0",
-              op, name, shape_str(t.shape()));
+  VKF_REQUIRE(t.numel() > 0,
+              "{}: argument {} is empty (shape {}); operands need every dimension > 0", op, name,
+              shape_str(t.shape()));
 }
 
-Problem check_matmul(const char* op, const Tensor& a, const Tensor& b, bool trans_a,
-                     bool trans_b) {
+Problem check_matmul(const char* op, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   check_operand(op, "a", a, trans_a ? "[..., K, M] with trans_a" : "[..., M, K]");
   check_operand(op, "b", b, trans_b ? "[..., N, K] with trans_b" : "[..., K, N]");
   Problem p;
@@ -74,7 +74,9 @@ MatDesc merged_rows(const Tensor& x, bool trans) {
   return *detail::describe(copy)->rows_merged();
 }
 
-float beta_for(const GradTarget& t) { return t.accumulate ? 1.0f : 0.0f; }
+float beta_for(const GradTarget& t) {
+  return t.accumulate ? 1.0f : 0.0f;
+}
 
 // With C = op(A) op(B) and G = dC: d op(A) = G op(B)^T and d op(B) = op(A)^T G; a transposed
 // operand's gradient is the transpose of that, computed directly in its stored layout.

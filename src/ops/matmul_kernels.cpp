@@ -70,11 +70,47 @@ KernelLayout kernel_layout(const MatDesc& d) {
   return {true, checked_u32(d.cs, "column stride")};
 }
 
+// A stride as the kernels take it; one along a dimension of extent 1 is never used.
+// check_extent() has bounded the others.
+uint32_t stride_u32(int64_t stride, int64_t extent) {
+  return extent <= 1 ? 0u : static_cast<uint32_t>(stride);
+}
+
+// The push constants for the sub-problem of batch entries from z0, rows from m0 (mc of them) and
+// columns from n0 (nc of them); the bias is indexed bias[m*bias_rs + n*bias_cs].
+GemmPush make_push(const MatDesc& a, const MatDesc& b, const MatDesc& c, int64_t z0, int64_t m0,
+                   int64_t n0, int64_t mc, int64_t nc, float alpha, float beta, const Tensor& bias,
+                   int64_t bias_rs, int64_t bias_cs) {
+  GemmPush push{};
+  push.a = byte_address(a.t, z0 * a.bs + m0 * a.rs);
+  push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
+  push.c = byte_address(c.t, z0 * c.bs + m0 * c.rs + n0 * c.cs);
+  push.bias = bias.defined() ? byte_address(bias, m0 * bias_rs + n0 * bias_cs) : 0;
+  push.m = static_cast<uint32_t>(mc);
+  push.n = static_cast<uint32_t>(nc);
+  push.k = static_cast<uint32_t>(a.cols);
+  push.lda = kernel_layout(a).ld;
+  push.ldb = kernel_layout(b).ld;
+  push.c_rs = stride_u32(c.rs, c.rows);
+  push.c_cs = stride_u32(c.cs, c.cols);
+  push.sa = stride_u32(a.bs, a.batch);
+  push.sb = stride_u32(b.bs, b.batch);
+  push.sc = stride_u32(c.bs, c.batch);
+  push.bias_rs = stride_u32(bias_rs, c.rows);
+  push.bias_cs = stride_u32(bias_cs, c.cols);
+  push.alpha = alpha;
+  push.beta = beta;
+  return push;
+}
+
 Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
   switch (g_tile_choice) {
-    case TileChoice::Medium: return kMedium;
-    case TileChoice::Large: return kLarge;
-    case TileChoice::Auto: break;
+    case TileChoice::Medium:
+      return kMedium;
+    case TileChoice::Large:
+      return kLarge;
+    case TileChoice::Auto:
+      break;
   }
   auto groups = [&](const Tile& t) {
     return int64_t{div_up(m, t.bm())} * int64_t{div_up(n, t.bn())} * batch;
@@ -97,36 +133,20 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
 
 void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
-  const int64_t m = c.rows, n = c.cols, k = a.cols;
+  const int64_t m = c.rows, n = c.cols;
   const Tile tile = pick_tile(c.batch, m, n);
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans};
-  const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(), nstep = g_max_groups * tile.bn();
+  const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(),
+                nstep = g_max_groups * tile.bn();
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t m0 = 0; m0 < m; m0 += mstep) {
       for (int64_t n0 = 0; n0 < n; n0 += nstep) {
         const int64_t zc = std::min(zstep, c.batch - z0), mc = std::min(mstep, m - m0),
                       nc = std::min(nstep, n - n0);
-        GemmPush push{};
-        push.a = byte_address(a.t, z0 * a.bs + m0 * a.rs);
-        push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
-        push.c = byte_address(c.t, z0 * c.bs + m0 * c.rs + n0 * c.cs);
-        push.bias = bias.defined() ? byte_address(bias, n0 * bias_stride) : 0;
-        push.m = static_cast<uint32_t>(mc);
-        push.n = static_cast<uint32_t>(nc);
-        push.k = static_cast<uint32_t>(k);
-        push.lda = la.ld;
-        push.ldb = lb.ld;
-        push.c_rs = static_cast<uint32_t>(c.rs);
-        push.c_cs = static_cast<uint32_t>(c.cs);
-        push.sa = static_cast<uint32_t>(a.bs);
-        push.sb = static_cast<uint32_t>(b.bs);
-        push.sc = static_cast<uint32_t>(c.bs);
-        push.bias_rs = 0;
-        push.bias_cs = static_cast<uint32_t>(bias_stride);
-        push.alpha = alpha;
-        push.beta = beta;
+        const GemmPush push =
+            make_push(a, b, c, z0, m0, n0, mc, nc, alpha, beta, bias, 0, bias_stride);
         const Grid grid{div_up(nc, tile.bn()), div_up(mc, tile.bm()), static_cast<uint32_t>(zc)};
         launch("matmul_tiled", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
                first ? cost : vk::DispatchCost{});
@@ -145,33 +165,16 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   const uint32_t cols_per_group = lb.trans ? 8 : 32;  // matmul_skinny's COLS
   // vec4 reads of B need every row start 16-byte aligned, in every batch entry and chunk.
-  const bool vec4_b = lb.trans && k % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 4 == 0 &&
-                      b.bs % 4 == 0;
+  const bool vec4_b =
+      lb.trans && k % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 4 == 0 && b.bs % 4 == 0;
   const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, lb.trans, vec4_b};
   const int64_t zstep = g_max_groups, nstep = g_max_groups * cols_per_group;
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
       const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
-      GemmPush push{};
-      push.a = byte_address(a.t, z0 * a.bs);
-      push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
-      push.c = byte_address(c.t, z0 * c.bs + n0 * c.cs);
-      push.bias = bias.defined() ? byte_address(bias, n0 * bias_cs) : 0;
-      push.m = static_cast<uint32_t>(m);
-      push.n = static_cast<uint32_t>(nc);
-      push.k = static_cast<uint32_t>(k);
-      push.lda = la.ld;
-      push.ldb = lb.ld;
-      push.c_rs = static_cast<uint32_t>(c.rs);
-      push.c_cs = static_cast<uint32_t>(c.cs);
-      push.sa = static_cast<uint32_t>(a.bs);
-      push.sb = static_cast<uint32_t>(b.bs);
-      push.sc = static_cast<uint32_t>(c.bs);
-      push.bias_rs = static_cast<uint32_t>(bias_rs);
-      push.bias_cs = static_cast<uint32_t>(bias_cs);
-      push.alpha = alpha;
-      push.beta = beta;
+      const GemmPush push =
+          make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, bias_rs, bias_cs);
       const Grid grid{div_up(nc, cols_per_group), 1, static_cast<uint32_t>(zc)};
       launch("matmul_skinny", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
@@ -252,8 +255,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
               "matmul: internal: gemm shapes [{}, {}] x [{}, {}] -> [{}, {}] do not chain", a.rows,
               a.cols, b.rows, b.cols, c.rows, c.cols);
   VKF_REQUIRE((a.batch == 1 || a.batch == c.batch) && (b.batch == 1 || b.batch == c.batch),
-              "matmul: internal: gemm batches {} and {} do not fit an output batch of {}",
-              a.batch, b.batch, c.batch);
+              "matmul: internal: gemm batches {} and {} do not fit an output batch of {}", a.batch,
+              b.batch, c.batch);
   VKF_REQUIRE(a.kernel_readable() && b.kernel_readable(),
               "matmul: internal: gemm operands need a contiguous row or column");
   VKF_REQUIRE(!storage_overlaps(a, c) && !storage_overlaps(b, c),
@@ -294,8 +297,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     dispatch_skinny(a, b, c, alpha, beta, bias, 0, bias_stride, cost);
   } else if (c.cols <= kSkinnyMaxRows) {
     // C^T = b^T a^T: the bias runs along the rows of the transposed output.
-    dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias,
-                    bias_stride, 0, cost);
+    dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
+                    0, cost);
   } else {
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
   }
@@ -329,9 +332,8 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
       push.beta = pass_beta;
       const vk::DispatchCost cost{static_cast<double>(r) * nc,
                                   4.0 * (static_cast<double>(r) * nc + groups_y * nc)};
-      launch("matmul_colsum", push,
-             Grid{div_up(nc, kCols), static_cast<uint32_t>(groups_y), 1}, {&from, &to}, {&to}, {},
-             cost);
+      launch("matmul_colsum", push, Grid{div_up(nc, kCols), static_cast<uint32_t>(groups_y), 1},
+             {&from, &to}, {&to}, {}, cost);
     }
   };
 
@@ -349,9 +351,15 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
   pass(partial, 0, static_cast<uint32_t>(n), chunks, chunks, dst, 0, beta);
 }
 
-void set_tile_choice(TileChoice choice) { g_tile_choice = choice; }
-void set_grid_limit(int64_t groups) { g_max_groups = std::clamp<int64_t>(groups, 1, 65535); }
-TileChoice tile_choice() { return g_tile_choice; }
+void set_tile_choice(TileChoice choice) {
+  g_tile_choice = choice;
+}
+void set_grid_limit(int64_t groups) {
+  g_max_groups = std::clamp<int64_t>(groups, 1, 65535);
+}
+TileChoice tile_choice() {
+  return g_tile_choice;
+}
 
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   (void)k;

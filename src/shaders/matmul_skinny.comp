@@ -81,7 +81,8 @@ void main() {
       for (uint kk = lane; kk < kend; kk += KS) {
         const uint k = k0 + kk;
         const float bv = p.b.v[bbase + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) acc[m] += As[m * (KC / 4) + kk / 4][kk % 4] * bv;
+        [[unroll]] for (uint m = 0; m < MROWS; ++m)
+          acc[m] += As[m * (KC / 4) + kk / 4][kk % 4] * bv;
       }
     }
   }

@@ -27,7 +27,9 @@ using ops::matmul_into;
 using test::Rng;
 
 // fp32 sums over k: the error grows with k; a wrong element is off by O(1).
-double atol_for(int64_t k) { return 1e-6 + 3e-7 * static_cast<double>(k); }
+double atol_for(int64_t k) {
+  return 1e-6 + 3e-7 * static_cast<double>(k);
+}
 constexpr double kRtol = 1e-5;
 
 Shape a_shape(const Shape& batch, const ref::MatmulShape& s) {
@@ -45,8 +47,8 @@ Shape b_shape(const Shape& batch, const ref::MatmulShape& s) {
 
 std::string describe(const ref::MatmulShape& s) {
   return "batch " + std::to_string(s.batch) + " M=" + std::to_string(s.m) +
-         " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
-         (s.trans_a ? " A^T" : "") + (s.trans_b ? " B^T" : "") + (s.shared_b ? " shared B" : "");
+         " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + (s.trans_a ? " A^T" : "") +
+         (s.trans_b ? " B^T" : "") + (s.shared_b ? " shared B" : "");
 }
 
 // Runs matmul on fresh random operands of shape s (batch dims `batch`) and checks the reference.
@@ -69,9 +71,9 @@ struct Mnk {
 // 1x1x1; decode (M = 1); skinny edges M = 8 / 9; N <= 8 (the transposed skinny problem);
 // K past the skinny kernel's 256-deep chunk; primes and non-multiples of every tile; one full
 // large tile; a mid-size product of several tiles in every direction.
-const Mnk kShapes[] = {{1, 1, 1},    {1, 61, 37},     {37, 13, 61},    {65, 129, 17},
-                       {8, 33, 20},  {9, 33, 20},     {61, 3, 40},     {7, 5, 300},
-                       {2, 70, 1},   {128, 128, 128}, {200, 257, 190}};
+const Mnk kShapes[] = {{1, 1, 1},   {1, 61, 37},     {37, 13, 61},   {65, 129, 17},
+                       {8, 33, 20}, {9, 33, 20},     {61, 3, 40},    {7, 5, 300},
+                       {2, 70, 1},  {128, 128, 128}, {200, 257, 190}};
 
 TEST(Matmul, ForwardAllTransposes) {
   Rng rng(1);
@@ -224,7 +226,8 @@ TEST(Linear, ForwardWithAndWithoutBias) {
     Tensor y = linear(test::to_gpu(x, c.x), test::to_gpu(w, {c.out, in}));
     EXPECT_EQ(y.shape(), y_shape);
     test::expect_close(y, ref::linear(x, w, {}, rows, in, c.out), atol_for(in), kRtol, what);
-    Tensor yb = linear(test::to_gpu(x, c.x), test::to_gpu(w, {c.out, in}), test::to_gpu(bias, {c.out}));
+    Tensor yb =
+        linear(test::to_gpu(x, c.x), test::to_gpu(w, {c.out, in}), test::to_gpu(bias, {c.out}));
     test::expect_close(yb, ref::linear(x, w, bias, rows, in, c.out), atol_for(in), kRtol,
                        what + " with bias");
   }
@@ -233,8 +236,9 @@ TEST(Linear, ForwardWithAndWithoutBias) {
 // Input gradients after one and after two backward passes over fresh tapes: leaf gradients
 // accumulate across passes, so the second must be twice the first (the beta = 1 GEMM paths).
 using GradSets = std::vector<std::vector<double>>;
-std::pair<GradSets, GradSets> grads_twice(const std::function<Tensor(std::vector<Tensor>&)>& forward,
-                                          std::vector<Tensor> inputs, const Tensor& seed) {
+std::pair<GradSets, GradSets> grads_twice(
+    const std::function<Tensor(std::vector<Tensor>&)>& forward, std::vector<Tensor> inputs,
+    const Tensor& seed) {
   for (auto& t : inputs) {
     t.zero_grad();
     t.set_requires_grad(true);
@@ -248,7 +252,8 @@ std::pair<GradSets, GradSets> grads_twice(const std::function<Tensor(std::vector
       out = forward(inputs);
     }
     tape.backward(out, seed);
-    for (auto& t : inputs) grads.push_back(t.grad().defined() ? t.grad().to_double() : std::vector<double>());
+    for (auto& t : inputs)
+      grads.push_back(t.grad().defined() ? t.grad().to_double() : std::vector<double>());
   }
   for (auto& t : inputs) t.set_requires_grad(false);
   return {passes[0], passes[1]};
@@ -270,10 +275,10 @@ void check_matmul_grads(Rng& rng, const Shape& batch, ref::MatmulShape s) {
   c_shape.push_back(s.m);
   c_shape.push_back(s.n);
   const bool ta = s.trans_a, tb = s.trans_b;
-  const auto [got, got2] = grads_twice(
-      [ta, tb](std::vector<Tensor>& in) { return matmul(in[0], in[1], ta, tb); },
-      {test::to_gpu(a, a_shape(batch, s)), test::to_gpu(b, b_shape(batch, s))},
-      test::to_gpu(dc, c_shape));
+  const auto [got, got2] =
+      grads_twice([ta, tb](std::vector<Tensor>& in) { return matmul(in[0], in[1], ta, tb); },
+                  {test::to_gpu(a, a_shape(batch, s)), test::to_gpu(b, b_shape(batch, s))},
+                  test::to_gpu(dc, c_shape));
   std::vector<double> da, db;
   ref::matmul_backward(a, b, dc, s, da, db);
   const double tol = atol_for(std::max(s.m, s.n) * s.batch);
@@ -303,8 +308,10 @@ TEST(Matmul, ReferenceGradientMatchesFiniteDifferences) {
     const auto dc = rng.uniform(s.c_size());
     std::vector<double> da, db;
     ref::matmul_backward(a, b, dc, s, da, db);
-    const auto na = test::numeric_grad([&](const std::vector<double>& x) { return ref::matmul(x, b, s); }, a, dc);
-    const auto nb = test::numeric_grad([&](const std::vector<double>& x) { return ref::matmul(a, x, s); }, b, dc);
+    const auto na = test::numeric_grad(
+        [&](const std::vector<double>& x) { return ref::matmul(x, b, s); }, a, dc);
+    const auto nb = test::numeric_grad(
+        [&](const std::vector<double>& x) { return ref::matmul(a, x, s); }, b, dc);
     test::expect_close(da, na, 1e-7, 1e-6, "ref dA " + describe(s));
     test::expect_close(db, nb, 1e-7, 1e-6, "ref dB " + describe(s));
   }
@@ -388,7 +395,8 @@ TEST(Linear, ReferenceGradientMatchesFiniteDifferences) {
 
 TEST(Matmul, Deterministic) {
   Rng rng(11);
-  for (const Mnk& d : {Mnk{128, 128, 128}, Mnk{65, 129, 300}, Mnk{3, 200, 1000}, Mnk{200, 2, 1000}}) {
+  for (const Mnk& d :
+       {Mnk{128, 128, 128}, Mnk{65, 129, 300}, Mnk{3, 200, 1000}, Mnk{200, 2, 1000}}) {
     Tensor a = test::to_gpu(rng.uniform(d.m * d.k), {d.m, d.k});
     Tensor b = test::to_gpu(rng.uniform(d.k * d.n), {d.k, d.n});
     test::expect_bitwise_equal(matmul(a, b), matmul(a, b), "matmul " + std::to_string(d.m));
@@ -420,17 +428,17 @@ TEST(Matmul, Deterministic) {
 
 TEST(Matmul, BadInputThrows) {
   Tensor a = Tensor::zeros({3, 4}), b = Tensor::zeros({4, 5});
-  EXPECT_THROW(matmul(a, Tensor::zeros({5, 5})), Error);                  // K mismatch
-  EXPECT_THROW(matmul(a, b, true), Error);                                // K mismatch via trans
-  EXPECT_THROW(matmul(a, Tensor::zeros({4, 5}, DType::I32)), Error);      // dtype
-  EXPECT_THROW(matmul(Tensor::zeros({3, 4}, DType::F16), b), Error);      // dtype
-  EXPECT_THROW(matmul(Tensor::zeros({4}), b), Error);                     // rank < 2
-  EXPECT_THROW(matmul(a, Tensor::zeros({4})), Error);                     // rank < 2
+  EXPECT_THROW(matmul(a, Tensor::zeros({5, 5})), Error);              // K mismatch
+  EXPECT_THROW(matmul(a, b, true), Error);                            // K mismatch via trans
+  EXPECT_THROW(matmul(a, Tensor::zeros({4, 5}, DType::I32)), Error);  // dtype
+  EXPECT_THROW(matmul(Tensor::zeros({3, 4}, DType::F16), b), Error);  // dtype
+  EXPECT_THROW(matmul(Tensor::zeros({4}), b), Error);                 // rank < 2
+  EXPECT_THROW(matmul(a, Tensor::zeros({4})), Error);                 // rank < 2
   EXPECT_THROW(matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 5})), Error);  // batch
-  EXPECT_THROW(matmul(a, Tensor::zeros({2, 4, 5})), Error);               // batched b, plain a
-  EXPECT_THROW(matmul(Tensor(), b), Error);                               // undefined
+  EXPECT_THROW(matmul(a, Tensor::zeros({2, 4, 5})), Error);  // batched b, plain a
+  EXPECT_THROW(matmul(Tensor(), b), Error);                  // undefined
   EXPECT_THROW(matmul(a, Tensor()), Error);
-  EXPECT_THROW(matmul(Tensor::zeros({0, 4}), b), Error);                  // empty
+  EXPECT_THROW(matmul(Tensor::zeros({0, 4}), b), Error);                        // empty
   EXPECT_THROW(matmul_into(a, b, false, false, Tensor::zeros({3, 6})), Error);  // out shape
   EXPECT_THROW(matmul_into(a, b, false, false, Tensor::zeros({3, 5}), 1, 0, Tensor::zeros({4})),
                Error);  // bias shape
@@ -517,8 +525,9 @@ TEST(Linear, WeightLargerThanStorageBufferRange) {
   Rng rng(13);
   const auto x = test::as_f32(rng.uniform(rows * in));
   const auto bias = test::as_f32(rng.uniform(out));
-  Tensor y = linear(test::to_gpu(x, {rows, in}), Tensor::from_host(std::span<const float>(w), {out, in}),
-                    test::to_gpu(bias, {out}));
+  Tensor y =
+      linear(test::to_gpu(x, {rows, in}), Tensor::from_host(std::span<const float>(w), {out, in}),
+             test::to_gpu(bias, {out}));
   const auto got = y.to_double();
   ASSERT_EQ(got.size(), static_cast<size_t>(rows * out));
   // Every 97th column plus the last ones (which lie past 128 MiB), against the double reference.
