@@ -361,8 +361,7 @@ TileChoice tile_choice() {
   return g_tile_choice;
 }
 
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  (void)k;
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n) {
   if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m);
   if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n);
   const Tile t = pick_tile(batch, m, n);

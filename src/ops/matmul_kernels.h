@@ -59,6 +59,6 @@ TileChoice tile_choice();
 void set_grid_limit(int64_t groups);
 // The kernel and tile a problem of this shape would use, e.g. "tiled 64x64x16" or "skinny m=3";
 // for benchmarks.
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n);
 
 }  // namespace vkf::ops::detail

@@ -24,7 +24,7 @@ layout(push_constant, std430) uniform Push {
 shared float red[LOCAL_SIZE];
 
 void main() {
-  const uint tid = gl_LocalInvocationIndex;
+  const uint tid = gl_LocalInvocationID.x;
   const uint col = tid % COLS, slice = tid / COLS;
   const uint n = gl_WorkGroupID.x * COLS + col;
   const uint r0 = gl_WorkGroupID.y * p.rows_per_group;

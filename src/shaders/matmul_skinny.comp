@@ -30,7 +30,7 @@ shared float red[MMAX * LOCAL_SIZE];
 #include "matmul_push.glsl"
 
 void main() {
-  const uint tid = gl_LocalInvocationIndex;
+  const uint tid = gl_LocalInvocationID.x;
   uint lane, col;
   if (TRANS_B) {
     lane = tid % KS;

@@ -72,7 +72,7 @@ float load_b(uint base, uint k, uint n) {
 }
 
 void main() {
-  const uint tid = gl_LocalInvocationIndex;
+  const uint tid = gl_LocalInvocationID.x;
   const uint tx = tid % TX, ty = tid / TX;
   const uint z = gl_WorkGroupID.z;
   const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;

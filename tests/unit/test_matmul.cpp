@@ -206,6 +206,29 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
   auto want = ref::matmul(a, b, s);
   for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % s.n];
   test::expect_close(out, want, atol_for(s.k), kRtol, "batched bias");
+
+  // Into a transposed view (column-major output), accumulating.
+  const Tensor ta = test::to_gpu(a, {2, 3, s.m, s.k}), tb = test::to_gpu(b, {2, 3, s.k, s.n});
+  Tensor out_t = Tensor::full({2, 3, s.n, s.m}, 1.0f);
+  matmul_into(ta, tb, false, false, out_t.transpose(2, 3), 1.0f, 1.0f);
+  std::vector<double> want_t(want.size());
+  const auto prod = ref::matmul(a, b, s);
+  for (int64_t z = 0; z < s.batch; ++z)
+    for (int64_t m = 0; m < s.m; ++m)
+      for (int64_t n = 0; n < s.n; ++n)
+        want_t[(z * s.n + n) * s.m + m] = prod[(z * s.m + m) * s.n + n] + 1.0;
+  test::expect_close(out_t, want_t, atol_for(s.k), kRtol, "into a transposed view");
+
+  // Into batch entries 1..3 of a [2, 5, M, N] tensor: the batch dimensions do not collapse to one
+  // stride, so the product goes through a contiguous temporary; the other entries stay 2.
+  Tensor wide = Tensor::full({2, 5, s.m, s.n}, 2.0f);
+  matmul_into(ta, tb, false, false, wide.slice(1, 1, 4), 0.5f, 1.0f);
+  std::vector<double> want_w(2 * 5 * s.m * s.n, 2.0);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t e = 0; e < s.m * s.n; ++e)
+        want_w[((i * 5) + j + 1) * s.m * s.n + e] = 0.5 * prod[(i * 3 + j) * s.m * s.n + e] + 2.0;
+  test::expect_close(wide, want_w, atol_for(s.k), kRtol, "into a batch slice");
 }
 
 TEST(Linear, ForwardWithAndWithoutBias) {
