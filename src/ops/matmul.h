@@ -1,0 +1,30 @@
+// Matrix products in f32: matmul (batched, with transposes), matmul_into (the non-differentiable
+// workhorse with alpha/beta accumulation and a bias epilogue) and linear (Hugging Face
+// nn.Linear: y = x W^T + b). Deterministic: the same inputs give the same bits on one device.
+//
+// Operands may be strided views. A view whose matrices have a contiguous row or column (a slice
+// of a bigger matrix, a transpose of the last two dimensions) is read in place; a transposed view
+// is simply read as the transposed operand. Other layouts are copied to contiguous first.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace vkf::ops {
+
+// C = op(a) op(b), where op(x) is x or, with the flag, x with its last two dimensions swapped.
+// a is [..., M, K] ([..., K, M] with trans_a), b is [..., K, N] ([..., N, K] with trans_b), and
+// the result is [..., M, N]. Batch dimensions: b has the same leading dimensions as a, or b is
+// rank 2 and shared by every matrix of a (a weight). Differentiable in a and b.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// out = alpha * op(a) op(b) + beta * out (+ bias[N] added to every row). Shapes as matmul; out
+// has the result's shape, may be a strided view, and must not overlap a or b in memory. With
+// beta == 0, out is never read (it may hold NaN). Not differentiable: nothing is recorded.
+void matmul_into(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& out,
+                 float alpha = 1.0f, float beta = 0.0f, const Tensor& bias = {});
+
+// y = x W^T + bias: x is [..., in], weight is [out, in] (the Hugging Face layout), bias is [out]
+// or undefined; y is [..., out]. Differentiable in x, weight and bias.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+}  // namespace vkf::ops

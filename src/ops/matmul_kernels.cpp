@@ -1,0 +1,372 @@
+// Strided matrix descriptions, kernel choice and dispatch for the GEMM family (see
+// matmul_kernels.h). Problems larger than one dispatch's 65535 workgroups per dimension are split
+// into several dispatches over sub-ranges of the batch, rows and columns.
+#include "ops/matmul_kernels.h"
+
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace vkf::ops::detail {
+namespace {
+
+// Workgroups per grid dimension in one dispatch: 65535 is the smallest limit vkformer supports;
+// tests lower it to exercise the split into several dispatches on small problems.
+int64_t g_max_groups = 65535;
+constexpr uint32_t kSkinnyMaxRows = 8;  // matmul_skinny's MMAX
+
+// Mirrors matmul_push.glsl.
+struct GemmPush {
+  uint64_t a, b, c, bias;
+  uint32_t m, n, k;
+  uint32_t lda, ldb;
+  uint32_t c_rs, c_cs;
+  uint32_t sa, sb, sc;
+  uint32_t bias_rs, bias_cs;
+  float alpha, beta;
+};
+
+struct ColsumPush {
+  uint64_t src, dst;
+  uint32_t r, n;
+  uint32_t ld;
+  uint32_t rows_per_group;
+  uint32_t dst_rs;
+  float beta;
+};
+
+struct Tile {
+  uint32_t tm, tn, bk;
+  uint32_t bm() const { return 16 * tm; }
+  uint32_t bn() const { return 16 * tn; }
+};
+constexpr Tile kMedium{4, 4, 16}, kLarge{8, 8, 8};
+
+TileChoice g_tile_choice = TileChoice::Auto;
+
+uint64_t byte_address(const Tensor& t, int64_t element_offset) {
+  return t.address() + static_cast<uint64_t>(element_offset) * 4;
+}
+
+// Largest element offset a description reaches; the kernels index in 32 bits.
+void check_extent(const MatDesc& d, const char* what) {
+  const int64_t last = (d.batch - 1) * d.bs + (d.rows - 1) * d.rs + (d.cols - 1) * d.cs;
+  checked_u32(last, what);
+}
+
+// Which of a matrix's dimensions is contiguous, as the kernels' TRANS flags say it: false when
+// element (r, c) is at r*ld + c, true when it is at c*ld + r.
+struct KernelLayout {
+  bool trans;
+  uint32_t ld;
+};
+KernelLayout kernel_layout(const MatDesc& d) {
+  if (d.cs == 1 || d.cols == 1) return {false, d.rows == 1 ? 0u : checked_u32(d.rs, "row stride")};
+  return {true, checked_u32(d.cs, "column stride")};
+}
+
+// A stride as the kernels take it; one along a dimension of extent 1 is never used.
+// check_extent() has bounded the others.
+uint32_t stride_u32(int64_t stride, int64_t extent) {
+  return extent <= 1 ? 0u : static_cast<uint32_t>(stride);
+}
+
+// The push constants for the sub-problem of batch entries from z0, rows from m0 (mc of them) and
+// columns from n0 (nc of them); the bias is indexed bias[m*bias_rs + n*bias_cs].
+GemmPush make_push(const MatDesc& a, const MatDesc& b, const MatDesc& c, int64_t z0, int64_t m0,
+                   int64_t n0, int64_t mc, int64_t nc, float alpha, float beta, const Tensor& bias,
+                   int64_t bias_rs, int64_t bias_cs) {
+  GemmPush push{};
+  push.a = byte_address(a.t, z0 * a.bs + m0 * a.rs);
+  push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
+  push.c = byte_address(c.t, z0 * c.bs + m0 * c.rs + n0 * c.cs);
+  push.bias = bias.defined() ? byte_address(bias, m0 * bias_rs + n0 * bias_cs) : 0;
+  push.m = static_cast<uint32_t>(mc);
+  push.n = static_cast<uint32_t>(nc);
+  push.k = static_cast<uint32_t>(a.cols);
+  push.lda = kernel_layout(a).ld;
+  push.ldb = kernel_layout(b).ld;
+  push.c_rs = stride_u32(c.rs, c.rows);
+  push.c_cs = stride_u32(c.cs, c.cols);
+  push.sa = stride_u32(a.bs, a.batch);
+  push.sb = stride_u32(b.bs, b.batch);
+  push.sc = stride_u32(c.bs, c.batch);
+  push.bias_rs = stride_u32(bias_rs, c.rows);
+  push.bias_cs = stride_u32(bias_cs, c.cols);
+  push.alpha = alpha;
+  push.beta = beta;
+  return push;
+}
+
+Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
+  switch (g_tile_choice) {
+    case TileChoice::Medium:
+      return kMedium;
+    case TileChoice::Large:
+      return kLarge;
+    case TileChoice::Auto:
+      break;
+  }
+  auto groups = [&](const Tile& t) {
+    return int64_t{div_up(m, t.bm())} * int64_t{div_up(n, t.bn())} * batch;
+  };
+  if (vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    // lavapipe runs workgroups on a few CPU threads and pays for every padded row and column:
+    // pick the tile with the least work on the busiest thread, the larger tile counting 1.3x
+    // as efficient (measured with Mesa 22.3).
+    const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+    auto cost = [&](const Tile& t, double efficiency) {
+      const int64_t rounds = (groups(t) + threads - 1) / threads;
+      return static_cast<double>(rounds) * t.bm() * t.bn() / efficiency;
+    };
+    return cost(kLarge, 1.3) <= cost(kMedium, 1.0) ? kLarge : kMedium;
+  }
+  // On a GPU bigger tiles reuse each loaded value more, but every compute unit needs a few
+  // workgroups to hide latency.
+  return groups(kLarge) >= 256 ? kLarge : kMedium;
+}
+
+void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                    const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols;
+  const Tile tile = pick_tile(c.batch, m, n);
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans};
+  const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(),
+                nstep = g_max_groups * tile.bn();
+  bool first = true;
+  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
+    for (int64_t m0 = 0; m0 < m; m0 += mstep) {
+      for (int64_t n0 = 0; n0 < n; n0 += nstep) {
+        const int64_t zc = std::min(zstep, c.batch - z0), mc = std::min(mstep, m - m0),
+                      nc = std::min(nstep, n - n0);
+        const GemmPush push =
+            make_push(a, b, c, z0, m0, n0, mc, nc, alpha, beta, bias, 0, bias_stride);
+        const Grid grid{div_up(nc, tile.bn()), div_up(mc, tile.bm()), static_cast<uint32_t>(zc)};
+        launch("matmul_tiled", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+               first ? cost : vk::DispatchCost{});
+        first = false;
+      }
+    }
+  }
+}
+
+// a is [M <= 8, K]. bias_rs/bias_cs index the bias by output row or column (the swapped form of
+// an N <= 8 problem indexes it by row).
+void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                     const Tensor& bias, int64_t bias_rs, int64_t bias_cs,
+                     const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols, k = a.cols;
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  const uint32_t cols_per_group = lb.trans ? 8 : 32;  // matmul_skinny's COLS
+  // vec4 reads of B need every row start 16-byte aligned, in every batch entry and chunk.
+  const bool vec4_b =
+      lb.trans && k % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 4 == 0 && b.bs % 4 == 0;
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, lb.trans, vec4_b};
+  const int64_t zstep = g_max_groups, nstep = g_max_groups * cols_per_group;
+  bool first = true;
+  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
+    for (int64_t n0 = 0; n0 < n; n0 += nstep) {
+      const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
+      const GemmPush push =
+          make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, bias_rs, bias_cs);
+      const Grid grid{div_up(nc, cols_per_group), 1, static_cast<uint32_t>(zc)};
+      launch("matmul_skinny", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+             first ? cost : vk::DispatchCost{});
+      first = false;
+    }
+  }
+}
+
+bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
+  if (!x.t.same_storage(y.t)) return false;
+  auto span = [](const MatDesc& d) {
+    const int64_t lo = d.t.offset();
+    return std::pair{lo, lo + (d.batch - 1) * d.bs + (d.rows - 1) * d.rs + (d.cols - 1) * d.cs};
+  };
+  const auto [xl, xh] = span(x);
+  const auto [yl, yh] = span(y);
+  return xl <= yh && yl <= xh;
+}
+
+}  // namespace
+
+std::optional<MatDesc> MatDesc::rows_merged() const {
+  if (batch == 1) return MatDesc{t, 1, rows, cols, 0, rs, cs};
+  if (rows == 1) return MatDesc{t, 1, batch, cols, 0, bs, cs};
+  if (bs != rows * rs) return std::nullopt;
+  return MatDesc{t, 1, batch * rows, cols, 0, rs, cs};
+}
+
+std::optional<MatDesc> describe(const Tensor& t) {
+  const int r = t.rank();
+  VKF_REQUIRE(r >= 2, "matmul: internal: describe() needs rank >= 2, got {}", shape_str(t.shape()));
+  MatDesc d;
+  d.t = t;
+  d.rows = t.shape()[r - 2];
+  d.cols = t.shape()[r - 1];
+  d.rs = t.strides()[r - 2];
+  d.cs = t.strides()[r - 1];
+  int64_t batch = 1, bs = -1, next = 0;
+  for (int i = r - 3; i >= 0; --i) {
+    const int64_t size = t.shape()[i], stride = t.strides()[i];
+    batch *= size;
+    if (size == 1) continue;
+    if (bs >= 0 && stride != next) return std::nullopt;
+    if (bs < 0) bs = stride;
+    next = stride * size;
+  }
+  d.batch = batch;
+  d.bs = batch == 1 ? 0 : bs;
+  return d;
+}
+
+MatDesc describe_readable(const Tensor& t) {
+  if (auto d = describe(t); d && d->kernel_readable()) return *d;
+  autograd::NoGradScope no_grad;
+  return *describe(t.contiguous());
+}
+
+MatDesc describe_rows(const Tensor& t) {
+  VKF_REQUIRE(t.rank() >= 1, "matmul: internal: describe_rows() needs rank >= 1");
+  if (t.rank() == 1 && (t.strides()[0] == 1 || t.shape()[0] <= 1))
+    return MatDesc{t, 1, 1, t.shape()[0], 0, t.shape()[0], 1};
+  if (t.rank() == 1) {
+    autograd::NoGradScope no_grad;
+    return describe_rows(t.contiguous());
+  }
+  if (auto d = describe(t)) {
+    auto merged = d->rows_merged();
+    if (merged && (merged->cs == 1 || merged->cols == 1)) return *merged;
+  }
+  autograd::NoGradScope no_grad;
+  return *describe(t.contiguous())->rows_merged();
+}
+
+void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float alpha, float beta,
+          const Tensor& bias) {
+  MatDesc a = a_in, b = b_in, c = c_in;
+  VKF_REQUIRE(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows,
+              "matmul: internal: gemm shapes [{}, {}] x [{}, {}] -> [{}, {}] do not chain", a.rows,
+              a.cols, b.rows, b.cols, c.rows, c.cols);
+  VKF_REQUIRE((a.batch == 1 || a.batch == c.batch) && (b.batch == 1 || b.batch == c.batch),
+              "matmul: internal: gemm batches {} and {} do not fit an output batch of {}", a.batch,
+              b.batch, c.batch);
+  VKF_REQUIRE(a.kernel_readable() && b.kernel_readable(),
+              "matmul: internal: gemm operands need a contiguous row or column");
+  VKF_REQUIRE(!storage_overlaps(a, c) && !storage_overlaps(b, c),
+              "matmul: the output overlaps an input in memory");
+  if (a.batch == 1) a.bs = 0;
+  if (b.batch == 1) b.bs = 0;
+  if (c.batch == 1) c.bs = 0;
+  check_extent(a, "matmul operand a extent");
+  check_extent(b, "matmul operand b extent");
+  check_extent(c, "matmul output extent");
+  int64_t bias_stride = 0;
+  if (bias.defined()) {
+    VKF_REQUIRE(bias.rank() == 1 && bias.shape()[0] == c.cols && bias.dtype() == DType::F32,
+                "matmul: internal: bias must be f32 [{}]", c.cols);
+    bias_stride = bias.strides()[0];
+    checked_u32((c.cols - 1) * bias_stride, "matmul bias extent");
+    VKF_REQUIRE(!storage_overlaps(MatDesc{bias, 1, 1, c.cols, 0, 0, bias_stride}, c),
+                "matmul: the output overlaps the bias in memory");
+  }
+  if (c.rows == 0 || c.cols == 0 || c.batch == 0) return;
+
+  const double batch = static_cast<double>(c.batch);
+  vk::DispatchCost cost;
+  cost.flops = 2.0 * batch * c.rows * c.cols * a.cols;
+  cost.bytes = 4.0 * (static_cast<double>(a.batch) * a.rows * a.cols +
+                      static_cast<double>(b.batch) * b.rows * b.cols +
+                      batch * c.rows * c.cols * (beta != 0 ? 2 : 1));
+
+  // A weight shared by a batch of row-major inputs: one taller product fills the GPU better.
+  if (c.batch > 1 && b.batch == 1 && a.batch > 1) {
+    auto am = a.rows_merged(), cm = c.rows_merged();
+    if (am && cm && (am->cs == 1 || am->cols == 1)) {
+      a = *am;
+      c = *cm;
+    }
+  }
+  if (c.rows <= kSkinnyMaxRows) {
+    dispatch_skinny(a, b, c, alpha, beta, bias, 0, bias_stride, cost);
+  } else if (c.cols <= kSkinnyMaxRows) {
+    // C^T = b^T a^T: the bias runs along the rows of the transposed output.
+    dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
+                    0, cost);
+  } else {
+    dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
+  }
+}
+
+void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
+  VKF_REQUIRE(src.batch == 1 && (src.cs == 1 || src.cols == 1),
+              "matmul: internal: column_sum needs one matrix with contiguous rows");
+  VKF_REQUIRE(dst.rank() == 1 && dst.shape()[0] == src.cols && dst.is_contiguous(),
+              "matmul: internal: column_sum needs a contiguous [{}] destination", src.cols);
+  const int64_t rows = src.rows, n = src.cols;
+  if (rows == 0 || n == 0) return;
+  checked_u32((rows - 1) * src.rs + n - 1, "column sum extent");
+  constexpr uint32_t kCols = 32;  // matmul_colsum's COLS
+  const uint32_t ld = rows == 1 ? 0 : checked_u32(src.rs, "row stride");
+
+  auto pass = [&](const Tensor& from, int64_t from_offset, uint32_t from_ld, int64_t r,
+                  int64_t rows_per_group, const Tensor& to, uint32_t to_rs, float pass_beta) {
+    const int64_t groups_y = (r + rows_per_group - 1) / rows_per_group;
+    const int64_t nstep = g_max_groups * kCols;
+    for (int64_t n0 = 0; n0 < n; n0 += nstep) {
+      const int64_t nc = std::min(nstep, n - n0);
+      ColsumPush push{};
+      push.src = byte_address(from, from_offset + n0);
+      push.dst = byte_address(to, n0);
+      push.r = static_cast<uint32_t>(r);
+      push.n = static_cast<uint32_t>(nc);
+      push.ld = from_ld;
+      push.rows_per_group = static_cast<uint32_t>(rows_per_group);
+      push.dst_rs = to_rs;
+      push.beta = pass_beta;
+      const vk::DispatchCost cost{static_cast<double>(r) * nc,
+                                  4.0 * (static_cast<double>(r) * nc + groups_y * nc)};
+      launch("matmul_colsum", push, Grid{div_up(nc, kCols), static_cast<uint32_t>(groups_y), 1},
+             {&from, &to}, {&to}, {}, cost);
+    }
+  };
+
+  // Short matrices in one pass; long ones as partial sums of row chunks (at most 1024 of them),
+  // then the sum of the partials, so that many workgroups share the reading.
+  constexpr int64_t kOnePassRows = 4096;
+  if (rows <= kOnePassRows) {
+    pass(src.t, 0, ld, rows, rows, dst, 0, beta);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1024, (rows + 1023) / 1024);
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  Tensor partial = Tensor::empty({chunks, n});
+  pass(src.t, 0, ld, rows, chunk, partial, checked_u32(n, "column count"), 0.0f);
+  pass(partial, 0, static_cast<uint32_t>(n), chunks, chunks, dst, 0, beta);
+}
+
+void set_tile_choice(TileChoice choice) {
+  g_tile_choice = choice;
+}
+void set_grid_limit(int64_t groups) {
+  g_max_groups = std::clamp<int64_t>(groups, 1, 65535);
+}
+TileChoice tile_choice() {
+  return g_tile_choice;
+}
+
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n) {
+  if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m);
+  if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n);
+  const Tile t = pick_tile(batch, m, n);
+  return "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
+         std::to_string(t.bk);
+}
+
+}  // namespace vkf::ops::detail

@@ -1,0 +1,64 @@
+// The GEMM machinery under ops/matmul.h, for code inside src/ops: matrices described by strides
+// (so transposes and slices are views, never copies), one entry point that picks and dispatches
+// the tiled or skinny kernel, and the deterministic column sum used for bias gradients.
+// Nothing here records on the autodiff tape.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace vkf::ops::detail {
+
+// A batch of f32 matrices in one tensor's storage: element (z, r, c) is at element offset
+// z*bs + r*rs + c*cs from t.address(). A batch of 1 has bs = 0, so such a matrix can be shared
+// by every entry of a batched product.
+struct MatDesc {
+  Tensor t;
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t bs = 0, rs = 0, cs = 0;
+
+  MatDesc transposed() const { return {t, batch, cols, rows, bs, cs, rs}; }
+  MatDesc transposed_if(bool on) const { return on ? transposed() : *this; }
+  // The kernels read a matrix whose rows or columns are contiguous.
+  bool kernel_readable() const { return cs == 1 || rs == 1 || rows == 1 || cols == 1; }
+  // One matrix of batch*rows rows, when rows are evenly spaced across the batch.
+  std::optional<MatDesc> rows_merged() const;
+};
+
+// The last two dimensions of t as matrices, the leading ones as one batch dimension; nullopt when
+// the leading dimensions do not collapse to a single stride.
+std::optional<MatDesc> describe(const Tensor& t);
+// As describe(), but makes a contiguous copy when the view cannot be described or read by the
+// kernels as it is.
+MatDesc describe_readable(const Tensor& t);
+// All of t (rank >= 1) as one [numel / last, last] matrix, copying when the leading dimensions
+// are not evenly spaced or the last is not contiguous.
+MatDesc describe_rows(const Tensor& t);
+
+// c[z] = alpha * a[z] b[z] + beta * c[z] (+ bias[n] on every row) for every entry z of c's batch;
+// a is [M, K], b is [K, N] (each of batch 1 or c's batch), c is [M, N]. a and b must be
+// kernel_readable(); c may have any strides but must not overlap a or b. bias, when defined, is a
+// rank-1 f32 tensor of N elements. With beta == 0, c is not read.
+void gemm(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+          const Tensor& bias = {});
+
+// dst[n] = sum_r src(r, n) + beta * dst[n] over a single matrix src (batch 1, cs == 1) and a
+// contiguous rank-1 dst; deterministic (fixed order, no atomics).
+void column_sum(const MatDesc& src, const Tensor& dst, float beta);
+
+// Tile choice of the tiled kernel. Auto picks by shape and device; the others force a size
+// (for benchmarks and tuning).
+enum class TileChoice { Auto, Medium, Large };
+void set_tile_choice(TileChoice choice);
+TileChoice tile_choice();
+// Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger
+// grids are split into several dispatches. Lowered by tests to exercise the split cheaply.
+void set_grid_limit(int64_t groups);
+// The kernel and tile a problem of this shape would use, e.g. "tiled 64x64x16" or "skinny m=3";
+// for benchmarks.
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n);
+
+}  // namespace vkf::ops::detail

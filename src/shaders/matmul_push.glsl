@@ -1,0 +1,28 @@
+// The push-constant block shared by the GEMM kernels (matmul_tiled, matmul_skinny); it mirrors
+// GemmPush in src/ops/matmul.cpp. One batch entry z of the problem is
+//   C[z](m, n) = alpha * sum_k opA[z](m, k) * opB[z](k, n) + beta * C[z](m, n) + bias(m, n)
+// where opA(m, k) is a[z*sa + m*lda + k] (or a[z*sa + k*lda + m] when TRANS_A), opB(k, n) is
+// b[z*sb + k*ldb + n] (or b[z*sb + n*ldb + k] when TRANS_B), C(m, n) is c[z*sc + m*c_rs + n*c_cs]
+// and bias(m, n) is bias[m*bias_rs + n*bias_cs] (the host zeroes one of the two strides).
+// A zero batch stride shares an operand across the batch. With beta == 0, C is never read.
+layout(push_constant, std430) uniform Push {
+  F32Buf a;
+  F32Buf b;
+  F32Buf c;
+  uint64_t bias;  // 0 when there is no bias
+  uint M, N, K;
+  uint lda, ldb;
+  uint c_rs, c_cs;
+  uint sa, sb, sc;
+  uint bias_rs, bias_cs;
+  float alpha, beta;
+} p;
+
+// The epilogue every GEMM kernel ends with, for one in-range output element.
+void store_output(uint z, uint m, uint n, float acc) {
+  float v = p.alpha * acc;
+  const uint ci = z * p.sc + m * p.c_rs + n * p.c_cs;
+  if (p.beta != 0.0) v += p.beta * p.c.v[ci];
+  if (p.bias != 0) v += F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs];
+  p.c.v[ci] = v;
+}
