@@ -88,7 +88,22 @@ VkInstance create_instance(bool validation, bool quiet_missing_driver) {
 
 Context& Context::get() {
   auto& slot = instance_slot();
-  if (!slot) slot.reset(new Context(requested_device()));
+  if (!slot) {
+    slot.reset(new Context(requested_device()));
+    // Tear down at exit before the driver does: handlers run in reverse order of registration,
+    // and the driver registers its own while the instance is created. Without this the static
+    // slot (registered earlier) would destroy the device after the NVIDIA driver's teardown.
+    static const bool registered = [] {
+      std::atexit([] {
+        try {
+          Context::shutdown();
+        } catch (...) {
+        }
+      });
+      return true;
+    }();
+    (void)registered;
+  }
   return *slot;
 }
 

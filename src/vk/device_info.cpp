@@ -77,7 +77,10 @@ std::string component_name(VkComponentTypeKHR t) {
     case VK_COMPONENT_TYPE_UINT16_KHR: return "u16";
     case VK_COMPONENT_TYPE_UINT32_KHR: return "u32";
     case VK_COMPONENT_TYPE_UINT64_KHR: return "u64";
-    default: return fmt::format("type{}", static_cast<int>(t));  // e.g. bf16 on newer drivers
+    default:
+      // VK_COMPONENT_TYPE_BFLOAT16_KHR (VK_KHR_shader_bfloat16) postdates these headers.
+      if (static_cast<int>(t) == 1000141000) return "bf16";
+      return fmt::format("type{}", static_cast<int>(t));
   }
 }
 
