@@ -82,6 +82,19 @@ void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& w
   EXPECT_EQ(a.to_bytes(), b.to_bytes()) << what << ": results differ bitwise";
 }
 
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) {
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in the message: " << msg;
+    }
+    return;
+  }
+  ADD_FAILURE() << "expected a vkf::Error, but nothing was thrown";
+}
+
 std::vector<double> numeric_grad(const DoubleFn& f, const std::vector<double>& x,
                                  const std::vector<double>& dy, double eps) {
   std::vector<double> g(x.size());

@@ -43,6 +43,9 @@ void expect_close(const Tensor& got, const std::vector<double>& want, double ato
 // Bitwise equality of two tensors' bytes.
 void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what);
 
+// Fails unless `fn` throws vkf::Error whose message contains every one of `parts`.
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts);
+
 // d/dx of sum(dy * f(x)) by central differences in double.
 using DoubleFn = std::function<std::vector<double>(const std::vector<double>&)>;
 std::vector<double> numeric_grad(const DoubleFn& f, const std::vector<double>& x,

@@ -66,9 +66,10 @@ TEST(Core, FillAllDtypes) {
 
 TEST(Core, ConversionsMatchIeee) {
   // Values that exercise rounding ties, subnormals, overflow, infinities and NaN.
-  std::vector<float> v = {0.f, -0.f, 1.f, -2.5f, 65504.f, 65520.f, 1e6f, -1e6f, 6.1e-5f, 5.96e-8f,
-                          2.98e-8f, 1e-10f, 1.0009765625f, 1.00048828125f, 1.00146484375f,
-                          INFINITY, -INFINITY, 3.14159265f, 1.17549435e-38f};
+  std::vector<float> v = {0.f,      -0.f,      1.f,           -2.5f,          65504.f,
+                          65520.f,  1e6f,      -1e6f,         6.1e-5f,        5.96e-8f,
+                          2.98e-8f, 1e-10f,    1.0009765625f, 1.00048828125f, 1.00146484375f,
+                          INFINITY, -INFINITY, 3.14159265f,   1.17549435e-38f};
   Rng rng(3);
   for (double x : rng.normal(500, 100)) v.push_back(static_cast<float>(x));
   for (double x : rng.normal(200, 1e-5)) v.push_back(static_cast<float>(x));
@@ -91,7 +92,8 @@ TEST(Core, ConversionsMatchIeee) {
     const double dlo = std::fabs(static_cast<double>(v[i]) - flo);
     const double dhi = std::fabs(static_cast<double>(fhi) - v[i]);
     uint16_t want = static_cast<uint16_t>(lo >> 16);
-    if (std::isfinite(v[i]) && (dhi < dlo || (dhi == dlo && (want & 1u)))) want = static_cast<uint16_t>(hi >> 16);
+    if (std::isfinite(v[i]) && (dhi < dlo || (dhi == dlo && (want & 1u))))
+      want = static_cast<uint16_t>(hi >> 16);
     uint16_t got_b;
     std::memcpy(&got_b, b.data() + 2 * i, 2);
     EXPECT_EQ(got_b, want) << "bf16 of " << v[i];
@@ -105,7 +107,8 @@ TEST(Core, ConversionsMatchIeee) {
   }
   // NaN stays NaN.
   std::vector<float> nan = {NAN};
-  EXPECT_TRUE(std::isnan(Tensor::from_host(std::span<const float>(nan), {1}).to(DType::BF16).to_float()[0]));
+  EXPECT_TRUE(std::isnan(
+      Tensor::from_host(std::span<const float>(nan), {1}).to(DType::BF16).to_float()[0]));
 }
 
 TEST(Core, IntegerConversions) {
@@ -120,7 +123,8 @@ TEST(Core, IntegerConversions) {
 }
 
 TEST(Core, AutogradAccumulatesIntoLeaves) {
-  // y = reshape(slice(x)) used twice: grads of x sum both paths; leaf grads accumulate across calls.
+  // y = reshape(slice(x)) used twice: grads of x sum both paths; leaf grads accumulate across
+  // calls.
   Tensor x = test::to_gpu({1, 2, 3, 4, 5, 6}, {2, 3});
   x.set_requires_grad(true);
   for (int call = 1; call <= 2; ++call) {
@@ -128,9 +132,9 @@ TEST(Core, AutogradAccumulatesIntoLeaves) {
     Tensor y;
     {
       autograd::TapeScope scope(tape);
-      Tensor a = x.slice(1, 1, 3);       // [2,2]
-      Tensor b = x.transpose(0, 1);      // [3,2]
-      Tensor c = b.slice(0, 0, 2);       // [2,2] = x[:, :2]^T
+      Tensor a = x.slice(1, 1, 3);   // [2,2]
+      Tensor b = x.transpose(0, 1);  // [3,2]
+      Tensor c = b.slice(0, 0, 2);   // [2,2] = x[:, :2]^T
       Tensor s = a.contiguous().reshape({4});
       Tensor t = c.contiguous().reshape({4});
       y = Tensor(s);

@@ -38,7 +38,7 @@ struct Case {
   int64_t rows, vocab;
   int ignore_every;
 };
-const Case kCases[] = {{1, 1, 0},  {7, 1, 3},   {7, 7, 0},      {13, 61, 4},
+const Case kCases[] = {{1, 1, 0},    {7, 1, 3},    {7, 7, 0},     {13, 61, 4},
                        {5, 1000, 2}, {37, 257, 5}, {3, 50257, 3}, {2, 50257, 0}};
 
 TEST(CrossEntropy, ForwardMatchesReference) {
@@ -48,8 +48,8 @@ TEST(CrossEntropy, ForwardMatchesReference) {
       const auto x = test::as_f32(rng.normal(static_cast<size_t>(c.rows * c.vocab), 3.0));
       const auto labels = random_labels(rng, c.rows, c.vocab, c.ignore_every);
       const auto want = ref::cross_entropy(x, c.rows, c.vocab, labels, kIgnore);
-      const std::string what = "N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab) +
-                               " " + dtype_name(dt);
+      const std::string what =
+          "N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab) + " " + dtype_name(dt);
       Tensor logits = test::to_gpu(x, {c.rows, c.vocab});
       Tensor mean = ops::cross_entropy(logits, labels_tensor(labels, dt));
       EXPECT_EQ(mean.shape(), Shape{});
@@ -120,8 +120,8 @@ TEST(CrossEntropy, AllRowsIgnoredGivesNanMeanAndZeroGradient) {
       {logits}, Tensor());
   EXPECT_EQ(grads[0], std::vector<double>(rows * vocab, 0.0));
   // No rows at all: the mean is NaN too.
-  EXPECT_TRUE(std::isnan(
-      ops::cross_entropy(Tensor::zeros({0, 3}), labels_tensor({}, DType::I64)).item()));
+  EXPECT_TRUE(
+      std::isnan(ops::cross_entropy(Tensor::zeros({0, 3}), labels_tensor({}, DType::I64)).item()));
 }
 
 TEST(CrossEntropy, CustomIgnoreIndexAndMaskedLogits) {
@@ -135,7 +135,8 @@ TEST(CrossEntropy, CustomIgnoreIndexAndMaskedLogits) {
     std::vector<int64_t> labels = {3, 0, 9, 3, 5, 1};
     const auto want = ref::cross_entropy(x, rows, vocab, labels, ignore);
     for (DType dt : {DType::I32, DType::I64}) {
-      Tensor loss = ops::cross_entropy(test::to_gpu(x, {rows, vocab}), labels_tensor(labels, dt), ignore);
+      Tensor loss =
+          ops::cross_entropy(test::to_gpu(x, {rows, vocab}), labels_tensor(labels, dt), ignore);
       test::expect_close({loss.item()}, {want.mean}, 3e-6, 3e-6,
                          "ignore_index " + std::to_string(ignore) + " " + dtype_name(dt));
       auto grads = test::gpu_grads(
@@ -143,7 +144,8 @@ TEST(CrossEntropy, CustomIgnoreIndexAndMaskedLogits) {
             return ops::cross_entropy(in[0], labels_tensor(labels, dt), ignore);
           },
           {test::to_gpu(x, {rows, vocab})}, Tensor());
-      test::expect_close(grads[0], ref::cross_entropy_backward(x, rows, vocab, labels, ignore, 1.0, true),
+      test::expect_close(grads[0],
+                         ref::cross_entropy_backward(x, rows, vocab, labels, ignore, 1.0, true),
                          1e-6, 1e-5, "grad, ignore_index " + std::to_string(ignore));
     }
   }
@@ -209,9 +211,9 @@ TEST(CrossEntropy, OutOfRangeLabelsGiveNan) {
     const std::vector<int64_t> labels = {1, bad, kIgnore};
     Tensor lab = labels_tensor(labels, DType::I64);
     EXPECT_TRUE(std::isnan(ops::cross_entropy(logits, lab).item())) << bad;
-    auto grads = test::gpu_grads(
-        [&](std::vector<Tensor>& in) { return ops::cross_entropy(in[0], lab); }, {logits},
-        Tensor());
+    auto grads =
+        test::gpu_grads([&](std::vector<Tensor>& in) { return ops::cross_entropy(in[0], lab); },
+                        {logits}, Tensor());
     for (int64_t v = 0; v < vocab; ++v) {
       EXPECT_TRUE(std::isfinite(grads[0][v])) << "row 0 stays finite";
       EXPECT_TRUE(std::isnan(grads[0][vocab + v])) << "the bad row is NaN";
@@ -219,15 +221,11 @@ TEST(CrossEntropy, OutOfRangeLabelsGiveNan) {
     }
   }
   EXPECT_NO_THROW(ops::check_labels({0, 3, kIgnore}, vocab, kIgnore, "batch 0"));
-  try {
-    ops::check_labels({0, kIgnore, 4}, vocab, kIgnore, "batch 7");
-    ADD_FAILURE() << "check_labels accepted label 4 for a vocabulary of 4";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("batch 7"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("label 4"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("position 2"), std::string::npos) << msg;
-  }
+  test::expect_error(
+      [&] {
+        ops::check_labels({0, kIgnore, 4}, vocab, kIgnore, "batch 7");
+      },
+      {"batch 7", "label 4", "position 2"});
   EXPECT_THROW(ops::check_labels({-100}, vocab, -1, "x"), Error);
 }
 
@@ -244,14 +242,11 @@ TEST(CrossEntropy, ErrorsOnBadInput) {
   EXPECT_THROW(ops::cross_entropy(logits, labels_tensor({0, 1}, DType::I64)), Error);
   EXPECT_THROW(ops::cross_entropy(logits, Tensor::zeros({3, 1}, DType::I64)), Error);
   EXPECT_THROW(ops::cross_entropy_parts(logits, labels_tensor({0, 1, 2, 3}, DType::I32)), Error);
-  try {
-    ops::cross_entropy(logits, labels_tensor({0, 1}, DType::I64));
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("cross_entropy"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("labels"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;
-  }
+  test::expect_error(
+      [&] {
+        ops::cross_entropy(logits, labels_tensor({0, 1}, DType::I64));
+      },
+      {"cross_entropy", "labels", "[2]"});
 }
 
 }  // namespace

@@ -67,9 +67,9 @@ TEST(Reduce, SumOverOneDimension) {
   Rng rng(42);
   // Every reduce_sum variant: serial (<= 16 long), 32 lanes per output (<= 1024), 256 lanes per
   // output (longer; reduced dim innermost or strided) and column sums.
-  const DimCase cases[] = {{{13, 37}, 0},   {{13, 37}, 1},     {{13, 37}, -1}, {{3, 1, 5}, 1},
-                           {{2, 3, 129}, -1}, {{1001, 7}, -1}, {{7, 1001}, 1}, {{300, 257}, 0},
-                           {{4, 61, 3}, 1}, {{5, 100003}, -1}, {{1}, 0},       {{7}, 0},
+  const DimCase cases[] = {{{13, 37}, 0},     {{13, 37}, 1},     {{13, 37}, -1}, {{3, 1, 5}, 1},
+                           {{2, 3, 129}, -1}, {{1001, 7}, -1},   {{7, 1001}, 1}, {{300, 257}, 0},
+                           {{4, 61, 3}, 1},   {{5, 100003}, -1}, {{1}, 0},       {{7}, 0},
                            {{2, 3000, 2}, 1}, {{3, 1025}, 1}};
   for (const DimCase& c : cases) {
     const auto x = random_f32(rng, c.shape);
@@ -90,9 +90,9 @@ TEST(Reduce, SumOverOneDimension) {
 TEST(Reduce, SumToShape) {
   Rng rng(43);
   const std::pair<Shape, Shape> cases[] = {
-      {{37, 61}, {37, 1}},   {{300, 257}, {257}},    {{8, 3, 5}, {3, 5}},   {{2, 3, 4, 5}, {3, 1, 5}},
-      {{13, 37}, {}},        {{13, 37}, {1, 1}},     {{7, 1, 5}, {1, 5}},   {{5, 2000}, {5, 1}},
-      {{3, 4}, {3, 4}}};
+      {{37, 61}, {37, 1}},       {{300, 257}, {257}}, {{8, 3, 5}, {3, 5}},
+      {{2, 3, 4, 5}, {3, 1, 5}}, {{13, 37}, {}},      {{13, 37}, {1, 1}},
+      {{7, 1, 5}, {1, 5}},       {{5, 2000}, {5, 1}}, {{3, 4}, {3, 4}}};
   for (const auto& [from, to] : cases) {
     const auto x = random_f32(rng, from);
     const std::string what = "sum_to_shape " + shape_str(from) + " -> " + shape_str(to);
@@ -116,7 +116,8 @@ TEST(Reduce, Gradients) {
                                   test::to_gpu({seed}, {}));
   test::expect_close(gm[0], std::vector<double>(x.size(), seed / x.size()), 0, 1.2e-7, "mean grad");
   // A scalar root needs no seed.
-  const auto g1 = test::gpu_grads([](std::vector<Tensor>& in) { return ops::sum(in[0]); }, {tx}, {});
+  const auto g1 =
+      test::gpu_grads([](std::vector<Tensor>& in) { return ops::sum(in[0]); }, {tx}, {});
   test::expect_close(g1[0], std::vector<double>(x.size(), 1.0), 0, 0, "sum grad, implicit seed");
   for (int dim : {0, 1}) {
     Shape so = s;
@@ -133,7 +134,9 @@ TEST(Reduce, Gradients) {
   // sum_to_shape's gradient broadcasts back.
   const auto dy = random_f32(rng, {37, 1});
   const auto g = test::gpu_grads(
-      [](std::vector<Tensor>& in) { return ops::sum_to_shape(in[0], {37, 1}); },
+      [](std::vector<Tensor>& in) {
+        return ops::sum_to_shape(in[0], {37, 1});
+      },
       {test::to_gpu(random_f32(rng, {37, 61}), {37, 61})}, test::to_gpu(dy, {37, 1}));
   test::expect_close(g[0], ref::expand(dy, {37, 1}, {37, 61}), 0, 0, "sum_to_shape grad");
 }
@@ -173,7 +176,9 @@ TEST(Reduce, GlobalL2Norm) {
   const std::vector<double> a = {0.3, -1.2, 2.5}, b = {0.5, 0.0, -0.25, 1.0};
   const double seed = 1.5;
   const auto g = test::gpu_grads(
-      [](std::vector<Tensor>& t) { return ops::global_l2_norm({t[0], t[1]}); },
+      [](std::vector<Tensor>& t) {
+        return ops::global_l2_norm({t[0], t[1]});
+      },
       {test::to_gpu(a, {3}), test::to_gpu(b, {2, 2})}, test::to_gpu({seed}, {}));
   const double n = ref::global_l2_norm({a, b});
   std::vector<double> ga, gb;
@@ -191,8 +196,8 @@ TEST(Reduce, GlobalL2Norm) {
       ab, {seed});
   test::expect_close(gab, num, 1e-8, 1e-7, "reference norm grad");
   // The gradient at a zero norm is zero, not NaN.
-  const auto gz = test::gpu_grads([](std::vector<Tensor>& t) { return ops::global_l2_norm({t[0]}); },
-                                  {Tensor::zeros({3})}, {});
+  const auto gz = test::gpu_grads(
+      [](std::vector<Tensor>& t) { return ops::global_l2_norm({t[0]}); }, {Tensor::zeros({3})}, {});
   test::expect_close(gz[0], {0, 0, 0}, 0, 0, "norm grad at zero");
 }
 

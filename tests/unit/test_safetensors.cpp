@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("vkf_st_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("vkf_st_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -31,11 +32,13 @@ class SafetensorsTest : public ::testing::Test {
                        const std::vector<uint8_t>& data, int64_t header_len_override = -1) {
     std::string h = header;
     while (h.size() % 8) h.push_back(' ');
-    const uint64_t len = header_len_override >= 0 ? static_cast<uint64_t>(header_len_override) : h.size();
+    const uint64_t len =
+        header_len_override >= 0 ? static_cast<uint64_t>(header_len_override) : h.size();
     std::ofstream out(path(name), std::ios::binary);
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>(len >> (8 * i)));
     out << h;
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.write(reinterpret_cast<const char*>(data.data()),
+              static_cast<std::streamsize>(data.size()));
     return path(name);
   }
 
@@ -46,7 +49,8 @@ class SafetensorsTest : public ::testing::Test {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(file), std::string::npos) << msg;
-      for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+      for (const auto& p : parts)
+        EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
     }
   }
 
@@ -95,9 +99,10 @@ TEST_F(SafetensorsTest, WriterRoundTripsAndPadsHeader) {
   test::Rng rng(5);
   const auto a = test::as_f32(rng.uniform(35));
   Tensor t = test::to_gpu(a, {5, 7});
-  std::vector<io::WriteTensor> ws = {io::to_write_tensor("model.embed.weight", t),
-                                     io::to_write_tensor("x.bf16", t.to(DType::BF16)),
-                                     io::to_write_tensor("ids", Tensor::from_host_i64(std::vector<int64_t>{3, 4}, {2}))};
+  std::vector<io::WriteTensor> ws = {
+      io::to_write_tensor("model.embed.weight", t),
+      io::to_write_tensor("x.bf16", t.to(DType::BF16)),
+      io::to_write_tensor("ids", Tensor::from_host_i64(std::vector<int64_t>{3, 4}, {2}))};
   const std::string p = path("m.safetensors");
   io::write_safetensors(p, ws);
   // Header length is a multiple of 8 and the data follows it directly.
@@ -125,7 +130,8 @@ TEST_F(SafetensorsTest, WriterRoundTripsAndPadsHeader) {
 TEST_F(SafetensorsTest, ShardedWithIndex) {
   std::vector<io::WriteTensor> ws;
   for (int i = 0; i < 5; ++i) {
-    ws.push_back(io::to_write_tensor("t" + std::to_string(i), Tensor::full({100}, static_cast<float>(i))));
+    ws.push_back(
+        io::to_write_tensor("t" + std::to_string(i), Tensor::full({100}, static_cast<float>(i))));
   }
   const auto files = io::write_sharded(dir_.string(), ws, 900);  // 400 bytes each: 2 per shard
   ASSERT_EQ(files.size(), 4u);
@@ -143,7 +149,8 @@ TEST_F(SafetensorsTest, ShardedWithIndex) {
   // A single small model is one file without an index.
   fs::remove_all(dir_);
   fs::create_directories(dir_);
-  EXPECT_EQ(io::write_sharded(dir_.string(), ws, 1 << 20), std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(io::write_sharded(dir_.string(), ws, 1 << 20),
+            std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(io::SafetensorsModel(dir_.string()).names().size(), 5u);
 }
 
@@ -154,26 +161,36 @@ TEST_F(SafetensorsTest, MalformedFilesGiveClearErrors) {
     std::ofstream(path("tiny.safetensors")) << "abc";
     expect_error(path("tiny.safetensors"), {"too short"});
   }
-  expect_error(raw_file("len.safetensors", "{" + ok + "}", d24, 1 << 20), {"header length", "runs past the end"});
+  expect_error(raw_file("len.safetensors", "{" + ok + "}", d24, 1 << 20),
+               {"header length", "runs past the end"});
   expect_error(raw_file("json.safetensors", "{\"w\": [1,2", d24), {"not valid JSON"});
-  expect_error(raw_file("dtype.safetensors", R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", d24),
+  expect_error(raw_file("dtype.safetensors",
+                        R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", d24),
                {"'w'", "F8_E4M3", "does not read"});
-  expect_error(raw_file("past.safetensors", R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})",
-                        floats({1, 2, 3})),
-               {"'w'", "run past the data section", "truncated"});
-  expect_error(raw_file("size.safetensors", R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,24]}})", d24),
+  expect_error(
+      raw_file("past.safetensors", R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})",
+               floats({1, 2, 3})),
+      {"'w'", "run past the data section", "truncated"});
+  expect_error(raw_file("size.safetensors",
+                        R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,24]}})", d24),
                {"'w'", "needs 16 bytes", "cover 24"});
-  expect_error(raw_file("overlap.safetensors",
-                        R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
-                        d24),
-               {"'a'", "'b'", "overlap"});
-  expect_error(raw_file("dup.safetensors",
-                        R"({"w":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"w":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
-                        d24),
-               {"'w'", "appears twice"});
-  expect_error(raw_file("order.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", d24),
+  expect_error(
+      raw_file(
+          "overlap.safetensors",
+          R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+          d24),
+      {"'a'", "'b'", "overlap"});
+  expect_error(
+      raw_file(
+          "dup.safetensors",
+          R"({"w":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"w":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
+          d24),
+      {"'w'", "appears twice"});
+  expect_error(raw_file("order.safetensors",
+                        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", d24),
                {"'w'", "end before they begin"});
-  expect_error(raw_file("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", d24),
+  expect_error(raw_file("neg.safetensors",
+                        R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", d24),
                {"'w'", "non-negative"});
   expect_error(raw_file("fields.safetensors", R"({"w":{"dtype":"F32","shape":[1]}})", d24),
                {"'w'", "data_offsets"});
@@ -181,7 +198,8 @@ TEST_F(SafetensorsTest, MalformedFilesGiveClearErrors) {
 }
 
 TEST_F(SafetensorsTest, IndexErrorsNameTheShard) {
-  io::write_safetensors(path("s1.safetensors"), {io::to_write_tensor("a", Tensor::full({2}, 1.0f))});
+  io::write_safetensors(path("s1.safetensors"),
+                        {io::to_write_tensor("a", Tensor::full({2}, 1.0f))});
   std::ofstream(path("model.safetensors.index.json"))
       << R"({"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s1.safetensors"}})";
   try {
