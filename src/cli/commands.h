@@ -7,5 +7,8 @@ namespace vkf::cli {
 
 // Each registers its subcommand on `app`; the callback runs the command and sets `exit_code`.
 void add_devices_command(CLI::App& app, int& exit_code);
+void add_architectures_command(CLI::App& app, int& exit_code);
+void add_parity_command(CLI::App& app, int& exit_code);
+void add_dump_command(CLI::App& app, int& exit_code);
 
 }  // namespace vkf::cli

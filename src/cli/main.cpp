@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   });
   int exit_code = 0;
   vkf::cli::add_devices_command(app, exit_code);
+  vkf::cli::add_architectures_command(app, exit_code);
+  vkf::cli::add_parity_command(app, exit_code);
+  vkf::cli::add_dump_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

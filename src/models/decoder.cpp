@@ -1,0 +1,334 @@
+// The generic decoder's loading, forward pass and saving (see decoder.h).
+#include "models/decoder.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "io/safetensors.h"
+#include "models/registry.h"
+#include "nn/linear.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embed.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/rope_tables.h"
+#include "ops/softcap.h"
+#include "vk/error.h"
+
+namespace vkf::models {
+namespace fs = std::filesystem;
+
+std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const ArchSpec& s) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const int64_t H = s.hidden_size, D = s.head_dim, I = s.intermediate_size;
+  const int64_t qdim = s.num_heads * D, kvdim = s.num_kv_heads * D;
+  const auto& n = s.names;
+  out.push_back({n.embed, {s.vocab_size, H}});
+  auto add_norm = [&](const std::string& prefix, int64_t width, bool bias) {
+    out.push_back({prefix + ".weight", {width}});
+    if (bias) out.push_back({prefix + ".bias", {width}});
+  };
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
+    if (s.fused_qkv) {
+      out.push_back({L(n.qkv + ".weight"), {qdim + 2 * kvdim, H}});
+    } else {
+      for (auto [proj, rows] : {std::pair{&n.q, qdim}, {&n.k, kvdim}, {&n.v, kvdim}}) {
+        out.push_back({L(*proj + ".weight"), {rows, H}});
+        if (s.qkv_bias) out.push_back({L(*proj + ".bias"), {rows}});
+      }
+    }
+    out.push_back({L(n.o + ".weight"), {H, qdim}});
+    if (s.o_bias) out.push_back({L(n.o + ".bias"), {H}});
+    if (s.qk_norm == QkNorm::PerHead) {
+      add_norm(L(n.q_norm), D, false);
+      add_norm(L(n.k_norm), D, false);
+    } else if (s.qk_norm == QkNorm::Full) {
+      add_norm(L(n.q_norm), qdim, false);
+      add_norm(L(n.k_norm), kvdim, false);
+    }
+    if (s.mlp == MlpKind::Plain) {
+      out.push_back({L(n.fc + ".weight"), {I, H}});
+      if (s.mlp_bias) out.push_back({L(n.fc + ".bias"), {I}});
+      out.push_back({L(n.proj + ".weight"), {H, I}});
+      if (s.mlp_bias) out.push_back({L(n.proj + ".bias"), {H}});
+    } else if (s.fused_gate_up) {
+      out.push_back({L(n.gate_up + ".weight"), {2 * I, H}});
+      out.push_back({L(n.down + ".weight"), {H, I}});
+    } else {
+      for (auto [proj, shape] : {std::pair{&n.gate, Shape{I, H}}, {&n.up, Shape{I, H}}, {&n.down, Shape{H, I}}}) {
+        out.push_back({L(*proj + ".weight"), shape});
+        if (s.mlp_bias) out.push_back({L(*proj + ".bias"), {shape[0]}});
+      }
+    }
+    add_norm(L(n.norm1), H, s.norm_bias);
+    if (s.placement != NormPlacement::Parallel) add_norm(L(n.norm2), H, s.norm_bias);
+    if (s.placement == NormPlacement::Sandwich) {
+      add_norm(L(n.pre_ff_norm), H, s.norm_bias);
+      add_norm(L(n.post_ff_norm), H, s.norm_bias);
+    }
+  }
+  add_norm(n.final_norm, H, s.norm_bias);
+  if (!s.tie_word_embeddings) out.push_back({n.lm_head, {s.vocab_size, H}});
+  return out;
+}
+
+DecoderModel::DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params)
+    : spec_(std::move(spec)), params_(std::move(params)) {
+  for (const auto& [name, shape] : parameter_shapes(spec_)) {
+    auto it = params_.find(name);
+    VKF_REQUIRE(it != params_.end(), "{} model: parameter '{}' is missing", spec_.model_type, name);
+    VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == DType::F32,
+                "{} model: parameter '{}' has shape {} ({}), expected {} (f32)", spec_.model_type,
+                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()), shape_str(shape));
+    order_.push_back(name);
+  }
+}
+
+DecoderModel DecoderModel::load(const std::string& dir) {
+  const fs::path root(dir);
+  VKF_REQUIRE(fs::is_directory(root), "{}: not a folder; --model needs a Hugging Face model folder "
+              "(config.json + *.safetensors)", dir);
+  ArchSpec spec = spec_from_file((root / "config.json").string());
+  io::SafetensorsModel weights(dir);
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, shape] : parameter_shapes(spec)) {
+    VKF_REQUIRE(weights.contains(name),
+                "{}: tensor '{}' is missing; a {} model with this config.json needs it", weights.source(),
+                name, spec.model_type);
+    const auto& entry = weights.entry(name);
+    VKF_REQUIRE(entry.shape == shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
+                weights.file_of(name).path(), name, shape_str(entry.shape), shape_str(shape));
+    VKF_REQUIRE(entry.dtype == io::StDtype::F32 || entry.dtype == io::StDtype::F16 ||
+                    entry.dtype == io::StDtype::BF16 || entry.dtype == io::StDtype::F64,
+                "{}: tensor '{}' is {}; weights must be floating point",
+                weights.file_of(name).path(), name, io::st_dtype_name(entry.dtype));
+    params[name] = weights.load(name, DType::F32);
+  }
+  return DecoderModel(std::move(spec), std::move(params));
+}
+
+const Tensor& DecoderModel::param(const std::string& name) const {
+  auto it = params_.find(name);
+  VKF_REQUIRE(it != params_.end(), "{} model has no parameter '{}'", spec_.model_type, name);
+  return it->second;
+}
+
+std::vector<Tensor> DecoderModel::parameters() const {
+  std::vector<Tensor> out;
+  for (const auto& n : order_) out.push_back(params_.at(n));
+  return out;
+}
+
+void DecoderModel::set_requires_grad(bool on) {
+  for (auto& [name, t] : params_) t.set_requires_grad(on);
+}
+
+Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix, int64_t width) const {
+  (void)width;
+  const Tensor& w = param(prefix + ".weight");
+  const float eps = static_cast<float>(spec_.norm_eps);
+  if (spec_.norm == NormKind::RMS) return ops::rms_norm(x, w, eps, spec_.norm_one_plus);
+  const Tensor b = spec_.norm_bias ? param(prefix + ".bias") : Tensor();
+  return ops::layer_norm(x, w, b, eps);
+}
+
+const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool cos) {
+  const ops::RopeConfig& r = spec_.layers[static_cast<size_t>(layer)].rope;
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", r.type, r.theta, r.factor,
+                                r.partial_rotary_factor, r.original_max_position_embeddings, positions);
+  for (double f : r.short_factor) key += fmt::format(",{}", f);
+  key += "|";
+  for (double f : r.long_factor) key += fmt::format(",{}", f);
+  auto it = rope_cache_.find(key + (cos ? "c" : "s"));
+  if (it == rope_cache_.end()) {
+    const auto tables = ops::rope_inv_freq(r, positions);
+    const auto cs = ops::rope_cos_sin(tables, positions);
+    rope_cache_[key + "c"] = cs.cos;
+    rope_cache_[key + "s"] = cs.sin;
+    it = rope_cache_.find(key + (cos ? "c" : "s"));
+  }
+  return it->second;
+}
+
+Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Tensor& mask, int64_t T,
+                                     const Trace& trace) {
+  const auto& s = spec_;
+  const auto& n = s.names;
+  auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
+  auto P = [&](const std::string& leaf) { return param(L(leaf)); };
+  auto bias = [&](const std::string& proj, bool has) { return has ? P(proj + ".bias") : Tensor(); };
+  auto emit = [&](const std::string& what, const Tensor& t) {
+    if (trace) trace(fmt::format("layers.{}.attn.{}", l, what), t);
+  };
+  const int64_t B = h.dim(0), D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
+  Tensor q, k, v;
+  if (s.fused_qkv) {
+    // phi3 stores the q, k and v rows one after another in qkv_proj.
+    Tensor qkv = nn::linear(L(n.qkv), h, P(n.qkv + ".weight"));
+    q = qkv.slice(2, 0, Hq * D).contiguous();
+    k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
+    v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
+  } else {
+    q = nn::linear(L(n.q), h, P(n.q + ".weight"), bias(n.q, s.qkv_bias));
+    k = nn::linear(L(n.k), h, P(n.k + ".weight"), bias(n.k, s.qkv_bias));
+    v = nn::linear(L(n.v), h, P(n.v + ".weight"), bias(n.v, s.qkv_bias));
+  }
+  const float eps = static_cast<float>(s.norm_eps);
+  if (s.qk_norm == QkNorm::Full) {  // olmo2: over every head at once, before the head split
+    q = ops::rms_norm(q, P(n.q_norm + ".weight"), eps);
+    k = ops::rms_norm(k, P(n.k_norm + ".weight"), eps);
+  }
+  q = q.reshape({B, T, Hq, D});
+  k = k.reshape({B, T, Hkv, D});
+  v = v.reshape({B, T, Hkv, D});
+  if (s.qk_norm == QkNorm::PerHead) {
+    q = ops::rms_norm(q, P(n.q_norm + ".weight"), eps, s.norm_one_plus);
+    k = ops::rms_norm(k, P(n.k_norm + ".weight"), eps, s.norm_one_plus);
+  }
+  emit("q", q);
+  emit("k", k);
+  emit("v", v);
+  const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
+  if (layer.use_rope) {
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+    const Tensor positions = Tensor::from_host_i32(pos, {1, T});
+    const int64_t rot = ops::rope_rotary_dim(layer.rope);
+    const Tensor& cos = rope_table(l, T, true);
+    const Tensor& sin = rope_table(l, T, false);
+    q = ops::apply_rope(q, cos, sin, positions, rot, s.rope_layout);
+    k = ops::apply_rope(k, cos, sin, positions, rot, s.rope_layout);
+    emit("q_rope", q);
+    emit("k_rope", k);
+  }
+  ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(s.attn_scale > 0 ? s.attn_scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  opts.causal = true;
+  opts.sliding_window = layer.sliding ? s.sliding_window : 0;
+  opts.softcap = static_cast<float>(s.attn_softcap);
+  Tensor a = ops::attention(q, k, v, mask, opts);
+  emit("context", a);
+  a = a.reshape({B, T, Hq * D});
+  Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
+  emit("out", o);
+  return o;
+}
+
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) const {
+  const auto& s = spec_;
+  const auto& n = s.names;
+  auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
+  auto P = [&](const std::string& leaf) { return param(L(leaf)); };
+  auto bias = [&](const std::string& proj) { return s.mlp_bias ? P(proj + ".bias") : Tensor(); };
+  Tensor out;
+  if (s.mlp == MlpKind::Plain) {
+    Tensor a = ops::activation(nn::linear(L(n.fc), h, P(n.fc + ".weight"), bias(n.fc)), s.act);
+    out = nn::linear(L(n.proj), a, P(n.proj + ".weight"), bias(n.proj));
+  } else if (s.fused_gate_up) {
+    Tensor gu = nn::linear(L(n.gate_up), h, P(n.gate_up + ".weight"));
+    out = nn::linear(L(n.down), ops::gated_act_fused(gu, s.act, true), P(n.down + ".weight"));
+  } else {
+    Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
+    Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
+    out = nn::linear(L(n.down), ops::gated_act(g, u, s.act), P(n.down + ".weight"), bias(n.down));
+  }
+  if (trace) trace(fmt::format("layers.{}.mlp.out", l), out);
+  return out;
+}
+
+Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace) {
+  const auto& s = spec_;
+  VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
+                  (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
+              "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
+  const int64_t B = input_ids.dim(0), T = input_ids.dim(1), H = s.hidden_size;
+  VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type, shape_str(input_ids.shape()));
+  if (attention_mask.defined()) {
+    VKF_REQUIRE(attention_mask.shape() == input_ids.shape(),
+                "{} forward: attention_mask {} must match input_ids {}", s.model_type,
+                shape_str(attention_mask.shape()), shape_str(input_ids.shape()));
+  }
+  auto emit = [&](const std::string& name, const Tensor& t) {
+    if (trace) trace(name, t);
+  };
+  std::optional<int64_t> padding_idx;
+  if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size) padding_idx = s.pad_token_id;
+  Tensor x = ops::embedding(param(s.names.embed), input_ids, padding_idx);
+  if (s.embed_scale_sqrt_hidden) {
+    // transformers multiplies by sqrt(hidden) rounded to the activation dtype (f32 here).
+    x = ops::scale(x, static_cast<float>(std::sqrt(static_cast<double>(H))));
+  }
+  if (s.embed_multiplier != 1.0) x = ops::scale(x, static_cast<float>(s.embed_multiplier));
+  emit("embed", x);
+  const float res_mult = static_cast<float>(s.residual_multiplier);
+  auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
+    const auto& n = s.names;
+    switch (s.placement) {
+      case NormPlacement::Pre: {
+        Tensor a = attention_block(l, norm(x, L(n.norm1), H), attention_mask, T, trace);
+        x = ops::residual_add(x, scaled(a));
+        emit(fmt::format("layers.{}.attn_residual", l), x);
+        Tensor m = mlp_block(l, norm(x, L(n.norm2), H), trace);
+        x = ops::residual_add(x, scaled(m));
+        break;
+      }
+      case NormPlacement::Sandwich: {
+        Tensor a = attention_block(l, norm(x, L(n.norm1), H), attention_mask, T, trace);
+        x = ops::residual_add(x, norm(a, L(n.norm2), H));
+        emit(fmt::format("layers.{}.attn_residual", l), x);
+        Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm), H), trace);
+        x = ops::residual_add(x, norm(m, L(n.post_ff_norm), H));
+        break;
+      }
+      case NormPlacement::Post: {
+        Tensor a = attention_block(l, x, attention_mask, T, trace);
+        x = ops::residual_add(x, norm(a, L(n.norm1), H));
+        emit(fmt::format("layers.{}.attn_residual", l), x);
+        Tensor m = mlp_block(l, x, trace);
+        x = ops::residual_add(x, norm(m, L(n.norm2), H));
+        break;
+      }
+      case NormPlacement::Parallel: {
+        Tensor h = norm(x, L(n.norm1), H);
+        Tensor a = attention_block(l, h, attention_mask, T, trace);
+        Tensor m = mlp_block(l, h, trace);
+        x = ops::residual_add(x, ops::residual_add(a, m));
+        break;
+      }
+    }
+    emit(fmt::format("layers.{}.out", l), x);
+  }
+  x = norm(x, s.names.final_norm, H);
+  emit("final_norm", x);
+  const Tensor& head = s.tie_word_embeddings ? param(s.names.embed) : param(s.names.lm_head);
+  Tensor logits = nn::linear("lm_head", x, head);
+  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
+  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
+  if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
+  emit("logits", logits);
+  return logits;
+}
+
+void DecoderModel::save(const std::string& dir, uint64_t max_shard_bytes) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VKF_REQUIRE(fs::is_directory(dir), "{}: cannot create the output folder ({})", dir, ec.message());
+  std::vector<io::WriteTensor> tensors;
+  for (const auto& name : order_) tensors.push_back(io::to_write_tensor(name, params_.at(name)));
+  io::write_sharded(dir, tensors, max_shard_bytes);
+  nlohmann::json config = spec_.config;
+  config.erase("torch_dtype");
+  config["dtype"] = "float32";
+  const std::string text = config.dump(2) + "\n";
+  io::write_file_atomic((fs::path(dir) / "config.json").string(),
+                        {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+}  // namespace vkf::models
