@@ -8,6 +8,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "core/launch.h"
 #include "models/decoder.h"
 #include "train/parity.h"
 #include "vk/error.h"
@@ -53,6 +54,9 @@ bool report(const std::string& title, const std::vector<train::ParityRow>& rows)
 }
 
 int run(const ParityArgs& a) {
+  // Parity is about accuracy: double-precision transcendental functions and accumulators where
+  // the device has fp64 (see core/launch.h).
+  set_math_mode(MathMode::Precise);
   if (a.fixture.empty()) {
     VKF_REQUIRE(!a.model.empty() && !a.batch.empty() && !a.out.empty(),
                 "parity needs --model DIR --batch FILE --out FILE (or --fixture DIR)");

@@ -2,6 +2,8 @@
 #include "core/launch.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
 #include <limits>
 
 #include "vk/error.h"
@@ -23,11 +25,40 @@ uint32_t checked_u32(int64_t n, const char* what) {
   return static_cast<uint32_t>(n);
 }
 
+namespace {
+MathMode initial_math_mode() {
+  const char* v = std::getenv("VKF_MATH");
+  if (!v || !*v || std::string(v) == "fast") return MathMode::Fast;
+  VKF_REQUIRE(std::string(v) == "precise", "VKF_MATH='{}': use 'fast' or 'precise'", v);
+  return MathMode::Precise;
+}
+MathMode& mode_slot() {
+  static MathMode mode = initial_math_mode();
+  return mode;
+}
+}  // namespace
+
+void set_math_mode(MathMode mode) { mode_slot() = mode; }
+MathMode math_mode() { return mode_slot(); }
+
+// The module to run: in precise mode, its "_precise" build (double-precision exp/log/rsqrt and
+// accumulators, see shaders/precise_math.glsl) where one exists and the device has fp64.
+static const std::string& resolve_module(const std::string& module) {
+  static std::unordered_map<std::string, std::string> precise_of;
+  if (math_mode() == MathMode::Fast || !vk::Context::get().info().float64_arithmetic) return module;
+  auto it = precise_of.find(module);
+  if (it == precise_of.end()) {
+    const std::string candidate = module + "_precise";
+    it = precise_of.emplace(module, vk::Pipelines::has_module(candidate) ? candidate : module).first;
+  }
+  return it->second;
+}
+
 void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
                 uint32_t push_bytes, Grid grid, std::initializer_list<const Tensor*> reads,
                 std::initializer_list<const Tensor*> writes, const vk::DispatchCost& cost) {
   auto& ctx = vk::Context::get();
-  const vk::Kernel& kernel = ctx.pipelines().get(module, spec);
+  const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(module), spec);
   std::vector<vk::BufferRange> r, w;
   r.reserve(reads.size());
   w.reserve(writes.size());

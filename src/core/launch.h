@@ -14,6 +14,13 @@
 
 namespace vkf {
 
+// Fast: the drivers' built-in exp/log/rsqrt and fp32 accumulators. Precise: modules marked
+// //!precise run their double-precision build (on devices with shaderFloat64), so every op rounds
+// about once; the parity path uses it. Default from VKF_MATH=fast|precise (fast).
+enum class MathMode { Fast, Precise };
+void set_math_mode(MathMode mode);
+MathMode math_mode();
+
 struct Grid {
   uint32_t x = 1, y = 1, z = 1;
 };

@@ -104,8 +104,9 @@ ops::RopeConfig parse_rope(const ConfigReader& cfg, const ArchSpec& spec, const 
   ops::RopeConfig rope;
   rope.head_dim = spec.head_dim;
   rope.max_position_embeddings = spec.max_position_embeddings;
-  rope.theta = cfg.number_or("rope_theta", rope.theta);
-  rope.partial_rotary_factor = cfg.number_or("partial_rotary_factor", 1.0);
+  const bool local = layer_type == "sliding_attention";
+  rope.theta = cfg.number_or("rope_theta", local ? spec.default_local_rope_theta : spec.default_rope_theta);
+  rope.partial_rotary_factor = cfg.number_or("partial_rotary_factor", spec.default_partial_rotary_factor);
   rope.original_max_position_embeddings = cfg.integer_or("original_max_position_embeddings", 0);
   const json& j = cfg.j;
   if (cfg.has("rope_parameters")) {  // transformers v5

@@ -83,6 +83,12 @@ struct ArchSpec {
   double logits_multiplier = 1.0;        // cohere logit_scale
   double final_softcap = 0;              // gemma2
 
+  // Rotary defaults of the config class, used when config.json gives neither rope_parameters nor
+  // rope_theta / partial_rotary_factor (transformers' default_theta and friends).
+  double default_rope_theta = 10000;
+  double default_local_rope_theta = 10000;  // sliding layers of gemma3
+  double default_partial_rotary_factor = 1.0;
+
   std::vector<LayerSpec> layers;
   NameTable names;
 

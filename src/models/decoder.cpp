@@ -299,7 +299,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
         Tensor h = norm(x, L(n.norm1), H);
         Tensor a = attention_block(l, h, attention_mask, T, trace);
         Tensor m = mlp_block(l, h, trace);
-        x = ops::residual_add(x, ops::residual_add(a, m));
+        x = ops::residual_add(ops::residual_add(x, a), m);  // transformers' order of the sums
         break;
       }
     }

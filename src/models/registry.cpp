@@ -60,18 +60,18 @@ void reject_true(const ConfigReader& c, const char* key, const char* why) {
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = {
-      {{"llama", "RMSNorm, SwiGLU, GQA, rope incl. llama3/yarn/dynamic/linear scaling", false}, false,
+      {{"llama", "RMSNorm, SwiGLU, GQA, rope incl. llama3/yarn/dynamic/linear scaling", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          all_sliding_if_window(s, c);
        }},
-      {{"mistral", "llama + sliding-window attention", false}, false,
+      {{"mistral", "llama + sliding-window attention", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.qkv_bias = s.o_bias = false;
          all_sliding_if_window(s, c);
        }},
-      {{"qwen2", "q/k/v bias, sliding-window layers from max_window_layers", false}, false,
+      {{"qwen2", "q/k/v bias, sliding-window layers from max_window_layers", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.qkv_bias = true;
@@ -84,15 +84,15 @@ const std::vector<Entry>& entries() {
          s.qk_norm = QkNorm::PerHead;
          qwen_sliding(s, c);
        }},
-      {{"gemma", "(1+w) RMSNorm, embeddings scaled by sqrt(hidden), GELU-tanh, tied head", false}, true,
+      {{"gemma", "(1+w) RMSNorm, embeddings scaled by sqrt(hidden), GELU-tanh, tied head", true}, true,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.norm_one_plus = true;
          s.embed_scale_sqrt_hidden = true;
-         s.act = activation_of(c, "hidden_activation", "gelu_pytorch_tanh");
+         s.act = activation_of(c, "hidden_act", "gelu_pytorch_tanh");
        }},
       {{"gemma2", "sandwich norms, attention and final soft-capping, alternating sliding layers, "
-                  "query_pre_attn_scalar", false}, true,
+                  "query_pre_attn_scalar", true}, true,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.norm_one_plus = true;
@@ -105,13 +105,14 @@ const std::vector<Entry>& entries() {
          if (!c.has("layer_types"))
            for (int64_t i = 0; i < s.num_layers; ++i) s.layers[i].sliding = i % 2 == 0;
        }},
-      {{"gemma3_text", "layer_types, local rope base for sliding layers, (1+w) q/k norm", false}, true,
+      {{"gemma3_text", "layer_types, local rope base for sliding layers, (1+w) q/k norm", true}, true,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.norm_one_plus = true;
          s.embed_scale_sqrt_hidden = true;
          s.placement = NormPlacement::Sandwich;
          s.qk_norm = QkNorm::PerHead;
+         s.default_rope_theta = 1e6;
          s.act = activation_of(c, "hidden_activation", "gelu_pytorch_tanh");
          s.attn_scale = 1.0 / std::sqrt(c.number_or("query_pre_attn_scalar", 256));
          s.attn_softcap = c.number_or("attn_logit_softcapping", 0);
@@ -121,7 +122,7 @@ const std::vector<Entry>& entries() {
            for (int64_t i = 0; i < s.num_layers; ++i) s.layers[i].sliding = (i + 1) % pattern != 0;
          }
        }},
-      {{"phi3", "fused qkv and gate_up projections", false}, false,
+      {{"phi3", "fused qkv and gate_up projections", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.qkv_bias = s.o_bias = false;
@@ -129,7 +130,7 @@ const std::vector<Entry>& entries() {
          s.fused_gate_up = true;
          all_sliding_if_window(s, c);
        }},
-      {{"olmo2", "post-norms, q/k RMSNorm over the full projections", false}, false,
+      {{"olmo2", "post-norms, q/k RMSNorm over the full projections", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.placement = NormPlacement::Post;
@@ -137,7 +138,7 @@ const std::vector<Entry>& entries() {
          s.names.norm1 = "post_attention_layernorm";
          s.names.norm2 = "post_feedforward_layernorm";
        }},
-      {{"granite", "embedding/residual/attention multipliers, logits scaling", false}, false,
+      {{"granite", "embedding/residual/attention multipliers, logits scaling", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
          s.embed_multiplier = c.number_or("embedding_multiplier", 1.0);
@@ -148,6 +149,7 @@ const std::vector<Entry>& entries() {
       {{"smollm3", "NoPE layers (no_rope_layers)", false}, true,
        [](ArchSpec& s, const ConfigReader& c) {
          llama_like(s, c);
+         s.default_rope_theta = 2e6;
          if (c.has("no_rope_layers")) {
            const json& n = c.j["no_rope_layers"];
            if (!n.is_array() || static_cast<int64_t>(n.size()) < s.num_layers)
@@ -165,12 +167,13 @@ const std::vector<Entry>& entries() {
          s.norm = NormKind::Layer;
          s.norm_bias = true;
          s.norm_eps = c.number_or("layer_norm_eps", 1e-5);
+         s.default_partial_rotary_factor = 0.25;
          s.qkv_bias = c.boolean_or("use_qkv_bias", false);
          s.act = activation_of(c, "hidden_act", "silu");
          if (c.boolean_or("use_parallel_residual", false)) s.placement = NormPlacement::Parallel;
          reject_true(c, "qk_layernorm", "per-head LayerNorm of stablelm");
        }},
-      {{"cohere", "LayerNorm without bias, parallel attention+MLP, interleaved rope, logit scale", false},
+      {{"cohere", "LayerNorm without bias, parallel attention+MLP, interleaved rope, logit scale", true},
        true,
        [](ArchSpec& s, const ConfigReader& c) {
          s.norm = NormKind::Layer;
@@ -178,12 +181,13 @@ const std::vector<Entry>& entries() {
          s.norm_eps = c.number_or("layer_norm_eps", 1e-5);
          s.placement = NormPlacement::Parallel;
          s.rope_layout = ops::RopeLayout::Interleaved;
+         s.default_rope_theta = 500000;
          s.qkv_bias = s.o_bias = c.boolean_or("attention_bias", false);
          s.act = activation_of(c, "hidden_act", "silu");
          s.logits_multiplier = c.number_or("logit_scale", 0.0625);
          reject_true(c, "use_qk_norm", "cohere's per-head LayerNorm");
        }},
-      {{"starcoder2", "LayerNorm with bias, GELU MLP with biases, sliding window", false}, true,
+      {{"starcoder2", "LayerNorm with bias, GELU MLP with biases, sliding window", true}, true,
        [](ArchSpec& s, const ConfigReader& c) {
          s.norm = NormKind::Layer;
          s.norm_bias = true;

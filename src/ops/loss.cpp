@@ -61,7 +61,9 @@ Forward forward(const char* op, const Tensor& logits, const Tensor& labels, int6
   const Halves ignore = halves(ignore_index);
   const std::string variant = label_variant(f.labels.dtype());
 
-  Tensor row_loss = Tensor::empty({rows});
+  // Row losses as hi/lo pairs: [0, rows) the f32 value, [rows, 2 rows) what rounding it dropped
+  // (written by precise kernels, 0 otherwise), so the mean can be formed before rounding.
+  Tensor row_loss = Tensor::empty({2 * rows});
   if (rows > 0) {
     struct {
       uint64_t logits, labels, lse, row_loss;

@@ -3,8 +3,10 @@
 //!novariant_base
 //!variant fwd -DBACKWARD=0
 //!variant bwd -DBACKWARD=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 #include "activation.glsl"
@@ -21,8 +23,8 @@ void main() {
   if (i >= p.n) return;
   float x = p.x.v[i];
 #if BACKWARD
-  p.out_.v[i] = p.dy.v[i] * act_grad(x);
+  p.out_.v[i] = float(VACC(p.dy.v[i]) * act_grad_acc(x));
 #else
-  p.out_.v[i] = act_value(x);
+  p.out_.v[i] = float(act_value_acc(x));
 #endif
 }

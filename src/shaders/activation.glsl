@@ -20,7 +20,7 @@
 #define ACT_QUICK_GELU 4u
 layout(constant_id = 0) const uint ACT = ACT_SILU;
 
-float sigmoid_f(float t) { return 1.0 / (1.0 + exp(-t)); }
+float sigmoid_f(float t) { return 1.0 / (1.0 + vexp(-t)); }
 
 float erf_small(float z) {  // |z| < 0.75
   float s = z * z;
@@ -39,7 +39,7 @@ float erf_small(float z) {  // |z| < 0.75
 float exp_neg_square(float z) {
   float hi = uintBitsToFloat(floatBitsToUint(z) & 0xfffff000u);
   float lo = z - hi;
-  return exp(-hi * hi) * exp(-lo * (z + hi));
+  return vexp(-hi * hi) * vexp(-lo * (z + hi));
 }
 
 float erfc_large(float z) {  // z >= 0.75
@@ -73,14 +73,14 @@ const float kGeluTanhCubic = 0.044715;
 const float kQuickGeluScale = 1.702;
 
 float act_value(float x) {
-  if (ACT == ACT_SILU) return x / (1.0 + exp(-x));
+  if (ACT == ACT_SILU) return x / (1.0 + vexp(-x));
   if (ACT == ACT_GELU) return x * (0.5 * erfc_f(-x * kSqrtHalf));
   if (ACT == ACT_GELU_TANH) {
     float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
+    return x / (1.0 + vexp(-2.0 * u));
   }
   if (ACT == ACT_RELU) return x < 0.0 ? 0.0 : x;
-  return x / (1.0 + exp(-kQuickGeluScale * x));
+  return x / (1.0 + vexp(-kQuickGeluScale * x));
 }
 
 // d act / dx. Products with a vanishing sigmoid slope are skipped so that huge |x| gives the
@@ -93,7 +93,7 @@ float act_grad(float x) {
   }
   if (ACT == ACT_GELU) {
     float phi = 0.5 * erfc_f(-x * kSqrtHalf);
-    return phi + x * (kInvSqrt2Pi * exp(-0.5 * x * x));
+    return phi + x * (kInvSqrt2Pi * vexp(-0.5 * x * x));
   }
   if (ACT == ACT_GELU_TANH) {
     float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
@@ -107,3 +107,45 @@ float act_grad(float x) {
   float slope = s * (1.0 - s);
   return slope == 0.0 ? s : s + kQuickGeluScale * x * slope;
 }
+
+// Value and derivative as VACC (double in precise builds), so gated products round once.
+#if VKF_PRECISE
+double dsigmoid(double t) {
+  if (t < -700.0LF) return 0.0LF;
+  if (t > 700.0LF) return 1.0LF;
+  return 1.0LF / (1.0LF + dexp(-t));
+}
+// The sigmoid-based activations entirely in double; the erf form (GELU) and ReLU widen the float
+// result (GELU's erfc is already accurate to about an ulp).
+VACC act_value_acc(float xf) {
+  const double x = double(xf);
+  if (ACT == ACT_SILU) return x * dsigmoid(x);
+  if (ACT == ACT_GELU_TANH) {
+    const double u = double(kSqrt2OverPi) * (x + double(kGeluTanhCubic) * x * x * x);
+    return x * dsigmoid(2.0LF * u);
+  }
+  if (ACT == ACT_QUICK_GELU) return x * dsigmoid(double(kQuickGeluScale) * x);
+  return double(act_value(xf));
+}
+VACC act_grad_acc(float xf) {
+  const double x = double(xf);
+  if (ACT == ACT_SILU) {
+    const double s = dsigmoid(x);
+    return s + x * s * (1.0LF - s);
+  }
+  if (ACT == ACT_GELU_TANH) {
+    const double u = double(kSqrt2OverPi) * (x + double(kGeluTanhCubic) * x * x * x);
+    const double du = double(kSqrt2OverPi) * (1.0LF + 3.0LF * double(kGeluTanhCubic) * x * x);
+    const double s = dsigmoid(2.0LF * u);
+    return s + 2.0LF * x * s * (1.0LF - s) * du;
+  }
+  if (ACT == ACT_QUICK_GELU) {
+    const double s = dsigmoid(double(kQuickGeluScale) * x);
+    return s + double(kQuickGeluScale) * x * s * (1.0LF - s);
+  }
+  return double(act_grad(xf));
+}
+#else
+VACC act_value_acc(float x) { return act_value(x); }
+VACC act_grad_acc(float x) { return act_grad(x); }
+#endif

@@ -1,8 +1,10 @@
 // Attention backward preprocessing: delta[b, h, i] = do_i . o_i, the row sum of p * dp that the
 // softmax backward subtracts (sum_j p_ij (do_i . v_j) = do_i . o_i). One thread per row, summing
 // over the head dim in order.
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 128
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -23,7 +25,7 @@ void main() {
   uint h = (row / p.tq) % p.hq;
   uint b = row / (p.tq * p.hq);
   uint base = ((b * p.tq + i) * p.hq + h) * p.d;
-  float s = 0.0;
-  for (uint d = 0; d < p.d; ++d) s += p.dout.v[base + d] * p.o.v[base + d];
-  p.delta.v[row] = s;
+  VACC s = VACC(0.0);
+  for (uint d = 0; d < p.d; ++d) s += VACC(p.dout.v[base + d]) * VACC(p.o.v[base + d]);
+  p.delta.v[row] = float(s);
 }

@@ -13,9 +13,11 @@
 //!variant d64 -DDMAX=64 -DBK=32 -DBQ=16
 //!variant d128 -DDMAX=128 -DBK=16 -DBQ=8
 //!variant d256 -DDMAX=256 -DBK=8 -DBQ=4
+//!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "attention_common.glsl"
 #define NT 128
 layout(local_size_x = NT) in;
@@ -69,10 +71,10 @@ void main() {
     if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
     sKeyOk[t] = ok ? 1u : 0u;
   }
-  float acc_k[ACC], acc_v[ACC];
+  VACC acc_k[ACC], acc_v[ACC];
   for (uint r = 0; r < ACC; ++r) {
-    acc_k[r] = 0.0;
-    acc_v[r] = 0.0;
+    acc_k[r] = VACC(0.0);
+    acc_v[r] = VACC(0.0);
   }
 
   // Only queries that can see some key of this block: causal bounds the start (position >= k0),
@@ -107,13 +109,14 @@ void main() {
         float pr = 0.0, g = 0.0;
         if (i < q_rows && sKeyOk[jj] != 0 &&
             position_visible(p.a, i0 + int(i) + p.a.q_offset, int(k0 + jj))) {
-          float dot = 0.0, dp = 0.0;
+          VACC dot = VACC(0.0), dp = VACC(0.0);
           for (uint d = 0; d < D; ++d) {
-            dot += sQ[i * RS + d] * sK[jj * RS + d];
-            dp += sDO[i * RS + d] * sV[jj * RS + d];
+            dot += VACC(sQ[i * RS + d]) * VACC(sK[jj * RS + d]);
+            dp += VACC(sDO[i * RS + d]) * VACC(sV[jj * RS + d]);
           }
-          pr = exp(transform_score(p.a, dot) - sLse[i]);
-          g = pr * (dp - sDelta[i]) * transform_score_grad(p.a, dot);
+          const float dotf = float(dot);
+          pr = vexp(transform_score(p.a, dotf) - sLse[i]);
+          g = float(VACC(pr) * (dp - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
         }
         sP[jj * PS + i] = pr;
         sG[jj * PS + i] = g;
@@ -126,8 +129,8 @@ void main() {
           uint e = t + r * NT;
           uint jj = e / DMAX, d = e % DMAX;
           if (d < D) {
-            acc_k[r] += sG[jj * PS + i] * sQ[i * RS + d];
-            acc_v[r] += sP[jj * PS + i] * sDO[i * RS + d];
+            acc_k[r] += VACC(sG[jj * PS + i]) * VACC(sQ[i * RS + d]);
+            acc_v[r] += VACC(sP[jj * PS + i]) * VACC(sDO[i * RS + d]);
           }
         }
       }
@@ -139,7 +142,7 @@ void main() {
     uint jj = e / DMAX, d = e % DMAX;
     if (jj >= k_rows || d >= D) continue;
     uint dst = ((b * p.a.tk + k0 + jj) * p.a.hkv + hk) * D + d;
-    p.dk.v[dst] = acc_k[r];
-    p.dv.v[dst] = acc_v[r];
+    p.dk.v[dst] = float(acc_k[r]);
+    p.dv.v[dst] = float(acc_v[r]);
   }
 }

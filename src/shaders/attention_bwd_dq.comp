@@ -12,9 +12,11 @@
 //!variant d64 -DDMAX=64 -DBQ=32 -DBK=16
 //!variant d128 -DDMAX=128 -DBQ=16 -DBK=8
 //!variant d256 -DDMAX=256 -DBQ=8 -DBK=4
+//!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "attention_common.glsl"
 #define NT 128
 layout(local_size_x = NT) in;
@@ -66,8 +68,8 @@ void main() {
     sLse[t] = t < q_rows ? p.lse.v[row] : 0.0;
     sDelta[t] = t < q_rows ? p.delta.v[row] : 0.0;
   }
-  float acc[ACC];
-  for (uint r = 0; r < ACC; ++r) acc[r] = 0.0;
+  VACC acc[ACC];
+  for (uint r = 0; r < ACC; ++r) acc[r] = VACC(0.0);
 
   const int pos_first = int(q0) + p.a.q_offset;
   const int pos_last = int(q0 + q_rows) - 1 + p.a.q_offset;
@@ -100,13 +102,14 @@ void main() {
       float g = 0.0;
       if (i < q_rows && sKeyOk[jj] != 0 &&
           position_visible(p.a, pos_first + int(i), j0 + int(jj))) {
-        float dot = 0.0, dp = 0.0;
+        VACC dot = VACC(0.0), dp = VACC(0.0);
         for (uint d = 0; d < D; ++d) {
-          dot += sQ[i * RS + d] * sK[jj * RS + d];
-          dp += sDO[i * RS + d] * sV[jj * RS + d];
+          dot += VACC(sQ[i * RS + d]) * VACC(sK[jj * RS + d]);
+          dp += VACC(sDO[i * RS + d]) * VACC(sV[jj * RS + d]);
         }
-        float pr = exp(transform_score(p.a, dot) - sLse[i]);
-        g = pr * (dp - sDelta[i]) * transform_score_grad(p.a, dot);
+        const float dotf = float(dot);
+        const float pr = vexp(transform_score(p.a, dotf) - sLse[i]);
+        g = float(VACC(pr) * (dp - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
       }
       sG[i * SS + jj] = g;
     }
@@ -117,7 +120,7 @@ void main() {
       for (uint r = 0; r < ACC; ++r) {
         uint e = t + r * NT;
         uint i = e / DMAX, d = e % DMAX;
-        if (d < D) acc[r] += sG[i * SS + jj] * sK[jj * RS + d];
+        if (d < D) acc[r] += VACC(sG[i * SS + jj]) * VACC(sK[jj * RS + d]);
       }
     }
   }
@@ -126,6 +129,6 @@ void main() {
     uint e = t + r * NT;
     uint i = e / DMAX, d = e % DMAX;
     if (i >= q_rows || d >= D) continue;
-    p.dq.v[((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d] = acc[r];
+    p.dq.v[((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d] = float(acc[r]);
   }
 }

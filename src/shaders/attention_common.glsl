@@ -34,33 +34,16 @@ bool position_visible(AttnParams a, int qpos, int j) {
   return true;
 }
 
-// tanh accurate to a few ulp everywhere, independent of the driver's tanh (which may be computed
-// as (e^x - e^-x) / (e^x + e^-x), losing relative accuracy near 0 and overflowing for large x).
-float stable_tanh(float x) {
-  float ax = abs(x);
-  float r;
-  if (ax < 0.25) {
-    // Taylor series to x^11; the first omitted term is below 3e-11 at |x| = 0.25.
-    float x2 = x * x;
-    r = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 +
-            x2 * (62.0 / 2835.0 + x2 * (-1382.0 / 155925.0))))));
-  } else {
-    // tanh rounds to 1 in f32 well before |x| = 10; clamping keeps exp finite.
-    r = 1.0 - 2.0 / (exp(2.0 * min(ax, 10.0)) + 1.0);
-  }
-  return x < 0.0 ? -r : r;
-}
-
 // The score the softmax sees, from the raw dot product q.k.
 float transform_score(AttnParams a, float dot) {
   float s = dot * a.scale;
-  if (a.softcap > 0.0) s = a.softcap * stable_tanh(s / a.softcap);
+  if (a.softcap > 0.0) s = a.softcap * vtanh(s / a.softcap);
   return s;
 }
 
 // d(score)/d(dot): scale times the soft-cap's derivative 1 - tanh^2 at the same point.
 float transform_score_grad(AttnParams a, float dot) {
   if (a.softcap <= 0.0) return a.scale;
-  float t = stable_tanh(dot * a.scale / a.softcap);
+  float t = vtanh(dot * a.scale / a.softcap);
   return a.scale * (1.0 - t * t);
 }

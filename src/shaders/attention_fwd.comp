@@ -12,9 +12,11 @@
 //!variant d64 -DDMAX=64 -DBQ=32 -DBK=32
 //!variant d128 -DDMAX=128 -DBQ=16 -DBK=16
 //!variant d256 -DDMAX=256 -DBQ=8 -DBK=8
+//!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "attention_common.glsl"
 #define NT 128
 layout(local_size_x = NT) in;
@@ -42,7 +44,7 @@ shared float sV[BK * DMAX];   // value tile (read along rows only: no padding ne
 shared float sS[BQ * SS];     // scores, then probabilities, of the current tile
 shared uint sKeyOk[BK];       // key exists and is not padding
 shared float sM[BQ];          // running row max (MASKED until a visible key is seen)
-shared float sL[BQ];          // running row sum of exp(score - max)
+shared VACC sL[BQ];           // running row sum of exp(score - max) (double in precise builds)
 shared float sAlpha[BQ];      // rescale factor of the accumulators for this tile
 
 void main() {
@@ -60,10 +62,10 @@ void main() {
   }
   if (t < BQ) {
     sM[t] = MASKED;
-    sL[t] = 0.0;
+    sL[t] = VACC(0.0);
   }
-  float acc[ACC];
-  for (uint r = 0; r < ACC; ++r) acc[r] = 0.0;
+  VACC acc[ACC];
+  for (uint r = 0; r < ACC; ++r) acc[r] = VACC(0.0);
 
   // Only keys some query of this block can see: causal bounds the end, the window the start.
   const int pos_first = int(q0) + p.a.q_offset;
@@ -98,9 +100,9 @@ void main() {
       float s = MASKED;
       if (i < q_rows && sKeyOk[jj] != 0 &&
           position_visible(p.a, pos_first + int(i), j0 + int(jj))) {
-        float dot = 0.0;
-        for (uint d = 0; d < D; ++d) dot += sQ[i * RS + d] * sK[jj * RS + d];
-        s = transform_score(p.a, dot);
+        VACC dot = VACC(0.0);
+        for (uint d = 0; d < D; ++d) dot += VACC(sQ[i * RS + d]) * VACC(sK[jj * RS + d]);
+        s = transform_score(p.a, float(dot));
       }
       sS[i * SS + jj] = s;
     }
@@ -112,20 +114,20 @@ void main() {
       float m_new = m_old;
       [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) m_new = max(m_new, sS[t * SS + jj]);
       float alpha = 1.0;
-      float sum = 0.0;
+      VACC sum = VACC(0.0);
       if (m_new != MASKED) {
-        alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
+        alpha = m_old == MASKED ? 0.0 : vexp(m_old - m_new);
         [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) {
           float s = sS[t * SS + jj];
-          float pr = s == MASKED ? 0.0 : exp(s - m_new);
+          float pr = s == MASKED ? 0.0 : vexp(s - m_new);
           sS[t * SS + jj] = pr;
-          sum += pr;
+          sum += VACC(pr);
         }
       } else {
         [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) sS[t * SS + jj] = 0.0;
       }
       sM[t] = m_new;
-      sL[t] = sL[t] * alpha + sum;
+      sL[t] = sL[t] * VACC(alpha) + sum;
       sAlpha[t] = alpha;
     }
     barrier();
@@ -133,12 +135,12 @@ void main() {
     // acc = acc * alpha + P V over thread-owned elements (i, d) of the output tile. The key loop
     // stays rolled (lavapipe's compile time grows with unrolled code); the accumulator loop is
     // unrolled so acc[] stays in registers.
-    for (uint r = 0; r < ACC; ++r) acc[r] *= sAlpha[(t + r * NT) / DMAX];
+    for (uint r = 0; r < ACC; ++r) acc[r] *= VACC(sAlpha[(t + r * NT) / DMAX]);
     [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) {
       for (uint r = 0; r < ACC; ++r) {
         uint e = t + r * NT;
         uint i = e / DMAX, d = e % DMAX;
-        if (d < D) acc[r] += sS[i * SS + jj] * sV[jj * DMAX + d];
+        if (d < D) acc[r] += VACC(sS[i * SS + jj]) * VACC(sV[jj * DMAX + d]);
       }
     }
   }
@@ -148,12 +150,16 @@ void main() {
     uint e = t + r * NT;
     uint i = e / DMAX, d = e % DMAX;
     if (i >= q_rows || d >= D) continue;
-    float l = sL[i];
-    p.o.v[((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d] = l > 0.0 ? acc[r] / l : 0.0;
+    VACC l = sL[i];
+    p.o.v[((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d] = l > 0.0 ? float(acc[r] / l) : 0.0;
   }
   if (t < q_rows) {
-    float l = sL[t];
-    p.lse.v[(b * p.a.hq + h) * p.a.tq + q0 + t] =
-        l > 0.0 ? sM[t] + log(l) : uintBitsToFloat(0x7f800000u);
+    VACC l = sL[t];
+#if VKF_PRECISE
+    const float lse = l > 0.0 ? float(double(sM[t]) + dlog(l)) : 0.0;
+#else
+    const float lse = l > 0.0 ? sM[t] + log(l) : 0.0;
+#endif
+    p.lse.v[(b * p.a.hq + h) * p.a.tq + q0 + t] = l > 0.0 ? lse : uintBitsToFloat(0x7f800000u);
   }
 }

@@ -6,8 +6,10 @@
 //!novariant_base
 //!variant i32 -DID_I64=0
 //!variant i64 -DID_I64=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "token_ids.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
@@ -39,7 +41,7 @@ void main() {
     uint label = row_of_id(p.labels, row, p.vocab);
     float scale = p.dloss.v[0];
     if (p.divide != 0u) scale = scale / p.count.v[0];
-    float prob = exp(p.logits.v[i] - p.lse.v[row]);
+    float prob = vexp(p.logits.v[i] - p.lse.v[row]);
     g = label == kInvalidRow ? uintBitsToFloat(0x7fc00000u)
                              : (prob - (col == label ? 1.0 : 0.0)) * scale;
   }

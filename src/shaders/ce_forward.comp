@@ -6,8 +6,10 @@
 //!novariant_base
 //!variant i32 -DID_I64=0
 //!variant i64 -DID_I64=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "token_ids.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
@@ -24,6 +26,7 @@ layout(push_constant, std430) uniform Push {
 } p;
 
 shared float s_red[LOCAL_SIZE];
+shared VACC s_sum[LOCAL_SIZE];
 
 void main() {
   uint row = flat_group();
@@ -42,23 +45,31 @@ void main() {
   float row_max = s_red[0];
   barrier();
 
-  float sum = 0.0;
-  for (uint c = t; c < p.vocab; c += LOCAL_SIZE) sum += exp(p.logits.v[base + c] - row_max);
-  s_red[t] = sum;
+  VACC sum = VACC(0.0);
+  for (uint c = t; c < p.vocab; c += LOCAL_SIZE) sum += VACC(vexp(p.logits.v[base + c] - row_max));
+  s_sum[t] = sum;
   barrier();
   for (uint s = LOCAL_SIZE / 2u; s > 0u; s >>= 1) {
-    if (t < s) s_red[t] += s_red[t + s];
+    if (t < s) s_sum[t] += s_sum[t + s];
     barrier();
   }
   if (t != 0u) return;
-  float lse = row_max + log(s_red[0]);
-  p.lse.v[row] = lse;
-  float loss;
+#if VKF_PRECISE
+  const double lse = double(row_max) + dlog(s_sum[0]);
+#else
+  const float lse = row_max + log(s_sum[0]);
+#endif
+  p.lse.v[row] = float(lse);
+  VACC loss;
   if (id_equals(p.labels, row, ivec2(p.ignore_lo, p.ignore_hi))) {
-    loss = 0.0;
+    loss = VACC(0.0);
   } else {
     uint label = row_of_id(p.labels, row, p.vocab);
-    loss = label == kInvalidRow ? uintBitsToFloat(0x7fc00000u) : lse - p.logits.v[base + label];
+    loss = label == kInvalidRow ? VACC(uintBitsToFloat(0x7fc00000u))
+                                : lse - VACC(p.logits.v[base + label]);
   }
-  p.row_loss.v[row] = loss;
+  // hi/lo: the f32 row loss and what its rounding dropped (0 unless precise).
+  const float hi = float(loss);
+  p.row_loss.v[row] = hi;
+  p.row_loss.v[p.rows + row] = float(loss - VACC(hi));
 }

@@ -5,14 +5,16 @@
 //!novariant_base
 //!variant i32 -DID_I64=0
 //!variant i64 -DID_I64=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #include "token_ids.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
 layout(push_constant, std430) uniform Push {
-  F32Buf row_loss;  // [N]
+  F32Buf row_loss;  // [2N]: hi values, then the rounding residuals
   IdBuf labels;     // [N]
   F32Buf loss_sum;  // [] out
   F32Buf count;     // [] out
@@ -22,17 +24,17 @@ layout(push_constant, std430) uniform Push {
   int ignore_hi;
 } p;
 
-shared float s_sum[LOCAL_SIZE];
+shared VACC s_sum[LOCAL_SIZE];
 shared uint s_count[LOCAL_SIZE];
 
 void main() {
   uint t = gl_LocalInvocationID.x;
   ivec2 ignore = ivec2(p.ignore_lo, p.ignore_hi);
-  float sum = 0.0;
+  VACC sum = VACC(0.0);
   uint n = 0u;
   for (uint r = t; r < p.rows; r += LOCAL_SIZE) {
     if (id_equals(p.labels, r, ignore)) continue;
-    sum += p.row_loss.v[r];
+    sum += VACC(p.row_loss.v[r]) + VACC(p.row_loss.v[p.rows + r]);
     n += 1u;
   }
   s_sum[t] = sum;
@@ -46,9 +48,9 @@ void main() {
     barrier();
   }
   if (t != 0u) return;
-  p.loss_sum.v[0] = s_sum[0];
+  p.loss_sum.v[0] = float(s_sum[0]);
   p.count.v[0] = float(s_count[0]);
   if (uint64_t(p.mean) != 0ul) {
-    p.mean.v[0] = s_count[0] == 0u ? uintBitsToFloat(0x7fc00000u) : s_sum[0] / float(s_count[0]);
+    p.mean.v[0] = s_count[0] == 0u ? uintBitsToFloat(0x7fc00000u) : float(s_sum[0] / VACC(s_count[0]));
   }
 }

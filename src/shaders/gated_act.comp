@@ -7,8 +7,10 @@
 //!novariant_base
 //!variant fwd -DBACKWARD=0
 //!variant bwd -DBACKWARD=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 #include "activation.glsl"
@@ -32,10 +34,10 @@ void main() {
   uint ig = row * p.gate_stride + col, iu = row * p.up_stride + col;
   float g = p.gate.v[ig], u = p.up.v[iu];
 #if BACKWARD
-  float d = p.dy.v[i];
-  p.out_.v[ig] = d * u * act_grad(g);
-  p.d_up.v[iu] = d * act_value(g);
+  const VACC d = VACC(p.dy.v[i]);
+  p.out_.v[ig] = float(d * VACC(u) * act_grad_acc(g));
+  p.d_up.v[iu] = float(d * act_value_acc(g));
 #else
-  p.out_.v[i] = act_value(g) * u;
+  p.out_.v[i] = float(act_value_acc(g) * VACC(u));
 #endif
 }

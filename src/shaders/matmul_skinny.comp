@@ -6,9 +6,11 @@
 // either way. opA's rows are staged in shared memory a K-chunk at a time. Each thread sums its k
 // in increasing order and the per-column partial sums are combined by a fixed tree, so results
 // are deterministic. Grid: x = column blocks of COLS, z = batch entries.
+//!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 #define MMAX 8    // largest MROWS
 #define KC 256    // k-chunk of opA staged in shared memory
@@ -25,7 +27,7 @@ const uint KS = TRANS_B ? 32u : 8u;  // threads sharing one column (k-slices)
 const uint COLS = LOCAL_SIZE / KS;   // columns per workgroup
 
 shared vec4 As[MMAX * KC / 4];  // As[m * KC/4 + kk/4][kk % 4] is opA(m, k0 + kk)
-shared float red[MMAX * LOCAL_SIZE];
+shared VACC red[MMAX * LOCAL_SIZE];
 
 #include "matmul_push.glsl"
 
@@ -45,7 +47,7 @@ void main() {
   const uint abase = z * p.sa, bbase = z * p.sb;
 
   Vec4Buf b4 = Vec4Buf(uint64_t(p.b));
-  float acc[MMAX];
+  VACC acc[MMAX];
   [[unroll]] for (uint m = 0; m < MMAX; ++m) acc[m] = 0.0;
 
   for (uint k0 = 0; k0 < p.K; k0 += KC) {
@@ -71,10 +73,10 @@ void main() {
         const vec4 bv = b4.v[row + q];
         [[unroll]] for (uint m = 0; m < MROWS; ++m) {
           const vec4 av = As[m * (KC / 4) + q];
-          acc[m] += av.x * bv.x;
-          acc[m] += av.y * bv.y;
-          acc[m] += av.z * bv.z;
-          acc[m] += av.w * bv.w;
+          acc[m] += VACC(av.x) * VACC(bv.x);
+          acc[m] += VACC(av.y) * VACC(bv.y);
+          acc[m] += VACC(av.z) * VACC(bv.z);
+          acc[m] += VACC(av.w) * VACC(bv.w);
         }
       }
     } else if (valid) {
@@ -82,7 +84,7 @@ void main() {
         const uint k = k0 + kk;
         const float bv = p.b.v[bbase + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
         [[unroll]] for (uint m = 0; m < MROWS; ++m)
-          acc[m] += As[m * (KC / 4) + kk / 4][kk % 4] * bv;
+          acc[m] += VACC(As[m * (KC / 4) + kk / 4][kk % 4]) * VACC(bv);
       }
     }
   }

@@ -9,9 +9,11 @@
 // conflicts. Global loads pick the thread order that walks each operand's contiguous dimension,
 // so they coalesce for every transpose combination; the next slice is fetched into registers
 // while the current one is multiplied.
+//!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 #define TX 16  // threads along N
 #define TY 16  // threads along M
@@ -79,9 +81,9 @@ void main() {
   const uint abase = z * p.sa, bbase = z * p.sb;
 
   float ra[LA], rb[LB];
-  vec4 acc[TM][GN];  // acc[row][h].c is column 64*h + 4*tx + c
+  VACC4 acc[TM][GN];  // acc[row][h].c is column 64*h + 4*tx + c
   [[unroll]] for (uint i = 0; i < TM; ++i)
-    [[unroll]] for (uint h = 0; h < GN; ++h) acc[i][h] = vec4(0.0);
+    [[unroll]] for (uint h = 0; h < GN; ++h) acc[i][h] = VACC4(0.0);
 
   [[unroll]] for (uint l = 0; l < LA; ++l) {
     uint mm, kk;
@@ -128,7 +130,7 @@ void main() {
       [[unroll]] for (uint h = 0; h < GN; ++h) bv[h] = Bs[kk * (SB / 4) + h * 16 + tx];
       [[unroll]] for (uint g = 0; g < GM; ++g)
         [[unroll]] for (uint r = 0; r < 4; ++r)
-          [[unroll]] for (uint h = 0; h < GN; ++h) acc[g * 4 + r][h] += av[g][r] * bv[h];
+          [[unroll]] for (uint h = 0; h < GN; ++h) acc[g * 4 + r][h] += VACC4(av[g][r]) * VACC4(bv[h]);
     }
   }
 

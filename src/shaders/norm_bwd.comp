@@ -6,8 +6,10 @@
 //!novariant_base
 //!variant rms -DNORM_RMS=1
 //!variant layer -DNORM_LAYER=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 #include "norm_rows.glsl"
@@ -29,9 +31,10 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-float scaled_grad(uint base, uint i) {
-  float g = p.dy.v[base + i];
-  if ((p.flags & HAS_WEIGHT) != 0u) g *= (p.flags & ONE_PLUS) != 0u ? 1.0 + p.w.v[i] : p.w.v[i];
+VACC scaled_grad(uint base, uint i) {
+  VACC g = VACC(p.dy.v[base + i]);
+  if ((p.flags & HAS_WEIGHT) != 0u)
+    g *= (p.flags & ONE_PLUS) != 0u ? VACC(1.0) + VACC(p.w.v[i]) : VACC(p.w.v[i]);
   return g;
 }
 
@@ -43,32 +46,32 @@ void main() {
   const bool in_range = row < p.rows;
   const uint base = in_range ? row * p.H : 0u;
   const uint n = in_range ? p.H : 0u;
-  const float r = in_range ? p.rstd.v[row] : 0.0;
-  const float inv_h = 1.0 / float(p.H);
+  const VACC r = VACC(in_range ? p.rstd.v[row] : 0.0);
+  const VACC inv_h = VACC(1.0) / VACC(p.H);
   const bool acc = (p.flags & ACCUMULATE) != 0u;
 
 #if NORM_LAYER
-  const float mu = in_range ? p.mean.v[row] : 0.0;
-  vec2 s = vec2(0.0);
+  const VACC mu = VACC(in_range ? p.mean.v[row] : 0.0);
+  VACC2 s = VACC2(0.0);
   for (uint i = lane; i < n; i += tpr) {
-    const float gw = scaled_grad(base, i);
-    s += vec2(gw, gw * ((p.x.v[base + i] - mu) * r));
+    const VACC gw = scaled_grad(base, i);
+    s += VACC2(gw, gw * ((VACC(p.x.v[base + i]) - mu) * r));
   }
-  const vec2 tot = row_sum2(s, lane, tpr) * inv_h;
+  const VACC2 tot = row_sum2(s, lane, tpr) * inv_h;
   if (!in_range) return;
   for (uint i = lane; i < n; i += tpr) {
-    const float xhat = (p.x.v[base + i] - mu) * r;
-    const float v = r * (scaled_grad(base, i) - tot.x - xhat * tot.y);
-    p.dx.v[base + i] = acc ? p.dx.v[base + i] + v : v;
+    const VACC xhat = (VACC(p.x.v[base + i]) - mu) * r;
+    const VACC v = r * (scaled_grad(base, i) - tot.x - xhat * tot.y);
+    p.dx.v[base + i] = float(acc ? VACC(p.dx.v[base + i]) + v : v);
   }
 #else
-  float s = 0.0;
-  for (uint i = lane; i < n; i += tpr) s += scaled_grad(base, i) * p.x.v[base + i];
-  const float c = row_sum(s, lane, tpr) * inv_h * r * r;
+  VACC s = VACC(0.0);
+  for (uint i = lane; i < n; i += tpr) s += scaled_grad(base, i) * VACC(p.x.v[base + i]);
+  const VACC c = row_sum(s, lane, tpr) * inv_h * r * r;
   if (!in_range) return;
   for (uint i = lane; i < n; i += tpr) {
-    const float v = r * (scaled_grad(base, i) - p.x.v[base + i] * c);
-    p.dx.v[base + i] = acc ? p.dx.v[base + i] + v : v;
+    const VACC v = r * (scaled_grad(base, i) - VACC(p.x.v[base + i]) * c);
+    p.dx.v[base + i] = float(acc ? VACC(p.dx.v[base + i]) + v : v);
   }
 #endif
 }

@@ -6,8 +6,10 @@
 //!novariant_base
 //!variant rms -DNORM_RMS=1
 //!variant layer -DNORM_LAYER=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 #include "norm_rows.glsl"
@@ -42,41 +44,45 @@ void main() {
   const uint n = in_range ? p.H : 0u;
 
 #if NORM_LAYER
-  float s = 0.0;
-  for (uint i = lane; i < n; i += tpr) s += p.x.v[base + i];
-  const float mu = row_sum(s, lane, tpr) / float(p.H);
+  VACC s = VACC(0.0);
+  for (uint i = lane; i < n; i += tpr) s += VACC(p.x.v[base + i]);
+  const VACC mu = row_sum(s, lane, tpr) / VACC(p.H);
   // Two passes (mean, then squared deviations) rather than E[x^2] - mean^2, which cancels.
-  float q = 0.0;
+  VACC q = VACC(0.0);
   for (uint i = lane; i < n; i += tpr) {
-    const float d = p.x.v[base + i] - mu;
+    const VACC d = VACC(p.x.v[base + i]) - mu;
     q += d * d;
   }
-  const float var = row_sum(q, lane, tpr) / float(p.H);
+  const VACC var = row_sum(q, lane, tpr) / VACC(p.H);
 #else
-  const float mu = 0.0;
-  float q = 0.0;
+  const VACC mu = VACC(0.0);
+  VACC q = VACC(0.0);
   for (uint i = lane; i < n; i += tpr) {
-    const float v = p.x.v[base + i];
+    const VACC v = VACC(p.x.v[base + i]);
     q += v * v;
   }
-  const float var = row_sum(q, lane, tpr) / float(p.H);
+  const VACC var = row_sum(q, lane, tpr) / VACC(p.H);
 #endif
+#if VKF_PRECISE
+  const double r = 1.0LF / sqrt(var + double(p.eps));
+#else
   const float r = inversesqrt(var + p.eps);
+#endif
   if (!in_range) return;
 
   const bool has_w = (p.flags & HAS_WEIGHT) != 0u;
   const bool one_plus = (p.flags & ONE_PLUS) != 0u;
   const bool has_b = (p.flags & HAS_BIAS) != 0u;
   for (uint i = lane; i < n; i += tpr) {
-    float v = (p.x.v[base + i] - mu) * r;
-    if (has_w) v *= one_plus ? 1.0 + p.w.v[i] : p.w.v[i];
-    if (has_b) v += p.b.v[i];
-    p.y.v[base + i] = v;
+    VACC v = (VACC(p.x.v[base + i]) - mu) * r;
+    if (has_w) v *= one_plus ? VACC(1.0) + VACC(p.w.v[i]) : VACC(p.w.v[i]);
+    if (has_b) v += VACC(p.b.v[i]);
+    p.y.v[base + i] = float(v);
   }
   if (lane == 0u && (p.flags & SAVE_STATS) != 0u) {
 #if NORM_LAYER
-    p.mean.v[row] = mu;
+    p.mean.v[row] = float(mu);
 #endif
-    p.rstd.v[row] = r;
+    p.rstd.v[row] = float(r);
   }
 }

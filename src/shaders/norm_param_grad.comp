@@ -8,8 +8,10 @@
 //!novariant_base
 //!variant rms -DNORM_RMS=1
 //!variant layer -DNORM_LAYER=1
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -31,7 +33,7 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-shared vec2 red[LOCAL_SIZE];
+shared VACC2 red[LOCAL_SIZE];
 
 void main() {
   const uint tw = 1u << p.tw_log2;
@@ -44,16 +46,16 @@ void main() {
   const uint r0 = block * p.rows_per_block;
   const uint r1 = min(r0 + p.rows_per_block, p.rows);
 
-  vec2 acc = vec2(0.0);
+  VACC2 acc = VACC2(0.0);
   if (col < p.H) {
     for (uint r = r0 + row_lane; r < r1; r += rl) {
-      const float g = p.dy.v[r * p.H + col];
+      const VACC g = VACC(p.dy.v[r * p.H + col]);
 #if NORM_LAYER
-      const float xhat = (p.x.v[r * p.H + col] - p.mean.v[r]) * p.rstd.v[r];
+      const VACC xhat = (VACC(p.x.v[r * p.H + col]) - VACC(p.mean.v[r])) * VACC(p.rstd.v[r]);
 #else
-      const float xhat = p.x.v[r * p.H + col] * p.rstd.v[r];
+      const VACC xhat = VACC(p.x.v[r * p.H + col]) * VACC(p.rstd.v[r]);
 #endif
-      acc += vec2(g * xhat, g);
+      acc += VACC2(g * xhat, g);
     }
   }
   red[t] = acc;
@@ -63,9 +65,9 @@ void main() {
     barrier();
   }
   if (row_lane != 0u || col >= p.H) return;
-  const vec2 total = red[t];
+  const VACC2 total = red[t];
   const uint o = block * p.H + col;
   const bool accumulate = (p.flags & ACCUMULATE) != 0u;
-  if ((p.flags & WANT_W) != 0u) p.dw.v[o] = accumulate ? p.dw.v[o] + total.x : total.x;
-  if ((p.flags & WANT_B) != 0u) p.db.v[o] = accumulate ? p.db.v[o] + total.y : total.y;
+  if ((p.flags & WANT_W) != 0u) p.dw.v[o] = float(accumulate ? VACC(p.dw.v[o]) + total.x : total.x);
+  if ((p.flags & WANT_B) != 0u) p.db.v[o] = float(accumulate ? VACC(p.db.v[o]) + total.y : total.y);
 }

@@ -11,8 +11,10 @@
 //!variant fwd_short -DBACKWARD=0 -DROW_THREADS=32
 //!variant bwd -DBACKWARD=1 -DROW_THREADS=256
 //!variant bwd_short -DBACKWARD=1 -DROW_THREADS=32
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 #define ROWS_PER_GROUP (LOCAL_SIZE / ROW_THREADS)
 layout(local_size_x = LOCAL_SIZE) in;
@@ -42,14 +44,14 @@ void main() {
   m = row_max(m);
   float s = 0.0;
   if (in_range)
-    for (uint i = lane; i < p.len; i += ROW_THREADS) s += exp(p.x.v[base + i] - m);
+    for (uint i = lane; i < p.len; i += ROW_THREADS) s += vexp(p.x.v[base + i] - m);
   s = row_sum(s);
   if (!in_range) return;
   if (LOG != 0) {
-    float log_s = log(s);
+    float log_s = vlog(s);
     for (uint i = lane; i < p.len; i += ROW_THREADS) p.out_.v[base + i] = (p.x.v[base + i] - m) - log_s;
   } else {
-    for (uint i = lane; i < p.len; i += ROW_THREADS) p.out_.v[base + i] = exp(p.x.v[base + i] - m) / s;
+    for (uint i = lane; i < p.len; i += ROW_THREADS) p.out_.v[base + i] = vexp(p.x.v[base + i] - m) / s;
   }
 #else
   float acc = 0.0;
@@ -63,7 +65,7 @@ void main() {
   if (!in_range) return;
   for (uint i = lane; i < p.len; i += ROW_THREADS) {
     float y = p.x.v[base + i], g = p.dy.v[base + i];
-    p.out_.v[base + i] = LOG != 0 ? g - exp(y) * acc : y * (g - acc);
+    p.out_.v[base + i] = LOG != 0 ? g - vexp(y) * acc : y * (g - acc);
   }
 #endif
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/autograd.h"
 #include "io/safetensors.h"
@@ -77,7 +78,10 @@ class DecoderTest : public ::testing::Test {
       params[name] = test::to_gpu(test::as_f32(v), shape);
     }
     for (const auto& [name, t] : params) {
-      io::WriteTensor w = io::to_write_tensor(name, dtype == io::StDtype::BF16 ? t.to(DType::BF16) : t);
+      const Tensor stored = dtype == io::StDtype::BF16 ? t.to(DType::BF16)
+                            : dtype == io::StDtype::F16  ? t.to(DType::F16)
+                                                         : t;
+      io::WriteTensor w = io::to_write_tensor(name, stored);
       tensors.push_back(std::move(w));
     }
     if (shard) io::write_sharded(d.string(), tensors, shard);
@@ -168,6 +172,31 @@ TEST_F(DecoderTest, Bf16ShardedAndSavedCheckpointsLoad) {
   auto bf = models::DecoderModel::load(make_model(cfg, io::StDtype::BF16));
   EXPECT_EQ(bf.param("model.embed_tokens.weight").dtype(), DType::F32);
   test::expect_close(bf.forward(b.ids, b.mask).to_double(), want, 0.1, 0.05, "bf16 logits");
+}
+
+TEST_F(DecoderTest, F16CheckpointLoads) {
+  const json cfg = tiny_config("qwen2");
+  auto ref = models::DecoderModel::load(make_model(cfg));
+  const Batch b = tiny_batch(32);
+  const auto want = ref.forward(b.ids, b.mask).to_double();
+  fs::remove_all(dir_ / "qwen2");
+  auto half = models::DecoderModel::load(make_model(cfg, io::StDtype::F16));
+  EXPECT_EQ(half.param("model.layers.0.self_attn.q_proj.bias").dtype(), DType::F32);
+  test::expect_close(half.forward(b.ids, b.mask).to_double(), want, 0.02, 0.01, "f16 logits");
+}
+
+TEST(Registry, VerifiedMeansAPassingParityFixture) {
+  // An architecture is "verified" exactly when tests/fixtures/parity holds its fixture and it is
+  // not listed in UNVERIFIED (ctest then runs it).
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path() / "fixtures" / "parity";
+  std::set<std::string> unverified;
+  std::ifstream in(root / "UNVERIFIED");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') unverified.insert(line.substr(0, line.find(' ')));
+  for (const auto& a : models::supported_architectures()) {
+    const bool fixture = fs::is_directory(root / a.model_type);
+    EXPECT_EQ(a.verified, fixture && !unverified.count(a.model_type)) << a.model_type;
+  }
 }
 
 TEST_F(DecoderTest, TiedEmbeddingsAreStoredOnceAndGetBothGradients) {
