@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "core/launch.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "train/parity.h"
@@ -17,6 +18,7 @@ void add_dump_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch", batch_path, "batch.safetensors (input_ids, attention_mask)")->required();
   cmd->add_option("--out", out, "output .safetensors")->required();
   cmd->callback([&exit_code] {
+    set_math_mode(MathMode::Precise);  // a comparison tool: the accurate kernels
     auto model = models::DecoderModel::load(model_dir);
     const auto batch = train::load_parity_batch(batch_path);
     std::vector<io::WriteTensor> tensors;

@@ -18,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ParityArgs {
-  std::string model, batch, out, fixture;
+  std::string model, batch, out, fixture, save;
   int steps = 2;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
@@ -67,6 +67,10 @@ int run(const ParityArgs& a) {
     const auto batch = train::load_parity_batch(a.batch);
     io::write_safetensors(a.out, train::run_parity(model, batch, opt));
     fmt::print("wrote {}\n", a.out);
+    if (!a.save.empty()) {
+      model.save(a.save);
+      fmt::print("saved the model after {} step(s) to {}\n", opt.steps, a.save);
+    }
     return 0;
   }
   // Fixture mode: every AdamW set of adamw.json, compared with expected_<set>_fp32/fp64.
@@ -117,6 +121,7 @@ void add_parity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch", args.batch, "batch.safetensors (input_ids, attention_mask, labels)");
   cmd->add_option("--out", args.out, "output .safetensors (with --fixture: a folder for the outputs)");
   cmd->add_option("--fixture", args.fixture, "a parity fixture folder: run every AdamW set and compare");
+  cmd->add_option("--save", args.save, "also write the trained model as a Hugging Face folder");
   cmd->add_option("--steps", args.steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   cmd->add_option("--beta1", args.beta1, "AdamW beta1")->capture_default_str();
