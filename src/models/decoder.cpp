@@ -128,8 +128,7 @@ void DecoderModel::set_requires_grad(bool on) {
   for (auto& [name, t] : params_) t.set_requires_grad(on);
 }
 
-Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix, int64_t width) const {
-  (void)width;
+Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix) const {
   const Tensor& w = param(prefix + ".weight");
   const float eps = static_cast<float>(spec_.norm_eps);
   if (spec_.norm == NormKind::RMS) return ops::rms_norm(x, w, eps, spec_.norm_one_plus);
@@ -272,31 +271,31 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
     const auto& n = s.names;
     switch (s.placement) {
       case NormPlacement::Pre: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1), H), attention_mask, T, trace);
+        Tensor a = attention_block(l, norm(x, L(n.norm1)), attention_mask, T, trace);
         x = ops::residual_add(x, scaled(a));
         emit(fmt::format("layers.{}.attn_residual", l), x);
-        Tensor m = mlp_block(l, norm(x, L(n.norm2), H), trace);
+        Tensor m = mlp_block(l, norm(x, L(n.norm2)), trace);
         x = ops::residual_add(x, scaled(m));
         break;
       }
       case NormPlacement::Sandwich: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1), H), attention_mask, T, trace);
-        x = ops::residual_add(x, norm(a, L(n.norm2), H));
+        Tensor a = attention_block(l, norm(x, L(n.norm1)), attention_mask, T, trace);
+        x = ops::residual_add(x, norm(a, L(n.norm2)));
         emit(fmt::format("layers.{}.attn_residual", l), x);
-        Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm), H), trace);
-        x = ops::residual_add(x, norm(m, L(n.post_ff_norm), H));
+        Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm)), trace);
+        x = ops::residual_add(x, norm(m, L(n.post_ff_norm)));
         break;
       }
       case NormPlacement::Post: {
         Tensor a = attention_block(l, x, attention_mask, T, trace);
-        x = ops::residual_add(x, norm(a, L(n.norm1), H));
+        x = ops::residual_add(x, norm(a, L(n.norm1)));
         emit(fmt::format("layers.{}.attn_residual", l), x);
         Tensor m = mlp_block(l, x, trace);
-        x = ops::residual_add(x, norm(m, L(n.norm2), H));
+        x = ops::residual_add(x, norm(m, L(n.norm2)));
         break;
       }
       case NormPlacement::Parallel: {
-        Tensor h = norm(x, L(n.norm1), H);
+        Tensor h = norm(x, L(n.norm1));
         Tensor a = attention_block(l, h, attention_mask, T, trace);
         Tensor m = mlp_block(l, h, trace);
         x = ops::residual_add(ops::residual_add(x, a), m);  // transformers' order of the sums
@@ -305,7 +304,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
     }
     emit(fmt::format("layers.{}.out", l), x);
   }
-  x = norm(x, s.names.final_norm, H);
+  x = norm(x, s.names.final_norm);
   emit("final_norm", x);
   const Tensor& head = s.tie_word_embeddings ? param(s.names.embed) : param(s.names.lm_head);
   Tensor logits = nn::linear("lm_head", x, head);

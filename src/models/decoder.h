@@ -44,7 +44,7 @@ class DecoderModel {
   void save(const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ull) const;
 
  private:
-  Tensor norm(const Tensor& x, const std::string& prefix, int64_t width) const;
+  Tensor norm(const Tensor& x, const std::string& prefix) const;
   Tensor attention_block(int64_t layer, const Tensor& h, const Tensor& mask, int64_t T,
                          const Trace& trace);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;

@@ -19,10 +19,9 @@ Tensor causal_lm_loss(const Tensor& logits, const std::vector<int64_t>& labels) 
   const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
   VKF_REQUIRE(static_cast<int64_t>(labels.size()) == B * T,
               "causal_lm_loss: {} labels for logits {}", labels.size(), shape_str(logits.shape()));
-  std::vector<int64_t> shifted64;
-  for (int32_t v : shift_labels(labels, B, T)) shifted64.push_back(v);
-  ops::check_labels(shifted64, V, -100, "causal_lm_loss labels");
   const auto shifted = shift_labels(labels, B, T);
+  ops::check_labels(std::vector<int64_t>(shifted.begin(), shifted.end()), V, -100,
+                    "causal_lm_loss labels");
   const Tensor label_tensor = Tensor::from_host_i32(shifted, {B * T});
   return ops::cross_entropy(logits.reshape({B * T, V}), label_tensor, -100);
 }
