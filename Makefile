@@ -20,9 +20,11 @@ build: configure
 test: build
 	cd $(BUILD) && VKF_VALIDATE=1 ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# The main job on its embedded default: show the device, then run the matmul micro-benchmark.
+# The main job on its embedded default: show the device, train a tiny Llama two AdamW steps and
+# compare every number with transformers (a committed fixture), then the matmul micro-benchmark.
 demo: build
 	$(BUILD)/vkformer devices
+	$(BUILD)/vkformer parity --fixture tests/fixtures/parity/llama --out $(BUILD)/demo
 	$(BUILD)/bench/matmul_bench --quick
 
 bench: build
