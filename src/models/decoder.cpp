@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "core/autograd.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "nn/linear.h"
@@ -154,8 +156,29 @@ const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool co
   return it->second;
 }
 
-Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Tensor& mask, int64_t T,
+struct DecoderModel::Step {
+  Tensor mask;               // [B, keys] or undefined
+  int64_t T = 0;             // new positions in this call
+  Tensor positions;          // I32 [1, T] or [B, T]
+  int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
+  KVCache* cache = nullptr;
+};
+
+KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
+  VKF_REQUIRE(batch > 0 && capacity > 0, "make_cache: batch and capacity must be positive");
+  KVCache c;
+  c.batch = batch;
+  c.capacity = capacity;
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    c.k.push_back(Tensor::zeros({batch, capacity, spec_.num_kv_heads, spec_.head_dim}));
+    c.v.push_back(Tensor::zeros({batch, capacity, spec_.num_kv_heads, spec_.head_dim}));
+  }
+  return c;
+}
+
+Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
                                      const Trace& trace) {
+  const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
@@ -194,23 +217,29 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Tensor& m
   emit("v", v);
   const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
   if (layer.use_rope) {
-    std::vector<int32_t> pos(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-    const Tensor positions = Tensor::from_host_i32(pos, {1, T});
     const int64_t rot = ops::rope_rotary_dim(layer.rope);
-    const Tensor& cos = rope_table(l, T, true);
-    const Tensor& sin = rope_table(l, T, false);
-    q = ops::apply_rope(q, cos, sin, positions, rot, s.rope_layout);
-    k = ops::apply_rope(k, cos, sin, positions, rot, s.rope_layout);
+    const Tensor& cos = rope_table(l, step.table_positions, true);
+    const Tensor& sin = rope_table(l, step.table_positions, false);
+    q = ops::apply_rope(q, cos, sin, step.positions, rot, s.rope_layout);
+    k = ops::apply_rope(k, cos, sin, step.positions, rot, s.rope_layout);
     emit("q_rope", q);
     emit("k_rope", k);
+  }
+  if (step.cache) {
+    // Append this call's keys/values and attend over every cached position.
+    KVCache& c = *step.cache;
+    const int64_t end = c.length + T;
+    c.k[static_cast<size_t>(l)].slice(1, c.length, end).copy_(k);
+    c.v[static_cast<size_t>(l)].slice(1, c.length, end).copy_(v);
+    k = c.k[static_cast<size_t>(l)].slice(1, 0, end);
+    v = c.v[static_cast<size_t>(l)].slice(1, 0, end);
   }
   ops::AttentionOptions opts;
   opts.scale = static_cast<float>(s.attn_scale > 0 ? s.attn_scale : 1.0 / std::sqrt(static_cast<double>(D)));
   opts.causal = true;
   opts.sliding_window = layer.sliding ? s.sliding_window : 0;
   opts.softcap = static_cast<float>(s.attn_softcap);
-  Tensor a = ops::attention(q, k, v, mask, opts);
+  Tensor a = ops::attention(q, k, v, step.mask, opts);
   emit("context", a);
   a = a.reshape({B, T, Hq * D});
   Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
@@ -240,17 +269,46 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) c
   return out;
 }
 
-Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace) {
+Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
+                             KVCache* cache, std::span<const int32_t> positions) {
   const auto& s = spec_;
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
               "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
   const int64_t B = input_ids.dim(0), T = input_ids.dim(1), H = s.hidden_size;
   VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type, shape_str(input_ids.shape()));
+  const int64_t past = cache ? cache->length : 0;
+  if (cache) {
+    VKF_REQUIRE(!autograd::active_tape(), "{} forward: a KV cache is for inference (no gradients)",
+                s.model_type);
+    VKF_REQUIRE(cache->batch == B && past + T <= cache->capacity,
+                "{} forward: the KV cache holds batch {} x {} positions; this call needs batch {} and "
+                "{} positions", s.model_type, cache->batch, cache->capacity, B, past + T);
+  }
   if (attention_mask.defined()) {
-    VKF_REQUIRE(attention_mask.shape() == input_ids.shape(),
-                "{} forward: attention_mask {} must match input_ids {}", s.model_type,
-                shape_str(attention_mask.shape()), shape_str(input_ids.shape()));
+    VKF_REQUIRE(attention_mask.rank() == 2 && attention_mask.dim(0) == B && attention_mask.dim(1) == past + T,
+                "{} forward: attention_mask {} must be [batch, {}] (past + new positions)",
+                s.model_type, shape_str(attention_mask.shape()), past + T);
+  }
+  Step step;
+  step.mask = attention_mask;
+  step.T = T;
+  step.cache = cache;
+  if (positions.empty()) {
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(past + t);
+    step.positions = Tensor::from_host_i32(pos, {1, T});
+    step.table_positions = past + T;
+  } else {
+    VKF_REQUIRE(static_cast<int64_t>(positions.size()) == B * T,
+                "{} forward: {} positions for a [{}, {}] batch", s.model_type, positions.size(), B, T);
+    int32_t top = 0;
+    for (int32_t p : positions) {
+      VKF_REQUIRE(p >= 0, "{} forward: negative position {}", s.model_type, p);
+      top = std::max(top, p);
+    }
+    step.positions = Tensor::from_host_i32(positions, {B, T});
+    step.table_positions = top + 1;
   }
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
@@ -271,7 +329,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
     const auto& n = s.names;
     switch (s.placement) {
       case NormPlacement::Pre: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1)), attention_mask, T, trace);
+        Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
         x = ops::residual_add(x, scaled(a));
         emit(fmt::format("layers.{}.attn_residual", l), x);
         Tensor m = mlp_block(l, norm(x, L(n.norm2)), trace);
@@ -279,7 +337,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
         break;
       }
       case NormPlacement::Sandwich: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1)), attention_mask, T, trace);
+        Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
         x = ops::residual_add(x, norm(a, L(n.norm2)));
         emit(fmt::format("layers.{}.attn_residual", l), x);
         Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm)), trace);
@@ -287,7 +345,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
         break;
       }
       case NormPlacement::Post: {
-        Tensor a = attention_block(l, x, attention_mask, T, trace);
+        Tensor a = attention_block(l, x, step, trace);
         x = ops::residual_add(x, norm(a, L(n.norm1)));
         emit(fmt::format("layers.{}.attn_residual", l), x);
         Tensor m = mlp_block(l, x, trace);
@@ -296,7 +354,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
       }
       case NormPlacement::Parallel: {
         Tensor h = norm(x, L(n.norm1));
-        Tensor a = attention_block(l, h, attention_mask, T, trace);
+        Tensor a = attention_block(l, h, step, trace);
         Tensor m = mlp_block(l, h, trace);
         x = ops::residual_add(ops::residual_add(x, a), m);  // transformers' order of the sums
         break;
@@ -312,6 +370,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
   if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
   emit("logits", logits);
+  if (cache) cache->length += T;
   return logits;
 }
 

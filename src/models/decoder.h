@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@ namespace vkf::models {
 
 // Receives each named intermediate of a forward pass.
 using Trace = std::function<void(const std::string& name, const Tensor& value)>;
+
+// Keys and values of past positions for incremental decoding: per layer [B, capacity, Hkv, D].
+// forward() with a cache appends the new positions' keys/values and attends over all of them.
+struct KVCache {
+  std::vector<Tensor> k, v;
+  int64_t batch = 0, capacity = 0, length = 0;
+};
 
 class DecoderModel {
  public:
@@ -35,9 +43,13 @@ class DecoderModel {
   std::vector<Tensor> parameters() const;
   void set_requires_grad(bool on);
 
-  // input_ids [B, T] (I32 or I64); attention_mask [B, T] (1 = token, 0 = padding) or undefined.
-  // Returns logits [B, T, vocab]. Positions are 0..T-1 in every row, as transformers does.
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace = {});
+  // input_ids [B, T] (I32 or I64); attention_mask [B, T] (1 = token, 0 = padding) or undefined;
+  // with a cache the mask covers every key, [B, cache->length + T]. Returns logits [B, T, vocab].
+  // Positions are cache->length + 0..T-1 in every row, as transformers does, unless `positions`
+  // gives them per token ([B*T] row-major; generation with left padding).
+  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace = {},
+                 KVCache* cache = nullptr, std::span<const int32_t> positions = {});
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
 
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.
@@ -45,8 +57,8 @@ class DecoderModel {
 
  private:
   Tensor norm(const Tensor& x, const std::string& prefix) const;
-  Tensor attention_block(int64_t layer, const Tensor& h, const Tensor& mask, int64_t T,
-                         const Trace& trace);
+  struct Step;  // what every layer of one forward call shares (mask, positions, cache)
+  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 

@@ -1,0 +1,161 @@
+// Generation loop and token choice (see generate.h). Logits of the last position are read back
+// each step (one [B, vocab] download); the processors run on the host in double.
+#include "infer/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "core/autograd.h"
+#include "vk/error.h"
+
+namespace vkf::infer {
+namespace {
+
+// splitmix64: a small, seedable generator whose sequence is the same on every platform.
+double next_uniform(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace
+
+int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen,
+                     const GenerationConfig& c, uint64_t& rng_state) {
+  const size_t V = logits.size();
+  VKF_REQUIRE(V > 0, "generate: empty logits");
+  if (c.repetition_penalty != 1.0) {
+    // transformers: every token already in the sequence, once: negative scores are multiplied,
+    // positive ones divided by the penalty.
+    std::set<int32_t> uniq(seen.begin(), seen.end());
+    for (int32_t t : uniq) {
+      if (t < 0 || static_cast<size_t>(t) >= V) continue;
+      float& s = logits[static_cast<size_t>(t)];
+      s = s < 0 ? static_cast<float>(s * c.repetition_penalty) : static_cast<float>(s / c.repetition_penalty);
+    }
+  }
+  if (!c.do_sample) {
+    // torch.argmax: the first index of the maximum.
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<double> s(logits.begin(), logits.end());
+  if (c.temperature != 1.0) for (double& x : s) x /= c.temperature;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  std::vector<size_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s[a] > s[b]; });
+  if (c.top_k > 0 && static_cast<size_t>(c.top_k) < V) {
+    const double kth = s[order[static_cast<size_t>(c.top_k) - 1]];
+    for (double& x : s) if (x < kth) x = neg_inf;
+  }
+  auto softmax = [&] {
+    const double m = *std::max_element(s.begin(), s.end());
+    std::vector<double> p(V);
+    double z = 0;
+    for (size_t i = 0; i < V; ++i) z += p[i] = std::exp(s[i] - m);
+    for (double& x : p) x /= z;
+    return p;
+  };
+  if (c.top_p < 1.0) {
+    // Keep the smallest set of most likely tokens whose mass reaches top_p (at least one).
+    const auto p = softmax();
+    double mass = 0;
+    std::vector<bool> keep(V, false);
+    for (size_t r = 0; r < V; ++r) {
+      keep[order[r]] = true;
+      mass += p[order[r]];
+      if (mass >= c.top_p) break;
+    }
+    for (size_t i = 0; i < V; ++i) if (!keep[i]) s[i] = neg_inf;
+  }
+  if (c.min_p > 0.0) {
+    const auto p = softmax();
+    const double top = *std::max_element(p.begin(), p.end());
+    for (size_t i = 0; i < V; ++i) if (p[i] < c.min_p * top) s[i] = neg_inf;
+  }
+  const auto p = softmax();
+  double u = next_uniform(rng_state), acc = 0;
+  for (size_t i = 0; i < V; ++i) {
+    acc += p[i];
+    if (u < acc) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(order[0]);
+}
+
+std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           const GenerationConfig& c, const TokenCallback& on_token) {
+  VKF_REQUIRE(!prompts.empty(), "generate: no prompts");
+  VKF_REQUIRE(c.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  VKF_REQUIRE(c.temperature > 0, "generate: temperature must be > 0 (use greedy decoding instead)");
+  const int64_t V = model.spec().vocab_size;
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  size_t L = 0;
+  for (const auto& p : prompts) {
+    VKF_REQUIRE(!p.empty(), "generate: an empty prompt (it needs at least one token, e.g. BOS)");
+    for (int32_t t : p) VKF_REQUIRE(t >= 0 && t < V, "generate: token id {} outside the vocabulary of {}", t, V);
+    L = std::max(L, p.size());
+  }
+  autograd::NoGradScope no_grad;
+  // Left padding, positions counted over real tokens (transformers: cumsum(mask) - 1).
+  std::vector<int32_t> ids(static_cast<size_t>(B) * L, c.pad_token_id), mask(ids.size(), 0), pos(ids.size(), 1);
+  std::vector<int32_t> next_pos(static_cast<size_t>(B));
+  std::vector<std::vector<int32_t>> seen(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[static_cast<size_t>(b)];
+    const size_t off = L - p.size();
+    for (size_t t = 0; t < p.size(); ++t) {
+      ids[b * L + off + t] = p[t];
+      mask[b * L + off + t] = 1;
+      pos[b * L + off + t] = static_cast<int32_t>(t);
+    }
+    next_pos[static_cast<size_t>(b)] = static_cast<int32_t>(p.size());
+    seen[static_cast<size_t>(b)] = p;
+  }
+  models::KVCache cache = model.make_cache(B, static_cast<int64_t>(L) + std::max<int64_t>(c.max_new_tokens, 1));
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  uint64_t rng = c.seed;
+  std::vector<int32_t> full_mask = mask;  // [B, keys], grows by one column per step
+  int64_t keys = static_cast<int64_t>(L);
+  Tensor logits = model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
+                                Tensor::from_host_i32(full_mask, {B, keys}), {}, &cache, pos);
+  for (int64_t step = 0; step < c.max_new_tokens; ++step) {
+    const int64_t T = logits.dim(1);
+    const auto last = logits.slice(1, T - 1, T).to_float();  // [B, V]
+    std::vector<int32_t> chosen(static_cast<size_t>(B), c.pad_token_id);
+    bool all_done = true;
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[static_cast<size_t>(b)]) continue;
+      std::vector<float> row(last.begin() + b * V, last.begin() + (b + 1) * V);
+      const int32_t t = choose_token(std::move(row), seen[static_cast<size_t>(b)], c, rng);
+      chosen[static_cast<size_t>(b)] = t;
+      out[static_cast<size_t>(b)].push_back(t);
+      seen[static_cast<size_t>(b)].push_back(t);
+      if (on_token) on_token(static_cast<size_t>(b), t);
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end())
+        done[static_cast<size_t>(b)] = true;
+      all_done = all_done && done[static_cast<size_t>(b)];
+    }
+    if (all_done || step + 1 == c.max_new_tokens) break;
+    // Append one column to the mask (every row attends to its new token, as transformers does).
+    std::vector<int32_t> grown(static_cast<size_t>(B * (keys + 1)));
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(full_mask.begin() + b * keys, full_mask.begin() + (b + 1) * keys, grown.begin() + b * (keys + 1));
+      grown[static_cast<size_t>(b * (keys + 1) + keys)] = 1;
+    }
+    full_mask.swap(grown);
+    ++keys;
+    std::vector<int32_t> step_pos(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) step_pos[static_cast<size_t>(b)] = next_pos[static_cast<size_t>(b)]++;
+    logits = model.forward(Tensor::from_host_i32(chosen, {B, 1}), Tensor::from_host_i32(full_mask, {B, keys}),
+                           {}, &cache, step_pos);
+  }
+  return out;
+}
+
+}  // namespace vkf::infer

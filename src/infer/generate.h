@@ -1,0 +1,41 @@
+// Text generation with a KV cache: left-padded batch prefill, then one token per step, with greedy
+// decoding or sampling processed as transformers' generate does (repetition penalty, temperature,
+// top-k, top-p, min-p, in that order), stopping per row at an EOS id or after max_new_tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "models/decoder.h"
+
+namespace vkf::infer {
+
+struct GenerationConfig {
+  int64_t max_new_tokens = 32;
+  bool do_sample = false;
+  double temperature = 1.0;
+  int64_t top_k = 50;       // 0 disables (transformers' default is 50 when sampling)
+  double top_p = 1.0;       // 1 disables
+  double min_p = 0.0;       // 0 disables
+  double repetition_penalty = 1.0;
+  uint64_t seed = 0;
+  std::vector<int32_t> eos_token_ids;
+  int32_t pad_token_id = 0;  // fills the left padding and finished rows
+};
+
+// Receives each generated token as it is chosen (row, token), e.g. to stream text.
+using TokenCallback = std::function<void(size_t row, int32_t token)>;
+
+// Returns the new tokens of each prompt (ending with the EOS id when one was produced).
+std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           const GenerationConfig& config,
+                                           const TokenCallback& on_token = {});
+
+// One decoding choice from a row of logits (exposed for tests): applies the processors of
+// `config` given the tokens seen so far and returns the chosen id.
+int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen,
+                     const GenerationConfig& config, uint64_t& rng_state);
+
+}  // namespace vkf::infer
