@@ -21,6 +21,11 @@ Value get_attr(const Value& obj, const std::string& name);
 // obj[key]: dict keys, list/string indices (negative from the end).
 Value get_item(const Value& obj, const Value& key);
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+// Python's str.upper()/lower()/capitalize()/title() (see to_upper_cp for the scripts covered).
+std::string py_upper(const std::string& s);
+std::string py_lower(const std::string& s);
+std::string py_capitalize(const std::string& s);
+std::string py_title(const std::string& s);
 // Raises TemplateError when an Undefined is used where jinja2 raises UndefinedError.
 [[noreturn]] void undefined_error(const Value& v);
 

@@ -9,14 +9,6 @@
 namespace vkf::tokenizer::jinja {
 namespace {
 
-std::string lower_ascii(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper_ascii(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 
 ValueList as_list(const Value& v, const char* filter) {
   ValueList items;
@@ -70,7 +62,7 @@ Value select_like(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
 bool sort_less(const Value& x, const Value& y, bool case_sensitive) {
   std::string err;
   bool r = (!case_sensitive && x.is_string() && y.is_string())
-               ? lower_ascii(x.s) < lower_ascii(y.s)
+               ? py_lower(x.s) < py_lower(y.s)
                : less_than(x, y, &err);
   if (!err.empty()) throw TemplateError(err);
   return r;
@@ -241,7 +233,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     ValueList out;
     std::vector<Value> seen;
     for (const auto& it : items) {
-      Value k = (!(cs && truthy(*cs)) && it.is_string()) ? Value::string(lower_ascii(it.s)) : it;
+      Value k = (!(cs && truthy(*cs)) && it.is_string()) ? Value::string(py_lower(it.s)) : it;
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
         seen.push_back(k);
         out.push_back(it);
@@ -328,24 +320,19 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     sa.pos = {a.get(0, "chars") ? *a.get(0, "chars") : Value::none()};
     return (*get_attr(Value::string(s), "strip").fn)(sa);
   }
-  if (name == "upper") return Value::string(upper_ascii(s));
-  if (name == "lower") return Value::string(lower_ascii(s));
-  if (name == "capitalize") {
-    std::string out = lower_ascii(s);
-    if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-    return Value::string(out);
-  }
+  if (name == "upper") return Value::string(py_upper(s));
+  if (name == "lower") return Value::string(py_lower(s));
+  if (name == "capitalize") return Value::string(py_capitalize(s));
   if (name == "title") {
     // jinja2 splits at runs of whitespace, '-', and opening brackets; each piece is capitalised.
-    std::string out;
+    std::vector<uint32_t> cps = utf8_decode(s);
     bool start = true;
-    for (char c : s) {
-      unsigned char u = static_cast<unsigned char>(c);
-      bool sep = std::isspace(u) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-      out += static_cast<char>(sep ? c : start ? std::toupper(u) : std::tolower(u));
+    for (auto& c : cps) {
+      bool sep = is_py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+      if (!sep) c = start ? to_upper_cp(c) : to_lower_cp(c);
       start = sep;
     }
-    return Value::string(out);
+    return Value::string(utf8_encode(cps));
   }
   if (name == "replace") {
     CallArgs ra;
@@ -383,8 +370,10 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "iterable") return v.kind == K::Undefined || v.is_string() || v.is_list() || v.kind == K::Dict;
   if (name == "sequence") return v.is_string() || v.is_list() || v.kind == K::Dict;
   if (name == "callable") return v.kind == K::Function;
-  if (name == "lower") return v.is_string() && lower_ascii(v.s) == v.s;
-  if (name == "upper") return v.is_string() && upper_ascii(v.s) == v.s;
+  if (name == "lower" || name == "upper") {  // str.islower()/isupper(): needs a cased letter
+    if (!v.is_string() || py_lower(v.s) == py_upper(v.s)) return false;
+    return name == "lower" ? py_lower(v.s) == v.s : py_upper(v.s) == v.s;
+  }
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (v.kind != K::Int) throw TemplateError("test '" + name + "' expects an integer");
     int64_t m = name == "divisibleby" ? arg().i : 2;

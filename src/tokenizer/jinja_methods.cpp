@@ -9,19 +9,21 @@
 namespace vkf::tokenizer::jinja {
 namespace {
 
-bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
-
 std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
-  auto drop = [&](char c) {
-    if (!chars || chars->is_none()) return is_space(c);
-    return chars->s.find(c) != std::string::npos;
+  // Code-point based, as Python: no argument strips Unicode whitespace, else the given set.
+  std::vector<uint32_t> cps = utf8_decode(s);
+  std::vector<uint32_t> set;
+  bool use_set = chars && !chars->is_none();
+  if (use_set) set = utf8_decode(chars->s);
+  auto drop = [&](uint32_t c) {
+    return use_set ? std::find(set.begin(), set.end(), c) != set.end() : is_py_space(c);
   };
-  size_t b = 0, e = s.size();
+  size_t b = 0, e = cps.size();
   if (left)
-    while (b < e && drop(s[b])) ++b;
+    while (b < e && drop(cps[b])) ++b;
   if (right)
-    while (e > b && drop(s[e - 1])) --e;
-  return s.substr(b, e - b);
+    while (e > b && drop(cps[e - 1])) --e;
+  return utf8_encode(std::vector<uint32_t>(cps.begin() + static_cast<long>(b), cps.begin() + static_cast<long>(e)));
 }
 
 std::string need_str(const Value* v, const char* what) {
@@ -33,19 +35,24 @@ Value split(const std::string& s, const Value* sep, const Value* maxsplit_v) {
   int64_t maxsplit = maxsplit_v && maxsplit_v->kind == Value::Kind::Int ? maxsplit_v->i : -1;
   ValueList out;
   if (!sep || sep->is_none()) {  // Python's whitespace split: runs of whitespace, no empties
-    size_t k = 0;
-    while (k < s.size()) {
-      while (k < s.size() && is_space(s[k])) ++k;
-      if (k >= s.size()) break;
+    std::vector<uint32_t> cps = utf8_decode(s);
+    size_t k = 0, n = cps.size();
+    auto piece = [&](size_t b, size_t e) {
+      return Value::string(utf8_encode(std::vector<uint32_t>(cps.begin() + static_cast<long>(b),
+                                                             cps.begin() + static_cast<long>(e))));
+    };
+    while (k < n) {
+      while (k < n && is_py_space(cps[k])) ++k;
+      if (k >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t e = s.size();
-        while (e > k && is_space(s[e - 1])) --e;
-        out.push_back(Value::string(s.substr(k, e - k)));
+        size_t e = n;
+        while (e > k && is_py_space(cps[e - 1])) --e;
+        out.push_back(piece(k, e));
         break;
       }
       size_t e = k;
-      while (e < s.size() && !is_space(s[e])) ++e;
-      out.push_back(Value::string(s.substr(k, e - k)));
+      while (e < n && !is_py_space(cps[e])) ++e;
+      out.push_back(piece(k, e));
       k = e;
     }
     return Value::make_list(std::move(out));
@@ -107,18 +114,46 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   return out + s.substr(k);
 }
 
-// Python's str.title(): a letter is upper-cased when it follows a non-letter.
-std::string py_title(const std::string& s) {
-  std::string out = s;
-  bool prev_letter = false;
-  for (auto& c : out) {
-    unsigned char u = static_cast<unsigned char>(c);
-    bool letter = std::isalpha(u) != 0;
-    if (letter) c = static_cast<char>(prev_letter ? std::tolower(u) : std::toupper(u));
-    prev_letter = letter || u >= 0x80;
+}  // namespace
+
+std::string py_upper(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (uint32_t c : utf8_decode(s)) {
+    if (c == 0xdf) {  // Python upper-cases the sharp s to two letters
+      out.push_back('S');
+      out.push_back('S');
+    } else {
+      out.push_back(to_upper_cp(c));
+    }
   }
-  return out;
+  return utf8_encode(out);
 }
+
+std::string py_lower(const std::string& s) {
+  std::vector<uint32_t> cps = utf8_decode(s);
+  for (auto& c : cps) c = to_lower_cp(c);
+  return utf8_encode(cps);
+}
+
+std::string py_capitalize(const std::string& s) {
+  std::vector<uint32_t> cps = utf8_decode(s);
+  for (size_t k = 0; k < cps.size(); ++k) cps[k] = k ? to_lower_cp(cps[k]) : to_upper_cp(cps[k]);
+  return utf8_encode(cps);
+}
+
+// Python's str.title(): a cased letter is upper-cased when it follows an uncased character.
+std::string py_title(const std::string& s) {
+  std::vector<uint32_t> cps = utf8_decode(s);
+  bool prev_cased = false;
+  for (auto& c : cps) {
+    bool cased = to_upper_cp(c) != c || to_lower_cp(c) != c;
+    if (cased) c = prev_cased ? to_lower_cp(c) : to_upper_cp(c);
+    prev_cased = cased;
+  }
+  return utf8_encode(cps);
+}
+
+namespace {
 
 Value string_method(const std::string& s, const std::string& name) {
   auto m = [s](auto fn) { return Value::function([s, fn](const CallArgs& a) { return fn(s, a); }); };
@@ -138,22 +173,12 @@ Value string_method(const std::string& s, const std::string& name) {
     });
   if (name == "upper" || name == "lower")
     return m([name](const std::string& x, const CallArgs&) {
-      std::string out = x;
-      for (auto& c : out)
-        c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                                              : std::tolower(static_cast<unsigned char>(c)));
-      return Value::string(out);
+      return Value::string(name == "upper" ? py_upper(x) : py_lower(x));
     });
   if (name == "title")
     return m([](const std::string& x, const CallArgs&) { return Value::string(py_title(x)); });
   if (name == "capitalize")
-    return m([](const std::string& x, const CallArgs&) {
-      std::string out = x;
-      for (size_t k = 0; k < out.size(); ++k)
-        out[k] = static_cast<char>(k ? std::tolower(static_cast<unsigned char>(out[k]))
-                                     : std::toupper(static_cast<unsigned char>(out[k])));
-      return Value::string(out);
-    });
+    return m([](const std::string& x, const CallArgs&) { return Value::string(py_capitalize(x)); });
   if (name == "replace")
     return m([](const std::string& x, const CallArgs& a) {
       const Value* c = a.get(2, "count");
@@ -210,6 +235,7 @@ Value string_method(const std::string& s, const std::string& name) {
       if (x.empty()) return Value::boolean(false);
       for (unsigned char c : x) {
         bool ok = name == "isdigit" ? std::isdigit(c) : name == "isspace" ? std::isspace(c) : std::isalpha(c);
+        if (c >= 0x80) ok = name == "isalpha";  // non-ASCII letters; digits/spaces are ASCII here
         if (!ok) return Value::boolean(false);
       }
       return Value::boolean(true);

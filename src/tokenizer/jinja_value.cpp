@@ -397,6 +397,89 @@ std::vector<std::string> utf8_chars(const std::string& s) {
   return out;
 }
 
+std::vector<uint32_t> utf8_decode(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (size_t k = 0; k < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[k]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || k + n > s.size()) {
+      out.push_back(c);
+      ++k;
+      continue;
+    }
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t j = 1; j < n; ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3f);
+    out.push_back(cp);
+    k += n;
+  }
+  return out;
+}
+
+std::string utf8_encode(const std::vector<uint32_t>& cps) {
+  std::string s;
+  for (uint32_t cp : cps) {
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      s += static_cast<char>(0xc0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xe0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      s += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      s += static_cast<char>(0xf0 | (cp >> 18));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      s += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+  }
+  return s;
+}
+
+bool is_py_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+uint32_t to_upper_cp(uint32_t cp) {
+  if (cp >= 'a' && cp <= 'z') return cp - 32;
+  if (cp >= 0xe0 && cp <= 0xfe && cp != 0xf7) return cp - 32;
+  if (cp == 0xff) return 0x178;
+  if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17f) {
+    bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17e);
+    bool is_lower = odd_upper ? (cp % 2 == 0) : (cp % 2 == 1);
+    return is_lower ? cp - 1 : cp;
+  }
+  if (cp >= 0x3b1 && cp <= 0x3c9 && cp != 0x3c2) return cp - 32;
+  if (cp == 0x3c2) return 0x3a3;
+  if (cp >= 0x430 && cp <= 0x44f) return cp - 32;
+  if (cp >= 0x450 && cp <= 0x45f) return cp - 80;
+  return cp;
+}
+
+uint32_t to_lower_cp(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 32;
+  if (cp >= 0xc0 && cp <= 0xde && cp != 0xd7) return cp + 32;
+  if (cp == 0x178) return 0xff;
+  if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17f) {
+    bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17e);
+    bool is_upper = odd_upper ? (cp % 2 == 1) : (cp % 2 == 0);
+    return is_upper ? cp + 1 : cp;
+  }
+  if (cp >= 0x391 && cp <= 0x3a9 && cp != 0x3a2) return cp + 32;
+  if (cp >= 0x410 && cp <= 0x42f) return cp + 32;
+  if (cp >= 0x400 && cp <= 0x40f) return cp + 80;
+  return cp;
+}
+
+bool is_alpha_cp(uint32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  return to_upper_cp(cp) != cp || to_lower_cp(cp) != cp || cp == 0xdf || (cp >= 0x4e00 && cp <= 0x9fff) ||
+         (cp >= 0x3040 && cp <= 0x30ff) || (cp >= 0xac00 && cp <= 0xd7a3);
+}
+
 bool iterate(const Value& v, ValueList* out) {
   out->clear();
   switch (v.kind) {

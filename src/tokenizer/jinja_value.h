@@ -87,5 +87,15 @@ bool iterate(const Value& v, ValueList* out);
 // Number of elements / code points, or -1 when the value has no length.
 int64_t length(const Value& v);
 std::vector<std::string> utf8_chars(const std::string& s);
+// Code points of a UTF-8 string, and back (invalid bytes pass through as Latin-1 code points).
+std::vector<uint32_t> utf8_decode(const std::string& s);
+std::string utf8_encode(const std::vector<uint32_t>& cps);
+// Python's str.isspace() for one code point (Unicode whitespace, not just ASCII).
+bool is_py_space(uint32_t cp);
+// Simple one-to-one case mapping for Latin-1, Latin Extended-A, Greek and Cyrillic letters,
+// the scripts whose letters Python's upper()/lower() change without changing the length.
+uint32_t to_upper_cp(uint32_t cp);
+uint32_t to_lower_cp(uint32_t cp);
+bool is_alpha_cp(uint32_t cp);
 
 }  // namespace vkf::tokenizer::jinja

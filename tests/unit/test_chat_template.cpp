@@ -208,6 +208,7 @@ TEST(ChatTemplateJinja, ExpressionsMatchJinja2) {
       inline_case("tojson", "{{ d | tojson }}|{{ msgs | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}|{{ [1.0, 2.5, none, true, {}] | tojson }}|{{ [] | tojson(indent=4) }}|{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|{{ 1e20 | tojson }}|{{ 0.0001 | tojson }}", ctx),
       inline_case("indent escape", "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(3, blank=true) }}|{{ '<a href=\"x\">&\\'</a>' | e }}|{{ '<b>' | safe }}|{{ '<b>' }}"),
       inline_case("wordcount format", "{{ 'a b  c' | wordcount }}"),
+      inline_case("unicode case and whitespace", "{{ 'éCOLE ÑANDÚ straße' | upper }}|{{ 'ÉCOLE Ωμέγα ПРИВЕТ' | lower }}|{{ 'élan vital' | title }}|{{ 'élan vital'.title() }}|{{ 'ýes' | capitalize }}|[{{ '\u00a0\u3000 x \u2003\n' | trim }}]|{{ 'a\u00a0b\u3000c' .split() }}|{{ 'ÀB' is upper }}|{{ '12' is lower }}|{{ 'ŁÓDŹ ąę' | lower }}|{{ 'ǅ' | length }}"),
       inline_case("float repr", "{{ 1/3 }} {{ 1e16 }} {{ 1e15 }} {{ 123456789.125 }} {{ 0.00001 }} {{ -0.5 }} {{ 3.0 }} {{ 2**0.5 }}"),
   };
   EXPECT_EQ(check_cases(cases), 0);
