@@ -26,6 +26,8 @@ std::string py_upper(const std::string& s);
 std::string py_lower(const std::string& s);
 std::string py_capitalize(const std::string& s);
 std::string py_title(const std::string& s);
+// Python's printf-style "fmt % args" (%s %r %d %i %f %%), for the format filter and "%".
+std::string percent_format(const std::string& fmt, const ValueList& args);
 // Raises TemplateError when an Undefined is used where jinja2 raises UndefinedError.
 [[noreturn]] void undefined_error(const Value& v);
 

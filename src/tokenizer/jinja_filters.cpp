@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "tokenizer/jinja_builtins.h"
 
@@ -123,6 +124,43 @@ Value indent(const Value& v, const CallArgs& a) {
 }
 
 }  // namespace
+
+std::string percent_format(const std::string& fmt, const ValueList& args) {
+  std::string out;
+  size_t next = 0;
+  for (size_t k = 0; k < fmt.size(); ++k) {
+    if (fmt[k] != '%') {
+      out += fmt[k];
+      continue;
+    }
+    if (++k >= fmt.size()) throw TemplateError("incomplete format");
+    char c = fmt[k];
+    if (c == '%') {
+      out += '%';
+      continue;
+    }
+    if (next >= args.size()) throw TemplateError("not enough arguments for format string");
+    const Value& a = args[next++];
+    if (c == 's') {
+      out += to_str(a);
+    } else if (c == 'r') {
+      out += to_repr(a);
+    } else if (c == 'd' || c == 'i') {
+      if (!a.is_number()) throw TemplateError(std::string("%d format: a real number is required, not ") + kind_name(a.kind));
+      out += std::to_string(a.kind == Value::Kind::Float ? static_cast<int64_t>(a.f)
+                            : a.kind == Value::Kind::Bool ? int64_t{a.b} : a.i);
+    } else if (c == 'f') {
+      if (!a.is_number()) throw TemplateError("%f format: a real number is required");
+      char b[64];
+      std::snprintf(b, sizeof(b), "%.6f", a.as_double());
+      out += b;
+    } else {
+      throw TemplateError(std::string("unsupported format character '") + c + "'");
+    }
+  }
+  if (next != args.size()) throw TemplateError("not all arguments converted during string formatting");
+  return out;
+}
 
 Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "default" || name == "d") {
@@ -313,6 +351,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return Value::number(r / scale);
   }
   if (name == "indent") return indent(v, a);
+  if (name == "format") return Value::string(percent_format(to_str(v), a.pos));
   if (name == "e" || name == "escape") return Value::string(html_escape(to_str(v)));
   std::string s = to_str(v);
   if (name == "trim") {

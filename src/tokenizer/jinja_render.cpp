@@ -433,6 +433,10 @@ class Renderer {
         return Value::make_list(std::move(out));
       }
     }
+    if (op == "%" && l.is_string()) {
+      ValueList args = r.is_list() && r.is_tuple ? *r.list : ValueList{r};
+      return Value::string(percent_format(l.s, args));
+    }
     if (op == "*" && ((l.is_string() || l.is_list()) && r.kind == K::Int)) {
       if (l.is_string()) {
         std::string out;

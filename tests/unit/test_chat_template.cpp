@@ -245,6 +245,27 @@ TEST(ChatTemplateJinja, StatementsMatchJinja2) {
   EXPECT_EQ(check_cases(cases), 0);
 }
 
+TEST(ChatTemplateJinja, EdgeCasesMatchJinja2) {
+  json ctx = {{"null_v", nullptr}, {"d", {{"k", "it's"}, {"q", "say \"hi\""}}}, {"msgs", json::array()},
+              {"l", {1, 2, 3}}};
+  std::vector<Case> cases = {
+      inline_case("null is defined", "{{ null_v is defined }} {{ null_v is none }} {{ null_v }} [{{ null_v.attr }}]", ctx),
+      inline_case("repr quoting", R"({{ d }} {{ ['it\'s', 'a"b', 'both\'"'] }})", ctx),
+      inline_case("unary and pow", "{{ -2 ** 2 }} {{ 2 ** 3 ** 2 }} {{ -l[0] }} {{ not 1 in l }} {{ 1 + 2 * 3 - 4 / 2 }}", ctx),
+      inline_case("format", "{{ '%s has %d items (%r)' | format('list', 3, 'x') }} {{ '%s-%s' % ('a', 'b') }} {{ '%d%%' % 50 }} {{ '%.2f' if false else '%f' | format(1.5) }}"),
+      inline_case("filters bind tighter", "{{ l | length > 2 }} {{ 'x' ~ l | length }} {{ l | first + 10 }} {{ -l | length if false else 'n' }}", ctx),
+      inline_case("empty messages", "{% for m in msgs %}x{% else %}none{% endfor %}{{ msgs | length == 0 }}{% if msgs %}t{% else %}f{% endif %}", ctx),
+      inline_case("implicit string concat", R"({{ 'a' 'b' "c" }})"),
+      inline_case("sameas", "{{ false is sameas false }} {{ 0 is sameas false }} {{ none is sameas none }}"),
+      inline_case("chained filters on strings", "{{ '  Mixed Case  ' | trim | lower | replace(' ', '_') | upper }}"),
+      inline_case("nested namespace", "{% set ns = namespace(items=[], last=none) %}{% for x in l %}{% set ns.items = ns.items + [x * 2] %}{% set ns.last = x %}{% endfor %}{{ ns.items }} {{ ns.last }}", ctx),
+      inline_case("loop in macro", "{% macro m(xs) %}{% for x in xs %}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}{% endmacro %}[{{ m(l) }}]", ctx),
+      inline_case("whitespace around comments with lstrip", "a\n  {#- c -#}\n  b\n    {# c2 #}\n  c"),
+      inline_case("block at line start after text", "x\n  {% if true %}\n  y\n  {% endif %}\nz"),
+  };
+  EXPECT_EQ(check_cases(cases), 0);
+}
+
 TEST(ChatTemplateJinja, ErrorsMatchJinja2) {
   std::vector<Case> cases = {
       inline_case("raise_exception", "ok{{ raise_exception('Custom failure: ' ~ 42) }}"),
