@@ -221,8 +221,7 @@ class Parser {
       expect_block_end();
       return s;
     }
-    if (k == "break" || k == "continue") {
-      if (loop_depth_ == 0) error(kw, "'" + k + "' outside of a for loop");
+    if (k == "break" || k == "continue") {  // placement inside a loop is checked when rendered
       auto s = make(k == "break" ? Stmt::Kind::Break : Stmt::Kind::Continue, kw);
       expect_block_end();
       return s;
@@ -577,7 +576,6 @@ class Parser {
 
   std::vector<Token> t_;
   size_t p_ = 0;
-  int loop_depth_ = 1;  // break/continue placement is checked at render time
 };
 
 }  // namespace
