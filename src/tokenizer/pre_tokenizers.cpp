@@ -157,7 +157,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
     });
   }
   if (t == "Whitespace") {
-    auto re = Regex::get(R"(\w+|[^\w\s]+)", where);
+    // Rust's \w also covers marks and joiners, which PCRE2's UCP \w (10.42) leaves out.
+    auto re = Regex::get(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|)"
+                         R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)", where);
     return std::make_unique<FnPre>([re](std::vector<Piece>& pieces) {
       split_each(pieces, [&](const std::string& s) {
         return split_by(s, re->find_all(s), SplitBehavior::Removed, true);

