@@ -28,13 +28,21 @@ std::vector<Segment> split_added(std::string_view text, const std::vector<const 
   struct Match { size_t s, e; int32_t id; };
   std::vector<Match> found;
   size_t prev_end = 0, pos = 0;
+  // Next occurrence of each pattern at or after `pos`, refreshed only when passed, so a text
+  // with many matches is still scanned about once per pattern.
+  std::vector<size_t> next(patterns.size(), 0);
+  std::vector<bool> fresh(patterns.size(), false);
   while (pos < text.size()) {
     // Leftmost-longest: the earliest start, then the longest pattern there.
     size_t best_s = std::string_view::npos, best_len = 0, best_k = 0;
     for (size_t k = 0; k < patterns.size(); ++k) {
       const std::string& p = patterns[k];
       if (p.empty()) continue;
-      const size_t s = text.find(p, pos);
+      if (!fresh[k] || (next[k] != std::string_view::npos && next[k] < pos)) {
+        next[k] = text.find(p, pos);
+        fresh[k] = true;
+      }
+      const size_t s = next[k];
       if (s == std::string_view::npos) continue;
       if (s < best_s || (s == best_s && p.size() > best_len)) {
         best_s = s;

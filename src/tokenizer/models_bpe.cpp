@@ -2,6 +2,7 @@
 // rank, always the lowest-ranked, leftmost pair first, which is the order the HF library's
 // priority queue produces.
 #include <limits>
+#include <queue>
 
 #include "tokenizer/components.h"
 #include "tokenizer/unicode.h"
@@ -85,23 +86,47 @@ class Bpe : public Model {
       }
     }
     if (pending_unk) sym.push_back(*pending_unk);
-    // Repeatedly merge the lowest-ranked pair; ties go to the leftmost.
-    while (sym.size() > 1) {
-      int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
-      size_t best_pos = 0;
-      for (size_t k = 0; k + 1 < sym.size(); ++k) {
-        auto it = merges.find(key(sym[k], sym[k + 1]));
-        if (it != merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          best_id = it->second.second;
-          best_pos = k;
-        }
-      }
-      if (best_id < 0) break;
-      sym[best_pos] = best_id;
-      sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
-    }
+    merge(sym);
     out.insert(out.end(), sym.begin(), sym.end());
+  }
+
+  // Repeatedly merges the lowest-ranked pair, the leftmost on ties, through a min-heap keyed by
+  // (rank, position of the left symbol) over a linked list, so long words stay O(n log n).
+  void merge(std::vector<int32_t>& sym) const {
+    const size_t n = sym.size();
+    if (n < 2) return;
+    std::vector<int64_t> prev(n), next(n);
+    std::vector<bool> alive(n, true);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = static_cast<int64_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int64_t>(i) + 1 : -1;
+    }
+    using Entry = std::pair<int32_t, size_t>;  // rank, left position
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    auto push = [&](size_t left) {
+      if (next[left] < 0) return;
+      auto it = merges.find(key(sym[left], sym[static_cast<size_t>(next[left])]));
+      if (it != merges.end()) heap.emplace(it->second.first, left);
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      const auto [rank, left] = heap.top();
+      heap.pop();
+      if (!alive[left] || next[left] < 0) continue;
+      const auto right = static_cast<size_t>(next[left]);
+      auto it = merges.find(key(sym[left], sym[right]));
+      if (it == merges.end() || it->second.first != rank) continue;  // stale entry
+      sym[left] = it->second.second;
+      alive[right] = false;
+      next[left] = next[right];
+      if (next[right] >= 0) prev[static_cast<size_t>(next[right])] = static_cast<int64_t>(left);
+      if (prev[left] >= 0) push(static_cast<size_t>(prev[left]));
+      push(left);
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i]) sym[w++] = sym[i];
+    sym.resize(w);
   }
   std::optional<int32_t> token_to_id(const std::string& t) const override { return vocab.find(t); }
   const std::string* id_to_token(int32_t id) const override { return vocab.at(id); }
