@@ -72,8 +72,9 @@ std::string bert_normalize(const std::string& in, bool clean, bool chinese, bool
     }
     s.append(in, i, len);
   }
+  // Unlike StripAccents, BERT removes only nonspacing marks (Mn), keeping e.g. the keycap U+20E3.
   if (accents) s = filter_chars(normalize_form(s, NormForm::NFD), [](char32_t c) {
-    return !is_combining_mark(c);
+    return !is_mark_nonspacing(c);
   });
   if (lower) s = lowercase(s);
   return s;

@@ -118,6 +118,8 @@ bool is_control(char32_t c) {
          k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
 }
 
+bool is_mark_nonspacing(char32_t c) { return cat(c) == UTF8PROC_CATEGORY_MN; }
+
 bool is_combining_mark(char32_t c) {
   const auto k = cat(c);
   return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;

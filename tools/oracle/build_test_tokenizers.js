@@ -142,7 +142,7 @@ const common = ['the', 'quick', 'brown', 'fox', 'hello', 'world', 'line', 'you',
       pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
       special_tokens: { '[CLS]': { id: '[CLS]', ids: [1], tokens: ['[CLS]'] }, '[SEP]': { id: '[SEP]', ids: [2], tokens: ['[SEP]'] } } },
     decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: 'e' }, content: 'E' },
-      { type: 'Replace', pattern: { Regex: '[0-9]+' }, content: '#' }, { type: 'Strip', content: 'h', start: 1, stop: 1 }, { type: 'Fuse' }] },
+      { type: 'Replace', pattern: { Regex: '[0-9]+' }, content: '#' }, { type: 'Strip', content: 'h', start: 1, stop: 0 }, { type: 'Fuse' }] },
     model: { type: 'WordLevel', vocab, unk_token: '[UNK]' },
   });
 }
