@@ -143,10 +143,17 @@ Tokenizer Tokenizer::from_folder(const std::filesystem::path& dir) {
     t.unk_ = config_token(cfg, "unk_token", where);
     if (auto it = cfg.find("chat_template"); it != cfg.end() && it->is_string())
       t.chat_template_ = it->get<std::string>();
-    // As transformers does for Llama-style tokenizers: add_bos_token / add_eos_token rebuild
+    // As transformers does for Llama-style tokenizers (Llama, CodeLlama, Gemma, Cohere classes;
+    // other classes keep tokenizer.json's post-processor): add_bos_token / add_eos_token rebuild
     // the post-processor as [bos] $A [eos].
+    const std::string cls = cfg.contains("tokenizer_class") && cfg["tokenizer_class"].is_string()
+                                ? cfg["tokenizer_class"].get<std::string>()
+                                : "";
+    const bool llama_style = cls.find("Llama") != std::string::npos ||
+                             cls.find("Gemma") != std::string::npos ||
+                             cls.find("Cohere") != std::string::npos;
     const bool has_bos = cfg.contains("add_bos_token"), has_eos = cfg.contains("add_eos_token");
-    if (has_bos || has_eos) {
+    if (llama_style && (has_bos || has_eos)) {
       const bool add_bos = bool_field(cfg, where, "add_bos_token", false);
       const bool add_eos = bool_field(cfg, where, "add_eos_token", false);
       std::vector<int32_t> before, after;

@@ -21,7 +21,7 @@ out=$(printf '[1,2,3]\n' | "$bin" tokenize --tokenizer "$dir/tokenizer.json" --d
 [ "$out" = '"<s> hi there"' ] || fail "--decode gave: $out"
 out=$(printf '[1,2,3]\n' | "$bin" tokenize --tokenizer "$dir/tokenizer.json" --decode --no-special) || fail "exit $?"
 [ "$out" = '"hi there"' ] || fail "--decode --no-special gave: $out"
-echo '{"add_bos_token": false, "bos_token": "<s>"}' >"$dir/tokenizer_config.json"
+echo '{"add_bos_token": false, "bos_token": "<s>", "tokenizer_class": "LlamaTokenizer"}' >"$dir/tokenizer_config.json"
 out=$(printf '"hi"\n' | "$bin" tokenize --tokenizer "$dir") || fail "folder exited $?"
 [ "$out" = '[2]' ] || fail "add_bos_token=false in the folder gave: $out"
 

@@ -189,7 +189,7 @@ TEST(TokenizerFolder, ConfigOverridesPostProcessor) {
       {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}})";
   std::ofstream(dir / "tokenizer_config.json")
       << R"({"bos_token": "<s>", "eos_token": {"content": "</s>"}, "add_bos_token": false,
-            "add_eos_token": true, "chat_template": "from config"})";
+            "add_eos_token": true, "chat_template": "from config", "tokenizer_class": "LlamaTokenizer"})";
   std::ofstream(dir / "chat_template.jinja") << "{{ messages }}";
   const auto tok = vkf::Tokenizer::from_folder(dir);
   EXPECT_EQ(tok.encode("a a"), (std::vector<int32_t>{3, 3, 2}));
@@ -197,6 +197,13 @@ TEST(TokenizerFolder, ConfigOverridesPostProcessor) {
   EXPECT_EQ(tok.bos_token(), "<s>");
   EXPECT_EQ(tok.eos_token(), "</s>");
   EXPECT_EQ(tok.chat_template(), "{{ messages }}");
+  // Other tokenizer classes keep tokenizer.json's post-processor, as transformers does.
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "add_bos_token": false, "tokenizer_class": "Qwen2Tokenizer"})";
+  std::filesystem::remove(dir / "chat_template.jinja");
+  const auto other = vkf::Tokenizer::from_folder(dir);
+  EXPECT_EQ(other.encode("a"), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(other.chat_template(), "");
   std::filesystem::remove_all(dir);
 }
 
