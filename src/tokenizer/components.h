@@ -64,6 +64,7 @@ class Decoder {
 };
 
 std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& where);
+std::unique_ptr<Normalizer> make_precompiled(const json& j, const std::string& where);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::string& where);
 std::unique_ptr<Model> make_model(const json& j, const std::string& where);
 std::unique_ptr<Model> make_bpe(const json& j, const std::string& where);

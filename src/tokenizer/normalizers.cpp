@@ -136,9 +136,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
       return bert_normalize(s, clean, chinese, accents, lower);
     });
   }
-  if (t == "Precompiled")
-    fail("{}: the Precompiled (SentencePiece charsmap) normalizer is not supported yet; use a "
-         "tokenizer.json with an explicit normalizer (e.g. NFKC)", where);
+  if (t == "Precompiled") return make_precompiled(j, where);
   fail("{}.type: unknown normalizer \"{}\"", where, t);
 }
 

