@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       text = ss.str();
     } else {
       std::ifstream f(corpus);
-      VKF_REQUIRE(f.good(), "{}: cannot open; run from the repository root or pass --corpus", corpus);
+      VKF_REQUIRE(f.good(), "{}: cannot open; run from the repository root or pass --corpus",
+                  corpus);
       std::string line, joined;
       while (std::getline(f, line)) joined += nlohmann::json::parse(line).get<std::string>() + "\n";
       for (int i = 0; i < repeat; ++i) text += joined;
@@ -43,10 +44,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iters; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       n_tokens = tok.encode(text, false).size();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    fmt::print("vkformer: {} bytes, {} tokens, {:.3f} s, {:.2f} MB/s, {:.0f} tokens/s\n", text.size(),
-               n_tokens, best, static_cast<double>(text.size()) / best / 1e6,
+    fmt::print("vkformer: {} bytes, {} tokens, {:.3f} s, {:.2f} MB/s, {:.0f} tokens/s\n",
+               text.size(), n_tokens, best, static_cast<double>(text.size()) / best / 1e6,
                static_cast<double>(n_tokens) / best);
   } catch (const vkf::Error& e) {
     fmt::print(stderr, "tokenize_bench: error: {}\n", e.what());

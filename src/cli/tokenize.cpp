@@ -2,9 +2,8 @@
 // --decode) with a Hugging Face tokenizer, one JSON line out per line in.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/commands.h"
@@ -62,8 +61,7 @@ void add_tokenize_command(CLI::App& app, int& exit_code) {
       "tokenize",
       "Encode JSON strings from stdin to id arrays (or decode id arrays with --decode), one JSON "
       "value per line, with a Hugging Face tokenizer");
-  cmd->add_option("--tokenizer", args->path, "A model folder or a tokenizer.json file")
-      ->required();
+  cmd->add_option("--tokenizer", args->path, "A model folder or a tokenizer.json file")->required();
   cmd->add_flag("--no-special", args->no_special,
                 "Encode without the post-processor's special tokens; with --decode, skip special "
                 "tokens");

@@ -23,9 +23,13 @@ char32_t last_char(std::string_view s) {
 
 }  // namespace
 
-std::vector<Segment> split_added(std::string_view text, const std::vector<const AddedToken*>& tokens,
+std::vector<Segment> split_added(std::string_view text,
+                                 const std::vector<const AddedToken*>& tokens,
                                  const std::vector<std::string>& patterns, bool at_start) {
-  struct Match { size_t s, e; int32_t id; };
+  struct Match {
+    size_t s, e;
+    int32_t id;
+  };
   std::vector<Match> found;
   size_t prev_end = 0, pos = 0;
   // Next occurrence of each pattern at or after `pos`, refreshed only when passed, so a text
@@ -83,7 +87,8 @@ std::vector<Segment> split_added(std::string_view text, const std::vector<const 
   std::vector<Segment> out;
   size_t cur = 0;
   for (const auto& m : found) {
-    if (m.s > cur) out.push_back({std::string(text.substr(cur, m.s - cur)), -1, at_start && cur == 0});
+    if (m.s > cur)
+      out.push_back({std::string(text.substr(cur, m.s - cur)), -1, at_start && cur == 0});
     out.push_back({std::string(text.substr(m.s, m.e - m.s)), m.id, at_start && m.s == 0});
     cur = m.e;
   }

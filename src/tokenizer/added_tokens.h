@@ -24,7 +24,8 @@ struct Segment {
 };
 
 // Splits `text` on the given tokens (matched against their `pattern` strings).
-std::vector<Segment> split_added(std::string_view text, const std::vector<const AddedToken*>& tokens,
+std::vector<Segment> split_added(std::string_view text,
+                                 const std::vector<const AddedToken*>& tokens,
                                  const std::vector<std::string>& patterns, bool at_start);
 
 }  // namespace vkf::tok

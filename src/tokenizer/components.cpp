@@ -41,15 +41,20 @@ SplitBehavior parse_behavior(const std::string& name, const std::string& where) 
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (name == "Contiguous") return SplitBehavior::Contiguous;
-  fail("{}.behavior: unknown value \"{}\"; use Removed, Isolated, MergedWithPrevious, "
-       "MergedWithNext or Contiguous", where, name);
+  fail(
+      "{}.behavior: unknown value \"{}\"; use Removed, Isolated, MergedWithPrevious, "
+      "MergedWithNext or Contiguous",
+      where, name);
 }
 
 std::vector<std::string> split_by(std::string_view text,
                                   const std::vector<std::pair<size_t, size_t>>& matches,
                                   SplitBehavior behavior, bool invert) {
   // Segments covering the whole text, each flagged as a match or a gap.
-  struct Seg { size_t s, e; bool m; };
+  struct Seg {
+    size_t s, e;
+    bool m;
+  };
   std::vector<Seg> segs;
   size_t prev = 0;
   for (auto [s, e] : matches) {
@@ -58,35 +63,43 @@ std::vector<std::string> split_by(std::string_view text,
     prev = e;
   }
   if (prev < text.size() || segs.empty()) segs.push_back({prev, text.size(), false});
-  if (invert) for (auto& g : segs) g.m = !g.m;
+  if (invert)
+    for (auto& g : segs) g.m = !g.m;
   std::vector<Seg> out;
   bool prev_match = false;
   switch (behavior) {
     case SplitBehavior::Removed:
-      for (auto& g : segs) if (!g.m) out.push_back(g);
+      for (auto& g : segs)
+        if (!g.m) out.push_back(g);
       break;
     case SplitBehavior::Isolated:
       out = segs;
       break;
     case SplitBehavior::MergedWithPrevious:
       for (auto& g : segs) {
-        if (g.m && !prev_match && !out.empty()) out.back().e = g.e;
-        else out.push_back(g);
+        if (g.m && !prev_match && !out.empty())
+          out.back().e = g.e;
+        else
+          out.push_back(g);
         prev_match = g.m;
       }
       break;
     case SplitBehavior::MergedWithNext:
       for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
-        if (it->m && !prev_match && !out.empty()) out.back().s = it->s;
-        else out.push_back(*it);
+        if (it->m && !prev_match && !out.empty())
+          out.back().s = it->s;
+        else
+          out.push_back(*it);
         prev_match = it->m;
       }
       std::reverse(out.begin(), out.end());
       break;
     case SplitBehavior::Contiguous:
       for (auto& g : segs) {
-        if (g.m == prev_match && !out.empty()) out.back().e = g.e;
-        else out.push_back(g);
+        if (g.m == prev_match && !out.empty())
+          out.back().e = g.e;
+        else
+          out.push_back(g);
         prev_match = g.m;
       }
       break;

@@ -3,10 +3,9 @@
 // reports malformed input as a vkf::Error naming the field.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,7 +72,8 @@ std::unique_ptr<Model> make_unigram(const json& j, const std::string& where);
 std::unique_ptr<Model> make_wordlevel(const json& j, const std::string& where);
 std::unique_ptr<PostProcessor> make_post_processor(const json& j, const std::string& where);
 // A post-processor adding fixed ids before and after the sequence.
-std::unique_ptr<PostProcessor> make_template(std::vector<int32_t> before, std::vector<int32_t> after);
+std::unique_ptr<PostProcessor> make_template(std::vector<int32_t> before,
+                                             std::vector<int32_t> after);
 std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where);
 
 // Splits `text` at the [start, end) `matches` following an HF SplitDelimiterBehavior

@@ -45,9 +45,18 @@ int byte_token(const std::string& t) {
 }
 
 std::string wordpiece_cleanup(std::string s) {
-  for (auto [a, b] : std::initializer_list<std::pair<const char*, const char*>>{
-           {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-           {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+  for (auto [a, b] :
+       std::initializer_list<std::pair<const char*, const char*>>{{" .", "."},
+                                                                  {" ?", "?"},
+                                                                  {" !", "!"},
+                                                                  {" ,", ","},
+                                                                  {" ' ", "'"},
+                                                                  {" n't", "n't"},
+                                                                  {" 'm", "'m"},
+                                                                  {" do not", " don't"},
+                                                                  {" 's", "'s"},
+                                                                  {" 've", "'ve"},
+                                                                  {" 're", "'re"}})
     s = replace_all(s, a, b);
   return s;
 }
@@ -77,8 +86,10 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
         bool ok = true;
         for (size_t i = 0, len = 0; i < tok.size() && ok; i += len) {
           const int b = byte_level_byte(decode_utf8(tok, i, len));
-          if (b < 0) ok = false;
-          else mapped += static_cast<char>(b);
+          if (b < 0)
+            ok = false;
+          else
+            mapped += static_cast<char>(b);
         }
         bytes += ok ? mapped : tok;
       }
@@ -107,8 +118,10 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
       size_t n_pending = 0;
       auto flush = [&] {
         if (!n_pending) return;
-        if (is_valid_utf8(pending)) out.push_back(pending);
-        else for (size_t k = 0; k < n_pending; ++k) out.push_back("\xEF\xBF\xBD");
+        if (is_valid_utf8(pending))
+          out.push_back(pending);
+        else
+          for (size_t k = 0; k < n_pending; ++k) out.push_back("\xEF\xBF\xBD");
         pending.clear();
         n_pending = 0;
       };
@@ -138,8 +151,9 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
     return std::make_unique<F>([c, start, stop](Tokens tk) {
       for (auto& s : tk) {
         for (size_t k = 0; k < start && s.compare(0, c.size(), c) == 0; ++k) s.erase(0, c.size());
-        for (size_t k = 0; k < stop && s.size() >= c.size() &&
-                           s.compare(s.size() - c.size(), c.size(), c) == 0; ++k)
+        for (size_t k = 0;
+             k < stop && s.size() >= c.size() && s.compare(s.size() - c.size(), c.size(), c) == 0;
+             ++k)
           s.erase(s.size() - c.size());
       }
       return tk;
@@ -169,8 +183,10 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
     return std::make_unique<F>([prefix, cleanup](Tokens tk) {
       for (size_t i = 0; i < tk.size(); ++i) {
         if (i > 0) {
-          if (tk[i].compare(0, prefix.size(), prefix) == 0) tk[i].erase(0, prefix.size());
-          else tk[i] = " " + tk[i];
+          if (tk[i].compare(0, prefix.size(), prefix) == 0)
+            tk[i].erase(0, prefix.size());
+          else
+            tk[i] = " " + tk[i];
         }
         if (cleanup) tk[i] = wordpiece_cleanup(tk[i]);
       }

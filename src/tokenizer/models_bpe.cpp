@@ -145,8 +145,10 @@ std::unique_ptr<Model> make_bpe(const json& j, const std::string& where) {
   auto m = std::make_unique<Bpe>();
   m->vocab = Vocab::from_object(field(j, where, "vocab"), where + ".vocab");
   if (auto it = j.find("dropout"); it != j.end() && !it->is_null())
-    fail("{}.dropout: BPE dropout ({}) is not supported (it makes encoding random); set it to "
-         "null", where, it->dump());
+    fail(
+        "{}.dropout: BPE dropout ({}) is not supported (it makes encoding random); set it to "
+        "null",
+        where, it->dump());
   m->unk = opt_str(j, where, "unk_token");
   m->prefix = opt_str(j, where, "continuing_subword_prefix");
   m->suffix = opt_str(j, where, "end_of_word_suffix");
@@ -189,9 +191,12 @@ std::unique_ptr<Model> make_bpe(const json& j, const std::string& where) {
 std::unique_ptr<Model> make_model(const json& j, const std::string& where) {
   VKF_REQUIRE(j.is_object(), "{}: expected an object", where);
   std::string t;
-  if (j.contains("type")) t = type_of(j, where);
-  else if (j.contains("merges")) t = "BPE";
-  else fail("{}.type: missing; expected BPE, WordPiece, Unigram or WordLevel", where);
+  if (j.contains("type"))
+    t = type_of(j, where);
+  else if (j.contains("merges"))
+    t = "BPE";
+  else
+    fail("{}.type: missing; expected BPE, WordPiece, Unigram or WordLevel", where);
   if (t == "BPE") return make_bpe(j, where);
   if (t == "WordPiece") return make_wordpiece(j, where);
   if (t == "Unigram") return make_unigram(j, where);

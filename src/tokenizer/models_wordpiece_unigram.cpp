@@ -83,7 +83,12 @@ class Unigram : public VocabModel {
   void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
     if (w.empty()) return;
     const double unk_score = min_score - 10.0;
-    struct Node { double score = 0; size_t from = 0; int32_t id = -1; bool set = false; };
+    struct Node {
+      double score = 0;
+      size_t from = 0;
+      int32_t id = -1;
+      bool set = false;
+    };
     std::vector<Node> best(w.size() + 1);
     best[0].set = true;
     for (size_t s = 0, clen = 0; s < w.size(); s += clen) {
@@ -111,8 +116,10 @@ class Unigram : public VocabModel {
     std::reverse(pieces.begin(), pieces.end());
     std::vector<std::pair<std::string, int32_t>> fused;
     for (auto& p : pieces) {
-      if (p.second < 0 && !fused.empty() && fused.back().second < 0) fused.back().first += p.first;
-      else fused.push_back(p);
+      if (p.second < 0 && !fused.empty() && fused.back().second < 0)
+        fused.back().first += p.first;
+      else
+        fused.push_back(p);
     }
     for (auto& [text, id] : fused) {
       if (id >= 0) {

@@ -73,9 +73,9 @@ std::string bert_normalize(const std::string& in, bool clean, bool chinese, bool
     s.append(in, i, len);
   }
   // Unlike StripAccents, BERT removes only nonspacing marks (Mn), keeping e.g. the keycap U+20E3.
-  if (accents) s = filter_chars(normalize_form(s, NormForm::NFD), [](char32_t c) {
-    return !is_mark_nonspacing(c);
-  });
+  if (accents)
+    s = filter_chars(normalize_form(s, NormForm::NFD),
+                     [](char32_t c) { return !is_mark_nonspacing(c); });
   if (lower) s = lowercase(s);
   return s;
 }
@@ -93,13 +93,18 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
       seq->items.push_back(make_normalizer(list[i], fmt::format("{}.normalizers[{}]", where, i)));
     return seq;
   }
-  if (t == "NFC") return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFC); });
-  if (t == "NFD") return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFD); });
-  if (t == "NFKC") return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFKC); });
-  if (t == "NFKD") return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFKD); });
+  if (t == "NFC")
+    return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFC); });
+  if (t == "NFD")
+    return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFD); });
+  if (t == "NFKC")
+    return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFKC); });
+  if (t == "NFKD")
+    return std::make_unique<F>([](std::string s) { return normalize_form(s, NormForm::NFKD); });
   if (t == "Lowercase") return std::make_unique<F>([](std::string s) { return lowercase(s); });
   if (t == "Strip") {
-    const bool l = bool_field(j, where, "strip_left", true), r = bool_field(j, where, "strip_right", true);
+    const bool l = bool_field(j, where, "strip_left", true),
+               r = bool_field(j, where, "strip_right", true);
     return std::make_unique<F>([l, r](std::string s) { return strip(s, l, r); });
   }
   if (t == "StripAccents")
@@ -132,9 +137,8 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
     const bool lower = bool_field(j, where, "lowercase", true);
     // strip_accents null means "follow lowercase", as in the library.
     const bool accents = bool_field(j, where, "strip_accents", lower);
-    return std::make_unique<F>([=](std::string s) {
-      return bert_normalize(s, clean, chinese, accents, lower);
-    });
+    return std::make_unique<F>(
+        [=](std::string s) { return bert_normalize(s, clean, chinese, accents, lower); });
   }
   if (t == "Precompiled") return make_precompiled(j, where);
   fail("{}.type: unknown normalizer \"{}\"", where, t);

@@ -35,7 +35,8 @@ int32_t pair_id(const json& j, const std::string& where, const char* name) {
 
 }  // namespace
 
-std::unique_ptr<PostProcessor> make_template(std::vector<int32_t> before, std::vector<int32_t> after) {
+std::unique_ptr<PostProcessor> make_template(std::vector<int32_t> before,
+                                             std::vector<int32_t> after) {
   auto p = std::make_unique<Template>();
   p->before = std::move(before);
   p->after = std::move(after);

@@ -46,7 +46,8 @@ void split_each(std::vector<Piece>& pieces,
   std::vector<Piece> out;
   for (auto& p : pieces) {
     auto parts = f(p.text);
-    for (size_t i = 0; i < parts.size(); ++i) out.push_back({std::move(parts[i]), p.at_start && i == 0});
+    for (size_t i = 0; i < parts.size(); ++i)
+      out.push_back({std::move(parts[i]), p.at_start && i == 0});
   }
   pieces = std::move(out);
 }
@@ -65,7 +66,9 @@ const char* kByteLevelRegex =
 
 }  // namespace
 
-const std::string& byte_level_char(uint8_t b) { return table().chars[b]; }
+const std::string& byte_level_char(uint8_t b) {
+  return table().chars[b];
+}
 int byte_level_byte(char32_t c) {
   auto it = table().back.find(c);
   return it == table().back.end() ? -1 : it->second;
@@ -107,7 +110,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
     const SplitBehavior b = parse_behavior(str_field(j, where, "behavior"), where);
     const bool invert = bool_field(j, where, "invert", false);
     return std::make_unique<FnPre>([=](std::vector<Piece>& pieces) {
-      split_each(pieces, [&](const std::string& s) { return split_by(s, pat.find_all(s), b, invert); });
+      split_each(pieces,
+                 [&](const std::string& s) { return split_by(s, pat.find_all(s), b, invert); });
     });
   }
   if (t == "Metaspace") {
@@ -153,13 +157,16 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   if (t == "Punctuation") {
     const SplitBehavior b = parse_behavior(str_field(j, where, "behavior", "Isolated"), where);
     return std::make_unique<FnPre>([b](std::vector<Piece>& pieces) {
-      split_each(pieces, [&](const std::string& s) { return split_by(s, char_matches(s, is_punctuation), b); });
+      split_each(pieces, [&](const std::string& s) {
+        return split_by(s, char_matches(s, is_punctuation), b);
+      });
     });
   }
   if (t == "Whitespace") {
     // Rust's \w also covers marks and joiners, which PCRE2's UCP \w (10.42) leaves out.
     auto re = Regex::get(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|)"
-                         R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)", where);
+                         R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)",
+                         where);
     return std::make_unique<FnPre>([re](std::vector<Piece>& pieces) {
       split_each(pieces, [&](const std::string& s) {
         return split_by(s, re->find_all(s), SplitBehavior::Removed, true);

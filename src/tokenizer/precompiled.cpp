@@ -42,9 +42,12 @@ class Precompiled : public Normalizer {
   Precompiled(const std::string& b64, const std::string& where) {
     const std::string bytes = base64_decode(b64, where);
     VKF_REQUIRE(bytes.size() >= 4, "{}: precompiled_charsmap is too short", where);
-    const auto u8 = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])); };
+    const auto u8 = [&](size_t i) {
+      return static_cast<uint32_t>(static_cast<unsigned char>(bytes[i]));
+    };
     const uint32_t trie_bytes = u8(0) | (u8(1) << 8) | (u8(2) << 16) | (u8(3) << 24);
-    VKF_REQUIRE(trie_bytes % 4 == 0 && 4 + static_cast<size_t>(trie_bytes) <= bytes.size() && trie_bytes >= 4,
+    VKF_REQUIRE(trie_bytes % 4 == 0 && 4 + static_cast<size_t>(trie_bytes) <= bytes.size() &&
+                    trie_bytes >= 4,
                 "{}: precompiled_charsmap trie size {} does not fit its {} bytes", where,
                 trie_bytes, bytes.size());
     for (size_t i = 4; i < 4 + trie_bytes; i += 4)
@@ -61,7 +64,8 @@ class Precompiled : public Normalizer {
       len = 0;
       utf8proc_int32_t cp = -1;
       if (i < s.size()) cp = static_cast<utf8proc_int32_t>(decode_utf8(s, i, len));
-      const bool brk = i == s.size() || (prev >= 0 && utf8proc_grapheme_break_stateful(prev, cp, &state));
+      const bool brk =
+          i == s.size() || (prev >= 0 && utf8proc_grapheme_break_stateful(prev, cp, &state));
       if (brk && i > g_start) {
         emit(std::string_view(s).substr(g_start, i - g_start), out);
         g_start = i;
@@ -105,8 +109,10 @@ class Precompiled : public Normalizer {
     for (size_t i = 0, len = 0; i < g.size(); i += len) {
       decode_utf8(g, i, len);
       const std::string_view ch = g.substr(i, len);
-      if (const char* r = transform(ch)) out += r;
-      else out += ch;
+      if (const char* r = transform(ch))
+        out += r;
+      else
+        out += ch;
     }
   }
 };

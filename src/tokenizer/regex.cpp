@@ -42,7 +42,9 @@ std::string Regex::escape(std::string_view lit) {
   return out;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> out;
@@ -51,9 +53,9 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   size_t pos = 0;
   while (pos <= text.size()) {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md, nullptr)
-                        : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md,
-                                      nullptr);
+    const int rc =
+        jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md, nullptr)
+             : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t s = ov[0], e = ov[1];

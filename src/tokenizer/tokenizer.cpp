@@ -125,7 +125,8 @@ Tokenizer Tokenizer::from_folder(const std::filesystem::path& dir) {
   const auto tj = dir / "tokenizer.json";
   VKF_REQUIRE(std::filesystem::exists(tj),
               "{}: no tokenizer.json in this folder; vkformer needs the fast-tokenizer file "
-              "(save it with transformers' tokenizer.save_pretrained)", dir.string());
+              "(save it with transformers' tokenizer.save_pretrained)",
+              dir.string());
   Tokenizer t = from_file(tj);
   const auto cfg_path = dir / "tokenizer_config.json";
   if (std::filesystem::exists(cfg_path)) {
@@ -180,8 +181,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   const Impl& m = *impl_;
   std::vector<int32_t> ids;
   for (auto& seg : split_added(text, m.raw_tokens, m.raw_patterns, true)) {
-    if (seg.id >= 0) ids.push_back(seg.id);
-    else m.encode_text(seg.text, seg.at_start, ids);
+    if (seg.id >= 0)
+      ids.push_back(seg.id);
+    else
+      m.encode_text(seg.text, seg.at_start, ids);
   }
   if (add_special_tokens && m.post) ids = m.post->process(std::move(ids));
   return ids;
@@ -205,7 +208,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
       tokens.push_back(*t);
     }
   }
-  if (m.decoder) tokens = m.decoder->decode(std::move(tokens));
+  if (m.decoder)
+    tokens = m.decoder->decode(std::move(tokens));
   else {
     std::string joined;
     for (size_t i = 0; i < tokens.size(); ++i) joined += (i ? " " : "") + tokens[i];

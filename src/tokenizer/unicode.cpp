@@ -42,15 +42,28 @@ static size_t valid_seq(std::string_view s, size_t i, size_t& bad) {
   if (c < 0x80) return 1;
   size_t need;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) need = 1;
-  else if (c == 0xE0) { need = 2; lo = 0xA0; }
-  else if (c >= 0xE1 && c <= 0xEC) need = 2;
-  else if (c == 0xED) { need = 2; hi = 0x9F; }
-  else if (c >= 0xEE && c <= 0xEF) need = 2;
-  else if (c == 0xF0) { need = 3; lo = 0x90; }
-  else if (c >= 0xF1 && c <= 0xF3) need = 3;
-  else if (c == 0xF4) { need = 3; hi = 0x8F; }
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    need = 1;
+  else if (c == 0xE0) {
+    need = 2;
+    lo = 0xA0;
+  } else if (c >= 0xE1 && c <= 0xEC)
+    need = 2;
+  else if (c == 0xED) {
+    need = 2;
+    hi = 0x9F;
+  } else if (c >= 0xEE && c <= 0xEF)
+    need = 2;
+  else if (c == 0xF0) {
+    need = 3;
+    lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3)
+    need = 3;
+  else if (c == 0xF4) {
+    need = 3;
+    hi = 0x8F;
+  } else
+    return 0;
   for (size_t k = 1; k <= need; ++k) {
     if (i + k >= s.size()) return 0;
     const unsigned char x = b(i + k);
@@ -90,8 +103,8 @@ bool is_valid_utf8(std::string_view s) {
 
 bool is_whitespace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 static utf8proc_category_t cat(char32_t c) {
@@ -105,8 +118,9 @@ bool is_alphanumeric(char32_t c) {
 }
 
 bool is_punctuation(char32_t c) {
-  if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-                       (c >= 123 && c <= 126);
+  if (c < 0x80)
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
   const auto k = cat(c);
   return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
@@ -118,7 +132,9 @@ bool is_control(char32_t c) {
          k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
 }
 
-bool is_mark_nonspacing(char32_t c) { return cat(c) == UTF8PROC_CATEGORY_MN; }
+bool is_mark_nonspacing(char32_t c) {
+  return cat(c) == UTF8PROC_CATEGORY_MN;
+}
 
 bool is_combining_mark(char32_t c) {
   const auto k = cat(c);
@@ -150,10 +166,18 @@ std::string lowercase(std::string_view s) {
 std::string normalize_form(std::string_view s, NormForm form) {
   int opts = UTF8PROC_STABLE;
   switch (form) {
-    case NormForm::NFC: opts |= UTF8PROC_COMPOSE; break;
-    case NormForm::NFD: opts |= UTF8PROC_DECOMPOSE; break;
-    case NormForm::NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormForm::NFKD: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormForm::NFC:
+      opts |= UTF8PROC_COMPOSE;
+      break;
+    case NormForm::NFD:
+      opts |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormForm::NFKC:
+      opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormForm::NFKD:
+      opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* out = nullptr;
   const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),

@@ -17,13 +17,13 @@ std::vector<char32_t> to_code_points(std::string_view s);
 std::string utf8_lossy(std::string_view bytes);
 bool is_valid_utf8(std::string_view bytes);
 
-bool is_whitespace(char32_t c);   // Rust char::is_whitespace (White_Space property)
-bool is_alphanumeric(char32_t c); // letters and numbers
-bool is_numeric(char32_t c);      // Nd, Nl or No (Rust char::is_numeric)
-bool is_punctuation(char32_t c);  // ASCII punctuation or a Unicode P* category
-bool is_control(char32_t c);      // C* category except \t \n \r (BERT's definition)
+bool is_whitespace(char32_t c);       // Rust char::is_whitespace (White_Space property)
+bool is_alphanumeric(char32_t c);     // letters and numbers
+bool is_numeric(char32_t c);          // Nd, Nl or No (Rust char::is_numeric)
+bool is_punctuation(char32_t c);      // ASCII punctuation or a Unicode P* category
+bool is_control(char32_t c);          // C* category except \t \n \r (BERT's definition)
 bool is_mark_nonspacing(char32_t c);  // Mn (what BertNormalizer's strip_accents removes)
-bool is_combining_mark(char32_t c);  // Mn, Mc or Me (what StripAccents removes)
+bool is_combining_mark(char32_t c);   // Mn, Mc or Me (what StripAccents removes)
 bool is_cjk(char32_t c);
 std::string lowercase(std::string_view s);
 

@@ -21,7 +21,7 @@ struct Vocab {
   }
   const std::string* at(int32_t id) const {
     return id >= 0 && static_cast<size_t>(id) < tokens.size() ? &tokens[static_cast<size_t>(id)]
-                                                                : nullptr;
+                                                              : nullptr;
   }
   static Vocab from_object(const json& j, const std::string& where);
 };

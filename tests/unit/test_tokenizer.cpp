@@ -43,7 +43,8 @@ std::string load_error(const std::string& text) {
   return "";
 }
 
-const char* kWordLevel = R"({"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"})";
+const char* kWordLevel =
+    R"({"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"})";
 
 TEST(TokenizerErrors, MalformedFilesNameTheField) {
   EXPECT_NE(load_error("{not json").find("not valid JSON"), std::string::npos);
@@ -61,14 +62,17 @@ TEST(TokenizerErrors, MalformedFilesNameTheField) {
   EXPECT_NE(load_error(dropout).find("model.dropout"), std::string::npos);
   const std::string bad_vocab = R"({"model": {"type": "WordLevel", "vocab": {"a": "x"}}})";
   EXPECT_NE(load_error(bad_vocab).find("model.vocab[\"a\"]"), std::string::npos);
-  const std::string pre = std::string(R"({"model": )") + kWordLevel +
-                          R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}})";
+  const std::string pre =
+      std::string(R"({"model": )") + kWordLevel +
+      R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}})";
   EXPECT_NE(load_error(pre).find("pre_tokenizer.pattern.Regex"), std::string::npos);
-  const std::string precompiled = std::string(R"({"model": )") + kWordLevel +
-                                  R"(, "normalizer": {"type": "Precompiled", "precompiled_charsmap": ""}})";
+  const std::string precompiled =
+      std::string(R"({"model": )") + kWordLevel +
+      R"(, "normalizer": {"type": "Precompiled", "precompiled_charsmap": ""}})";
   EXPECT_NE(load_error(precompiled).find("normalizer.precompiled_charsmap"), std::string::npos);
-  const std::string behavior = std::string(R"({"model": )") + kWordLevel +
-                               R"(, "pre_tokenizer": {"type": "Split", "pattern": {"String": "-"}, "behavior": "Sideways"}})";
+  const std::string behavior =
+      std::string(R"({"model": )") + kWordLevel +
+      R"(, "pre_tokenizer": {"type": "Split", "pattern": {"String": "-"}, "behavior": "Sideways"}})";
   EXPECT_NE(load_error(behavior).find("behavior"), std::string::npos);
   EXPECT_THROW(vkf::Tokenizer::from_file("/nonexistent/tokenizer.json"), vkf::Error);
 }
@@ -79,12 +83,17 @@ TEST(TokenizerNormalizers, Basic) {
   EXPECT_EQ(norm(R"({"type": "NFC"})", "e\xCC\x81"), "\xC3\xA9");
   EXPECT_EQ(norm(R"({"type": "NFKC"})", "\xEF\xAC\x81"), "fi");  // the fi ligature
   EXPECT_EQ(norm(R"({"type": "NFKD"})", "\xE2\x91\xA0"), "1");   // circled one
-  EXPECT_EQ(norm(R"({"type": "Strip", "strip_left": true, "strip_right": true})", "  a b \t"), "a b");
+  EXPECT_EQ(norm(R"({"type": "Strip", "strip_left": true, "strip_right": true})", "  a b \t"),
+            "a b");
   EXPECT_EQ(norm(R"({"type": "Strip", "strip_left": false, "strip_right": true})", "  a  "), "  a");
-  EXPECT_EQ(norm(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]})",
-                 "caf\xC3\xA9"), "cafe");
-  EXPECT_EQ(norm(R"({"type": "Replace", "pattern": {"String": " "}, "content": "_"})", "a b c"), "a_b_c");
-  EXPECT_EQ(norm(R"({"type": "Replace", "pattern": {"Regex": "\\d+"}, "content": "#"})", "a12b3"), "a#b#");
+  EXPECT_EQ(
+      norm(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]})",
+           "caf\xC3\xA9"),
+      "cafe");
+  EXPECT_EQ(norm(R"({"type": "Replace", "pattern": {"String": " "}, "content": "_"})", "a b c"),
+            "a_b_c");
+  EXPECT_EQ(norm(R"({"type": "Replace", "pattern": {"Regex": "\\d+"}, "content": "#"})", "a12b3"),
+            "a#b#");
   EXPECT_EQ(norm(R"({"type": "Prepend", "prepend": "_"})", "ab"), "_ab");
   EXPECT_EQ(norm(R"({"type": "Prepend", "prepend": "_"})", ""), "");
   // BERT: control characters dropped, whitespace to spaces, CJK padded, accents stripped.
@@ -99,7 +108,8 @@ TEST(TokenizerPreTokenizers, SplitBehaviours) {
   const std::string text = "the-final--countdown";
   auto split = [&](const char* behavior) {
     return pre(std::string(R"({"type": "Split", "pattern": {"String": "-"}, "behavior": ")") +
-                   behavior + R"(", "invert": false})", text);
+                   behavior + R"(", "invert": false})",
+               text);
   };
   EXPECT_EQ(split("Removed"), (Strings{"the", "final", "countdown"}));
   EXPECT_EQ(split("Isolated"), (Strings{"the", "-", "final", "-", "-", "countdown"}));
@@ -109,32 +119,45 @@ TEST(TokenizerPreTokenizers, SplitBehaviours) {
 }
 
 TEST(TokenizerPreTokenizers, Others) {
-  EXPECT_EQ(pre(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})", "Hello world"),
-            (Strings{"\xC4\xA0Hello", "\xC4\xA0world"}));
+  EXPECT_EQ(
+      pre(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})", "Hello world"),
+      (Strings{"\xC4\xA0Hello", "\xC4\xA0world"}));
   EXPECT_EQ(pre(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})", "a b\n"),
-            (Strings{"a\xC4\xA0" "b\xC4\x8A"}));
-  EXPECT_EQ(pre(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true})",
-                "Hey friend"),
-            (Strings{"\xE2\x96\x81Hey", "\xE2\x96\x81" "friend"}));
-  EXPECT_EQ(pre(R"({"type": "Whitespace"})", "Hey friend!  ok?"), (Strings{"Hey", "friend", "!", "ok", "?"}));
-  EXPECT_EQ(pre(R"({"type": "WhitespaceSplit"})", "Hey friend!  ok"), (Strings{"Hey", "friend!", "ok"}));
-  EXPECT_EQ(pre(R"({"type": "Punctuation", "behavior": "Isolated"})", "Hey!?"), (Strings{"Hey", "!", "?"}));
+            (Strings{"a\xC4\xA0"
+                     "b\xC4\x8A"}));
+  EXPECT_EQ(
+      pre(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true})",
+          "Hey friend"),
+      (Strings{"\xE2\x96\x81Hey",
+               "\xE2\x96\x81"
+               "friend"}));
+  EXPECT_EQ(pre(R"({"type": "Whitespace"})", "Hey friend!  ok?"),
+            (Strings{"Hey", "friend", "!", "ok", "?"}));
+  EXPECT_EQ(pre(R"({"type": "WhitespaceSplit"})", "Hey friend!  ok"),
+            (Strings{"Hey", "friend!", "ok"}));
+  EXPECT_EQ(pre(R"({"type": "Punctuation", "behavior": "Isolated"})", "Hey!?"),
+            (Strings{"Hey", "!", "?"}));
   EXPECT_EQ(pre(R"({"type": "Digits", "individual_digits": true})", "Call 123"),
             (Strings{"Call ", "1", "2", "3"}));
-  EXPECT_EQ(pre(R"({"type": "Digits", "individual_digits": false})", "Call 123"), (Strings{"Call ", "123"}));
+  EXPECT_EQ(pre(R"({"type": "Digits", "individual_digits": false})", "Call 123"),
+            (Strings{"Call ", "123"}));
   EXPECT_EQ(pre(R"({"type": "BertPreTokenizer"})", "Hey, you!"), (Strings{"Hey", ",", "you", "!"}));
 }
 
 TEST(TokenizerDecoders, Basic) {
   EXPECT_EQ(dec(R"({"type": "ByteFallback"})", {"<0x61>", "b", "<0xE2>"}), "ab\xEF\xBF\xBD");
   EXPECT_EQ(dec(R"({"type": "ByteFallback"})", {"<0xE2>", "<0x96>", "<0x81>"}), "\xE2\x96\x81");
-  EXPECT_EQ(dec(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})", {"hello", "##world", "!"}),
-            "helloworld!");
+  EXPECT_EQ(
+      dec(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})", {"hello", "##world", "!"}),
+      "helloworld!");
   EXPECT_EQ(dec(R"({"type": "Strip", "content": " ", "start": 1, "stop": 0})", {" a", " b"}), "ab");
-  EXPECT_EQ(dec(R"({"type": "BPEDecoder", "suffix": "</w>"})", {"hel", "lo</w>", "you</w>"}), "hello you");
+  EXPECT_EQ(dec(R"({"type": "BPEDecoder", "suffix": "</w>"})", {"hel", "lo</w>", "you</w>"}),
+            "hello you");
   EXPECT_EQ(dec(R"({"type": "ByteLevel"})", {"\xC4\xA0Hello", "\xC4\xA0world"}), " Hello world");
   EXPECT_EQ(dec(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"})",
-                {"\xE2\x96\x81Hey", "\xE2\x96\x81" "friend"}),
+                {"\xE2\x96\x81Hey",
+                 "\xE2\x96\x81"
+                 "friend"}),
             "Hey friend");
 }
 
@@ -155,11 +178,13 @@ TEST(TokenizerModels, WordPieceAndUnigram) {
   const auto wp = vkf::Tokenizer::from_json_text(
       R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
           "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3}},
-          "pre_tokenizer": {"type": "WhitespaceSplit"}})", "t");
+          "pre_tokenizer": {"type": "WhitespaceSplit"}})",
+      "t");
   EXPECT_EQ(wp.encode("unaffable unx"), (std::vector<int32_t>{1, 2, 3, 0}));
   const auto ug = vkf::Tokenizer::from_json_text(
       R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", -1], ["b", -1],
-          ["ab", -1.5], ["abc", -5]]}})", "t");
+          ["ab", -1.5], ["abc", -5]]}})",
+      "t");
   EXPECT_EQ(ug.encode("abab"), (std::vector<int32_t>{3, 3}));  // -3 beats a,b,a,b at -4
   EXPECT_EQ(ug.encode("abxy"), (std::vector<int32_t>{3, 0}));  // unknowns fused into one
 }
