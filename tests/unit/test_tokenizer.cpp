@@ -174,6 +174,24 @@ TEST(TokenizerModels, BpeMergesAndFallback) {
   EXPECT_EQ(tok.vocab_size(), 6);
 }
 
+TEST(TokenizerModels, BpeFuseUnkAndAffixes) {
+  // Consecutive unknown characters become one unk token when fuse_unk is set.
+  const std::string vocab = R"("vocab": {"<unk>": 0, "a": 1}, "merges": [])";
+  const auto fused = vkf::Tokenizer::from_json_text(
+      R"({"model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, )" + vocab + "}}", "t");
+  EXPECT_EQ(fused.encode("axyza"), (std::vector<int32_t>{1, 0, 1}));
+  const auto unfused = vkf::Tokenizer::from_json_text(
+      R"({"model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": false, )" + vocab + "}}", "t");
+  EXPECT_EQ(unfused.encode("axyza"), (std::vector<int32_t>{1, 0, 0, 0, 1}));
+  // continuing_subword_prefix on non-initial characters, end_of_word_suffix on the last.
+  const auto affix = vkf::Tokenizer::from_json_text(
+      R"({"model": {"type": "BPE", "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>",
+          "vocab": {"a": 0, "##b": 1, "##c</w>": 2, "a##b": 3, "ab": 4, "abc</w>": 5},
+          "merges": [["a", "##b"], ["ab", "##c</w>"]]}})",
+      "t");
+  EXPECT_EQ(affix.encode("abc"), (std::vector<int32_t>{5}));
+}
+
 TEST(TokenizerModels, WordPieceAndUnigram) {
   const auto wp = vkf::Tokenizer::from_json_text(
       R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
