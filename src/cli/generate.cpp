@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 struct GenArgs {
   std::string model, prompt;
   infer::GenerationConfig config;
+  std::vector<std::string> stop;
   bool no_special = false;
 };
 
@@ -38,6 +39,7 @@ void add_sampling_options(CLI::App* cmd, GenArgs& a) {
   cmd->add_option("--repetition-penalty", a.config.repetition_penalty, "penalty for seen tokens")
       ->capture_default_str();
   cmd->add_option("--seed", a.config.seed, "random seed for sampling")->capture_default_str();
+  cmd->add_option("--stop", a.stop, "stop when the generated text contains this string (repeatable)");
 }
 
 // EOS ids from generation_config.json (an id or a list), else the tokenizer's EOS token.
@@ -80,11 +82,19 @@ struct Streamer {
 };
 
 std::vector<int32_t> generate_text(models::DecoderModel& model, const Tokenizer& t,
-                                   const std::vector<int32_t>& prompt, const infer::GenerationConfig& c) {
+                                   const std::vector<int32_t>& prompt, const infer::GenerationConfig& c,
+                                   const std::vector<std::string>& stop) {
   Streamer s{t, {}, 0};
+  auto stop_check = [&](size_t, const std::vector<int32_t>& generated) {
+    if (stop.empty()) return false;
+    const std::string text = t.decode(generated, true);
+    for (const auto& x : stop)
+      if (!x.empty() && text.find(x) != std::string::npos) return true;
+    return false;
+  };
   const auto out = infer::generate(model, {prompt}, c, [&](size_t, int32_t id) {
     if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) s.push(id);
-  });
+  }, stop_check);
   return out[0];
 }
 
@@ -94,7 +104,7 @@ int run_generate(GenArgs& a) {
   a.config.eos_token_ids = eos_ids(a.model, tokenizer);
   const auto prompt = tokenizer.encode(a.prompt, !a.no_special);
   VKF_REQUIRE(!prompt.empty(), "generate: the prompt encodes to no tokens; give some text");
-  generate_text(model, tokenizer, prompt, a.config);
+  generate_text(model, tokenizer, prompt, a.config, a.stop);
   std::printf("\n");
   return 0;
 }
@@ -116,7 +126,7 @@ int run_chat(GenArgs& a) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
     const std::string text = tokenizer::apply_chat_template(tokenizer.chat_template(), messages, true, extra);
-    const auto ids = generate_text(model, tokenizer, tokenizer.encode(text, false), a.config);
+    const auto ids = generate_text(model, tokenizer, tokenizer.encode(text, false), a.config, a.stop);
     std::printf("\n");
     std::fflush(stdout);
     std::vector<int32_t> reply;

@@ -88,7 +88,8 @@ int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen
 
 std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
                                            const std::vector<std::vector<int32_t>>& prompts,
-                                           const GenerationConfig& c, const TokenCallback& on_token) {
+                                           const GenerationConfig& c, const TokenCallback& on_token,
+                                           const StopCheck& should_stop) {
   VKF_REQUIRE(!prompts.empty(), "generate: no prompts");
   VKF_REQUIRE(c.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
   VKF_REQUIRE(c.temperature > 0, "generate: temperature must be > 0 (use greedy decoding instead)");
@@ -137,7 +138,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
       out[static_cast<size_t>(b)].push_back(t);
       seen[static_cast<size_t>(b)].push_back(t);
       if (on_token) on_token(static_cast<size_t>(b), t);
-      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end())
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end() ||
+          (should_stop && should_stop(static_cast<size_t>(b), out[static_cast<size_t>(b)])))
         done[static_cast<size_t>(b)] = true;
       all_done = all_done && done[static_cast<size_t>(b)];
     }

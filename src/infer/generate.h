@@ -24,6 +24,10 @@ struct GenerationConfig {
   int32_t pad_token_id = 0;  // fills the left padding and finished rows
 };
 
+// Called after each token with the row's generated tokens so far; returning true finishes that
+// row (stop strings: the caller decodes and looks for them).
+using StopCheck = std::function<bool(size_t row, const std::vector<int32_t>& generated)>;
+
 // Receives each generated token as it is chosen (row, token), e.g. to stream text.
 using TokenCallback = std::function<void(size_t row, int32_t token)>;
 
@@ -31,7 +35,8 @@ using TokenCallback = std::function<void(size_t row, int32_t token)>;
 std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
                                            const std::vector<std::vector<int32_t>>& prompts,
                                            const GenerationConfig& config,
-                                           const TokenCallback& on_token = {});
+                                           const TokenCallback& on_token = {},
+                                           const StopCheck& should_stop = {});
 
 // One decoding choice from a row of logits (exposed for tests): applies the processors of
 // `config` given the tokens seen so far and returns the chosen id.

@@ -29,6 +29,12 @@ prompt="t5 t9 t13 t21 t7 t30"
 out=$("$bin" generate --model "$work/model" --prompt "$prompt" --max-new-tokens 10 --no-special) ||
   fail "generate exited $?"
 [ "$out" = "$(cat "$work/expected.txt")" ] || fail "generate printed '$out', expected '$(cat "$work/expected.txt")'"
+# --stop: generation ends at the first token whose text contains the stop string.
+first=$(cut -d' ' -f1-3 "$work/expected.txt")
+third=$(cut -d' ' -f3 "$work/expected.txt")
+out=$("$bin" generate --model "$work/model" --prompt "$prompt" --max-new-tokens 10 --no-special --stop "$third") ||
+  fail "generate --stop exited $?"
+[ "$out" = "$first" ] || fail "generate --stop printed '$out', expected '$first'"
 chat=$(printf 't5 t9\nt13 t21\n' | "$bin" chat --model "$work/model" --max-new-tokens 4) || fail "chat exited $?"
 [ "$(printf '%s\n' "$chat" | wc -l)" -eq 2 ] || fail "chat printed '$chat', expected two replies"
 err=$("$bin" generate --model "$work/nope" --prompt x 2>&1); rc=$?
