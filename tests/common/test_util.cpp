@@ -82,6 +82,15 @@ void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& w
   EXPECT_EQ(a.to_bytes(), b.to_bytes()) << what << ": results differ bitwise";
 }
 
+std::string error_message(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
   try {
     fn();

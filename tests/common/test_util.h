@@ -43,6 +43,9 @@ void expect_close(const Tensor& got, const std::vector<double>& want, double ato
 // Bitwise equality of two tensors' bytes.
 void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what);
 
+// The vkf::Error message `fn` throws, or "" when it throws nothing.
+std::string error_message(const std::function<void()>& fn);
+
 // Fails unless `fn` throws vkf::Error whose message contains every one of `parts`.
 void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts);
 

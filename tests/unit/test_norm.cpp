@@ -316,26 +316,15 @@ TEST(Norm, Deterministic) {
   }
 }
 
-// Runs f and returns the vkf::Error message (empty if nothing was thrown).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Norm, BadInputsAreRejected) {
   Tensor x = Tensor::zeros({4, 6});
   Tensor w = Tensor::zeros({6});
-  std::string msg = error_of([&] { ops::rms_norm(x, Tensor::zeros({5}), 1e-6f); });
+  std::string msg = test::error_message([&] { ops::rms_norm(x, Tensor::zeros({5}), 1e-6f); });
   EXPECT_NE(msg.find("rms_norm"), std::string::npos) << msg;
   EXPECT_NE(msg.find("weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[5]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[4, 6]"), std::string::npos) << msg;
-  msg = error_of([&] { ops::layer_norm(x, w, Tensor::zeros({6, 1}), 1e-5f); });
+  msg = test::error_message([&] { ops::layer_norm(x, w, Tensor::zeros({6, 1}), 1e-5f); });
   EXPECT_NE(msg.find("layer_norm: bias"), std::string::npos) << msg;
   EXPECT_THROW(ops::rms_norm(Tensor::zeros({4, 6}, DType::I32), w, 1e-6f), Error);
   EXPECT_THROW(ops::rms_norm(x.to(DType::F16), w, 1e-6f), Error);

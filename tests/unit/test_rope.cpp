@@ -406,16 +406,6 @@ TEST(Rope, Deterministic) {
   test::expect_bitwise_equal(dxs[0], dxs[1], "backward");
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Rope, BadInputsAreRejected) {
   const Tables tab = make_tables(8, 4);
   const Tensor x = Tensor::zeros({1, 2, 3, 10});
@@ -425,12 +415,12 @@ TEST(Rope, BadInputsAreRejected) {
     return ops::apply_rope(xx, c, s, p, rot, RopeLayout::RotateHalf);
   };
   EXPECT_NO_THROW(rope(x, tab.cos, tab.sin, ids, 8));
-  std::string msg = error_of([&] { rope(x, tab.cos, tab.sin, ids, 7); });
+  std::string msg = test::error_message([&] { rope(x, tab.cos, tab.sin, ids, 7); });
   EXPECT_NE(msg.find("apply_rope: rotary_dim"), std::string::npos) << msg;
   EXPECT_NE(msg.find("7"), std::string::npos) << msg;
   EXPECT_THROW(rope(x, tab.cos, tab.sin, ids, 12), Error);  // > head_dim
   EXPECT_THROW(rope(x, tab.cos, tab.sin, ids, 0), Error);
-  msg = error_of([&] { rope(x, tab.cos, tab.sin, ids, 6); });  // tables are for rotary_dim 8
+  msg = test::error_message([&] { rope(x, tab.cos, tab.sin, ids, 6); });  // tables are for rotary_dim 8
   EXPECT_NE(msg.find("cos"), std::string::npos) << msg;
   EXPECT_THROW(rope(x, tab.cos, make_tables(8, 5).sin, ids, 8), Error);
   EXPECT_THROW(rope(x.to(DType::F16), tab.cos, tab.sin, ids, 8), Error);
@@ -441,7 +431,7 @@ TEST(Rope, BadInputsAreRejected) {
       Error);
   EXPECT_THROW(rope(x, tab.cos.to(DType::BF16), tab.sin, ids, 8), Error);
   EXPECT_THROW(rope(x, tab.cos, tab.sin, ids.to(DType::F32), 8), Error);
-  msg = error_of([&] { rope(x, tab.cos, tab.sin, Tensor::zeros({1, 3}, DType::I32), 8); });
+  msg = test::error_message([&] { rope(x, tab.cos, tab.sin, Tensor::zeros({1, 3}, DType::I32), 8); });
   EXPECT_NE(msg.find("position_ids"), std::string::npos) << msg;
   EXPECT_THROW(
       rope(Tensor::zeros({2, 2, 3, 10}), tab.cos, tab.sin, Tensor::zeros({3, 2}, DType::I32), 8),
@@ -450,11 +440,11 @@ TEST(Rope, BadInputsAreRejected) {
   RopeConfig c;
   c.head_dim = 10;
   c.partial_rotary_factor = 0.5;  // rotary_dim 5: odd
-  msg = error_of([&] { ops::rope_inv_freq(c); });
+  msg = test::error_message([&] { ops::rope_inv_freq(c); });
   EXPECT_NE(msg.find("rotary_dim"), std::string::npos) << msg;
   c.partial_rotary_factor = 1;
   c.type = "ntk-by-parts";
-  msg = error_of([&] { ops::rope_inv_freq(c); });
+  msg = test::error_message([&] { ops::rope_inv_freq(c); });
   EXPECT_NE(msg.find("ntk-by-parts"), std::string::npos) << msg;
   c.type = "dynamic";
   EXPECT_THROW(ops::rope_inv_freq(c), Error);  // no max_position_embeddings
@@ -467,7 +457,7 @@ TEST(Rope, BadInputsAreRejected) {
   c.max_position_embeddings = 64;
   c.short_factor = {1, 1, 1};
   c.long_factor = {1, 1, 1, 1};
-  msg = error_of([&] { ops::rope_inv_freq(c); });
+  msg = test::error_message([&] { ops::rope_inv_freq(c); });
   EXPECT_NE(msg.find("short_factor"), std::string::npos) << msg;
   c.type = "yarn";
   c.max_position_embeddings = 0;
