@@ -1,0 +1,143 @@
+// `vkformer train`: full fine-tuning of a Hugging Face model folder (--model), or training from
+// an architecture config (--config + --tokenizer), on text/JSONL data; writes a Hugging Face folder
+// (config.json, model.safetensors, tokenizer files, generation_config.json) that transformers
+// loads. Option names follow transformers' TrainingArguments, with dashes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "cli/commands.h"
+#include "io/safetensors.h"
+#include "models/decoder.h"
+#include "models/registry.h"
+#include "tokenizer/tokenizer.h"
+#include "train/trainer.h"
+#include "vk/error.h"
+
+namespace vkf::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+  std::string model, config, tokenizer, data, eval_data, out;
+  double eval_fraction = 0.0;
+  int64_t max_length = 512;
+  bool no_packing = false;
+  train::TrainOptions opt;
+};
+
+// Weights as transformers' _init_weights: normal(0, initializer_range) for matrices and
+// embeddings, zero biases, norm weights 1 (0 for the (1+w) form).
+models::DecoderModel init_from_config(const std::string& config_path, uint64_t seed) {
+  models::ArchSpec spec = models::spec_from_file(config_path);
+  const double std_dev = spec.config.value("initializer_range", 0.02);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, std_dev);
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, shape] : models::DecoderModel::parameter_shapes(spec)) {
+    std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool norm = name.find("norm") != std::string::npos;
+    if (bias) std::fill(v.begin(), v.end(), 0.0f);
+    else if (norm) std::fill(v.begin(), v.end(), spec.norm_one_plus ? 0.0f : 1.0f);
+    else for (auto& x : v) x = static_cast<float>(normal(rng));
+    params[name] = Tensor::from_host(std::span<const float>(v), shape);
+  }
+  return models::DecoderModel(std::move(spec), std::move(params));
+}
+
+void copy_if_exists(const fs::path& from, const fs::path& to) {
+  if (fs::exists(from)) fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+}
+
+int run(TrainArgs& a) {
+  VKF_REQUIRE(a.model.empty() != a.config.empty(), "train: give --model DIR, or --config config.json with --tokenizer");
+  const fs::path tok_dir = !a.tokenizer.empty() ? fs::path(a.tokenizer) : fs::path(a.model);
+  const Tokenizer tokenizer = fs::is_directory(tok_dir) ? Tokenizer::from_folder(tok_dir) : Tokenizer::from_file(tok_dir);
+  models::DecoderModel model = a.model.empty() ? init_from_config(a.config, a.opt.seed) : models::DecoderModel::load(a.model);
+  VKF_REQUIRE(static_cast<int64_t>(tokenizer.vocab_size()) <= model.spec().vocab_size,
+              "train: the tokenizer has {} tokens but the model's vocab_size is {}", tokenizer.vocab_size(),
+              model.spec().vocab_size);
+
+  train::DataOptions d;
+  d.max_length = a.max_length;
+  d.packing = !a.no_packing;
+  if (auto eos = tokenizer.token_to_id(tokenizer.eos_token()); eos && !tokenizer.eos_token().empty()) d.eos_id = *eos;
+  auto sequences = train::make_sequences(train::load_documents(a.data, tokenizer, d), d);
+  std::vector<train::Example> eval;
+  if (!a.eval_data.empty()) {
+    eval = train::make_sequences(train::load_documents(a.eval_data, tokenizer, d), d);
+  } else if (a.eval_fraction > 0) {
+    VKF_REQUIRE(a.eval_fraction < 1, "--eval-fraction must be in (0, 1)");
+    std::mt19937_64 rng(a.opt.seed ^ 0x5eedull);
+    std::shuffle(sequences.begin(), sequences.end(), rng);
+    const size_t n = std::max<size_t>(1, static_cast<size_t>(std::ceil(a.eval_fraction * static_cast<double>(sequences.size()))));
+    VKF_REQUIRE(n < sequences.size(), "--eval-fraction leaves no training sequences ({} in all)", sequences.size());
+    eval.assign(sequences.end() - static_cast<std::ptrdiff_t>(n), sequences.end());
+    sequences.resize(sequences.size() - n);
+  }
+  std::printf("training on %zu sequences of up to %lld tokens (%s), evaluating on %zu\n", sequences.size(),
+              static_cast<long long>(a.max_length), d.packing ? "packed" : "padded", eval.size());
+  const auto result = train::train(model, sequences, eval, a.opt, [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  });
+  (void)result;
+  fs::create_directories(a.out);
+  model.save(a.out);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    if (fs::is_directory(tok_dir)) copy_if_exists(tok_dir / f, fs::path(a.out) / f);
+  if (!fs::is_directory(tok_dir)) copy_if_exists(tok_dir, fs::path(a.out) / "tokenizer.json");
+  if (!a.model.empty() && fs::exists(fs::path(a.model) / "generation_config.json")) {
+    copy_if_exists(fs::path(a.model) / "generation_config.json", fs::path(a.out) / "generation_config.json");
+  } else {
+    nlohmann::json g = {{"_from_model_config", true}};
+    if (d.eos_id >= 0) g["eos_token_id"] = d.eos_id;
+    if (auto bos = tokenizer.token_to_id(tokenizer.bos_token()); bos && !tokenizer.bos_token().empty()) g["bos_token_id"] = *bos;
+    const std::string text = g.dump(2) + "\n";
+    io::write_file_atomic((fs::path(a.out) / "generation_config.json").string(),
+                          {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  }
+  std::printf("saved to %s\n", a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, int& exit_code) {
+  static TrainArgs a;
+  auto* c = app.add_subcommand("train", "Fine-tune (or train from a config) a decoder model");
+  c->add_option("--model", a.model, "Hugging Face model folder to fine-tune");
+  c->add_option("--config", a.config, "config.json to train from scratch (with --tokenizer)");
+  c->add_option("--tokenizer", a.tokenizer, "tokenizer folder or tokenizer.json (default: --model)");
+  c->add_option("--data", a.data, "training text: .txt, .jsonl (text | prompt+completion | messages) or a folder")->required();
+  c->add_option("--eval-data", a.eval_data, "evaluation data (same formats)");
+  c->add_option("--eval-fraction", a.eval_fraction, "hold out this fraction of the sequences for evaluation");
+  c->add_option("--out", a.out, "output folder (Hugging Face format)")->required();
+  c->add_option("--max-length", a.max_length, "sequence length")->capture_default_str();
+  c->add_flag("--no-packing", a.no_packing, "one (truncated, padded) example per sequence instead of packing");
+  c->add_option("--learning-rate", a.opt.schedule.learning_rate, "peak learning rate")->capture_default_str();
+  c->add_option("--lr-scheduler-type", a.opt.schedule.type, "constant, constant_with_warmup, linear, cosine, cosine_with_min_lr")->capture_default_str();
+  c->add_option("--warmup-steps", a.opt.schedule.warmup_steps, "warmup steps")->capture_default_str();
+  c->add_option("--warmup-ratio", a.opt.schedule.warmup_ratio, "warmup as a fraction of the steps")->capture_default_str();
+  c->add_option("--max-steps", a.opt.max_steps, "optimizer steps (overrides epochs)")->capture_default_str();
+  c->add_option("--num-train-epochs", a.opt.num_train_epochs, "epochs")->capture_default_str();
+  c->add_option("--per-device-train-batch-size,--batch-size", a.opt.batch_size, "sequences per micro-batch")->capture_default_str();
+  c->add_option("--gradient-accumulation-steps", a.opt.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  c->add_option("--weight-decay", a.opt.weight_decay, "AdamW weight decay (not on biases and norms)")->capture_default_str();
+  c->add_option("--adam-beta1", a.opt.beta1, "AdamW beta1")->capture_default_str();
+  c->add_option("--adam-beta2", a.opt.beta2, "AdamW beta2")->capture_default_str();
+  c->add_option("--adam-epsilon", a.opt.eps, "AdamW epsilon")->capture_default_str();
+  c->add_option("--max-grad-norm", a.opt.max_grad_norm, "gradient clipping (<= 0: off)")->capture_default_str();
+  c->add_option("--logging-steps", a.opt.logging_steps, "log every N steps")->capture_default_str();
+  c->add_option("--eval-steps", a.opt.eval_steps, "evaluate every N steps (and at the end)")->capture_default_str();
+  c->add_option("--seed", a.opt.seed, "seed of shuffling and initialization")->capture_default_str();
+  c->callback([&exit_code] { exit_code = run(a); });
+}
+
+}  // namespace vkf::cli

@@ -1,0 +1,163 @@
+// The training loop (see trainer.h).
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/optim.h"
+#include "ops/reduce.h"
+#include "train/causal_lm.h"
+#include "vk/error.h"
+
+namespace vkf::train {
+namespace {
+
+struct Batch {
+  Tensor ids, mask;
+  std::vector<int64_t> labels;  // [B*T], HF convention (not shifted)
+  int64_t counted = 0;          // labels the shifted loss counts
+};
+
+// Right-padded batch of examples[first, first + n).
+Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& order, size_t first, size_t n) {
+  size_t T = 0;
+  for (size_t i = 0; i < n; ++i) T = std::max(T, set[order[first + i]].ids.size());
+  Batch b;
+  std::vector<int32_t> ids(n * T, 0), mask(n * T, 0);
+  b.labels.assign(n * T, -100);
+  for (size_t i = 0; i < n; ++i) {
+    const Example& e = set[order[first + i]];
+    for (size_t t = 0; t < e.ids.size(); ++t) {
+      ids[i * T + t] = e.ids[t];
+      mask[i * T + t] = 1;
+      b.labels[i * T + t] = e.labels[t];
+    }
+    for (size_t t = 1; t < e.ids.size(); ++t) b.counted += e.labels[t] != -100;
+  }
+  const int64_t B = static_cast<int64_t>(n), TT = static_cast<int64_t>(T);
+  b.ids = Tensor::from_host_i32(ids, {B, TT});
+  b.mask = Tensor::from_host_i32(mask, {B, TT});
+  return b;
+}
+
+}  // namespace
+
+bool decays(const std::string& name) {
+  if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return false;
+  return name.find("norm") == std::string::npos;  // *_layernorm, norm, q_norm, k_norm, ...
+}
+
+double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size) {
+  autograd::NoGradScope no_grad;
+  std::vector<size_t> order(set.size());
+  std::iota(order.begin(), order.end(), 0);
+  double sum = 0, count = 0;
+  for (size_t first = 0; first < set.size(); first += static_cast<size_t>(batch_size)) {
+    const size_t n = std::min(static_cast<size_t>(batch_size), set.size() - first);
+    const Batch b = make_batch(set, order, first, n);
+    if (b.counted == 0) continue;
+    const Tensor logits = model.forward(b.ids, b.mask);
+    const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
+    const auto shifted = shift_labels(b.labels, B, T);
+    const auto parts = ops::cross_entropy_parts(logits.reshape({B * T, V}), Tensor::from_host_i32(shifted, {B * T}));
+    sum += parts.loss_sum.item();
+    count += static_cast<double>(b.counted);
+  }
+  VKF_REQUIRE(count > 0, "evaluation set has no tokens to predict");
+  return sum / count;
+}
+
+TrainResult train(models::DecoderModel& model, const std::vector<Example>& train_set,
+                  const std::vector<Example>& eval_set, const TrainOptions& o, const LogCallback& log) {
+  VKF_REQUIRE(!train_set.empty(), "train: the training set is empty");
+  VKF_REQUIRE(o.batch_size > 0 && o.grad_accum > 0, "train: --batch-size and --gradient-accumulation-steps must be positive");
+  const size_t per_step = static_cast<size_t>(o.batch_size * o.grad_accum);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, static_cast<int64_t>((train_set.size() + per_step - 1) / per_step));
+  const int64_t total = o.max_steps > 0 ? o.max_steps
+                                        : static_cast<int64_t>(std::ceil(o.num_train_epochs * static_cast<double>(steps_per_epoch)));
+  ScheduleConfig sc = o.schedule;
+  sc.total_steps = total;
+  const LrSchedule schedule(sc);
+
+  model.set_requires_grad(true);
+  std::vector<double> wd;
+  for (const auto& n : model.parameter_names()) wd.push_back(decays(n) ? o.weight_decay : 0.0);
+  ops::AdamW opt(model.parameters(), {sc.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay}, wd);
+  std::mt19937_64 rng(o.seed);
+  std::vector<size_t> order(train_set.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t cursor = 0;
+  TrainResult result;
+  auto next_micro = [&] {
+    if (cursor >= order.size()) {  // new epoch, new order
+      std::shuffle(order.begin(), order.end(), rng);
+      cursor = 0;
+    }
+    const size_t n = std::min(static_cast<size_t>(o.batch_size), order.size() - cursor);
+    Batch b = make_batch(train_set, order, cursor, n);
+    cursor += n;
+    return b;
+  };
+  for (int64_t step = 1; step <= total; ++step) {
+    std::vector<Batch> micro;
+    int64_t counted = 0;
+    for (int64_t m = 0; m < o.grad_accum; ++m) {
+      micro.push_back(next_micro());
+      counted += micro.back().counted;
+    }
+    VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
+    double loss_sum = 0;
+    for (const Batch& b : micro) {
+      if (b.counted == 0) continue;
+      autograd::Tape tape;
+      Tensor scaled;
+      Tensor part_sum;
+      {
+        autograd::TapeScope scope(tape);
+        const Tensor logits = model.forward(b.ids, b.mask);
+        const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
+        const auto shifted = shift_labels(b.labels, B, T);
+        part_sum = ops::cross_entropy_parts(logits.reshape({B * T, V}), Tensor::from_host_i32(shifted, {B * T})).loss_sum;
+        // Mean over every counted token of the whole accumulated step.
+        scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(counted)));
+      }
+      tape.backward(scaled);
+      loss_sum += part_sum.item();
+    }
+    std::vector<Tensor> grads;
+    for (const auto& n : model.parameter_names())
+      if (model.param(n).grad().defined()) grads.push_back(model.param(n).grad());
+    double grad_norm = 0;
+    if (o.max_grad_norm > 0) grad_norm = ops::clip_grad_norm_(grads, static_cast<float>(o.max_grad_norm)).item();
+    const double lr = schedule.lr_at(step);
+    opt.set_lr(lr);
+    opt.step();
+    opt.zero_grad();
+    const double loss = loss_sum / static_cast<double>(counted);
+    result.log.push_back({step, loss, lr, grad_norm});
+    if (log && (step % std::max<int64_t>(1, o.logging_steps) == 0 || step == 1 || step == total)) {
+      log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}", step, total, loss, lr, grad_norm));
+    }
+    if (!eval_set.empty() && o.eval_steps > 0 && step % o.eval_steps == 0 && step != total) {
+      const double el = evaluate(model, eval_set, o.batch_size);
+      if (log) log(fmt::format("step {}  eval_loss {:.4f}  perplexity {:.3f}", step, el, std::exp(el)));
+    }
+  }
+  model.set_requires_grad(false);
+  if (!eval_set.empty()) {
+    result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
+    if (log) log(fmt::format("final eval_loss {:.4f}  perplexity {:.3f}", result.final_eval_loss,
+                             std::exp(result.final_eval_loss)));
+  }
+  return result;
+}
+
+}  // namespace vkf::train

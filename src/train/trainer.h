@@ -1,0 +1,54 @@
+// Full fine-tuning (or training from a config) of a decoder model: shuffled batches of packed or
+// padded sequences, gradient accumulation with the loss averaged over every counted token of the
+// accumulated micro-batches (as transformers' Trainer does), AdamW without weight decay on biases
+// and norm weights, a learning-rate schedule, gradient clipping, periodic evaluation, and the
+// final model written as a Hugging Face folder with the tokenizer files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/decoder.h"
+#include "train/data.h"
+#include "train/schedule.h"
+
+namespace vkf::train {
+
+struct TrainOptions {
+  int64_t max_steps = -1;           // optimizer steps; -1: from num_train_epochs
+  double num_train_epochs = 1.0;
+  int64_t batch_size = 8;           // per micro-batch
+  int64_t grad_accum = 1;
+  ScheduleConfig schedule;          // learning_rate, type, warmup
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  double max_grad_norm = 1.0;       // <= 0 disables clipping
+  int64_t logging_steps = 10;
+  int64_t eval_steps = 0;           // 0: evaluate at the end only
+  uint64_t seed = 42;
+};
+
+struct StepLog {
+  int64_t step;
+  double loss, lr, grad_norm;
+};
+
+struct TrainResult {
+  std::vector<StepLog> log;
+  double final_eval_loss = -1;  // -1 when there is no eval set
+};
+
+using LogCallback = std::function<void(const std::string& line)>;
+
+TrainResult train(models::DecoderModel& model, const std::vector<Example>& train_set,
+                  const std::vector<Example>& eval_set, const TrainOptions& options,
+                  const LogCallback& log = {});
+
+// Token-weighted mean causal-LM loss over a set (no gradients).
+double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size);
+
+// transformers' Trainer: no weight decay for biases and normalization weights.
+bool decays(const std::string& parameter_name);
+
+}  // namespace vkf::train

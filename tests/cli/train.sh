@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `vkformer train` end to end on a tiny Llama (a parity fixture) with a WordLevel tokenizer: the
+# loss falls on a learnable pattern, evaluation runs, the output folder is a complete Hugging Face
+# folder that `vkformer generate` uses and that continues the pattern; JSONL prompt/completion and
+# chat "messages" data load; a malformed line is an error naming file and line.
+set -u
+bin="$1"
+root="$(cd "$(dirname "$0")/../fixtures" && pwd)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+cp -r "$root/parity/llama" "$work/model"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+vocab = {f"t{i}": i for i in range(48)}
+json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}, open(f"{w}/model/tokenizer.json", "w"))
+json.dump({"eos_token": "t2", "bos_token": "t1",
+           "chat_template": "{% for m in messages %}t{{ 10 if m['role'] == 'user' else 11 }} {{ m['content'] }} {% endfor %}"},
+          open(f"{w}/model/tokenizer_config.json", "w"))
+# A cycle t3 t4 ... t9 repeated: fully predictable after one token.
+with open(f"{w}/train.txt", "w") as f:
+    f.write(" ".join(f"t{3 + i % 7}" for i in range(2000)))
+with open(f"{w}/sft.jsonl", "w") as f:
+    f.write(json.dumps({"prompt": "t20 t21", "completion": "t22 t23"}) + "\n")
+    f.write(json.dumps({"messages": [{"role": "user", "content": "t30 t31"}, {"role": "assistant", "content": "t32"}]}) + "\n")
+    f.write(json.dumps({"text": "t40 t41 t42"}) + "\n")
+with open(f"{w}/bad.jsonl", "w") as f:
+    f.write(json.dumps({"text": "t5"}) + "\n{oops\n")
+PY
+log=$("$bin" train --model "$work/model" --data "$work/train.txt" --out "$work/out" --max-length 32 \
+      --batch-size 4 --max-steps 40 --learning-rate 1e-2 --warmup-steps 2 --lr-scheduler-type cosine \
+      --eval-fraction 0.1 --logging-steps 10 --seed 7) || fail "train exited $?: $log"
+first=$(grep -o "^step 1/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
+last=$(grep -o "^step 40/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
+eval_loss=$(grep -o "final eval_loss [0-9.]*" <<<"$log" | awk '{print $3}')
+[ -n "$first" ] && [ -n "$last" ] && [ -n "$eval_loss" ] || fail "missing log lines: $log"
+python3 -c "import sys; f,l,e=map(float,sys.argv[1:]); sys.exit(0 if l < 0.2*f and e < 0.5 else 1)" "$first" "$last" "$eval_loss" ||
+  fail "loss did not fall enough: first $first last $last eval $eval_loss"
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json; do
+  [ -f "$work/out/$f" ] || fail "output lacks $f"
+done
+out=$("$bin" generate --model "$work/out" --prompt "t3 t4 t5" --no-special --max-new-tokens 4) || fail "generate on the output exited $?"
+[ "$out" = "t6 t7 t8 t9" ] || fail "the trained model continued 't3 t4 t5' with '$out'"
+"$bin" train --model "$work/model" --data "$work/sft.jsonl" --out "$work/out2" --max-length 8 --no-packing \
+  --batch-size 2 --max-steps 2 > /dev/null || fail "JSONL training exited $?"
+err=$("$bin" train --model "$work/model" --data "$work/bad.jsonl" --out "$work/out3" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "bad JSONL exited $rc"
+grep -q "bad.jsonl:2" <<<"$err" || fail "unclear error: $err"
+echo "1 passed, 0 failed"
