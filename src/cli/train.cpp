@@ -81,6 +81,7 @@ int run(TrainArgs& a) {
     eval.assign(sequences.end() - static_cast<std::ptrdiff_t>(n), sequences.end());
     sequences.resize(sequences.size() - n);
   }
+  a.opt.output_dir = a.out;
   std::printf("training on %zu sequences of up to %lld tokens (%s), evaluating on %zu\n", sequences.size(),
               static_cast<long long>(a.max_length), d.packing ? "packed" : "padded", eval.size());
   const auto result = train::train(model, sequences, eval, a.opt, [](const std::string& line) {
@@ -137,6 +138,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--logging-steps", a.opt.logging_steps, "log every N steps")->capture_default_str();
   c->add_option("--eval-steps", a.opt.eval_steps, "evaluate every N steps (and at the end)")->capture_default_str();
   c->add_option("--seed", a.opt.seed, "seed of shuffling and initialization")->capture_default_str();
+  c->add_option("--save-steps", a.opt.save_steps, "write a checkpoint every N steps and at the end (0: none)")->capture_default_str();
+  c->add_option("--save-total-limit", a.opt.save_total_limit, "keep only the newest N checkpoints (0: all)")->capture_default_str();
+  c->add_option("--resume-from-checkpoint", a.opt.resume_from, "a checkpoint folder, or auto (the newest in --out)");
   c->callback([&exit_code] { exit_code = run(a); });
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "core/autograd.h"
 #include "ops/elementwise.h"
@@ -96,6 +97,33 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   std::shuffle(order.begin(), order.end(), rng);
   size_t cursor = 0;
   TrainResult result;
+  int64_t first_step = 1;
+  if (!o.resume_from.empty()) {
+    const std::string dir = o.resume_from == "auto" ? latest_checkpoint(o.output_dir) : o.resume_from;
+    VKF_REQUIRE(!dir.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", o.output_dir);
+    const TrainerState st = load_checkpoint(dir, model, opt);
+    VKF_REQUIRE(st.order.size() == order.size(),
+                "{}: the checkpoint was made on {} sequences, this data has {}", dir, st.order.size(), order.size());
+    order.assign(st.order.begin(), st.order.end());
+    cursor = st.cursor;
+    std::istringstream(st.rng) >> rng;
+    result.log = st.log;
+    first_step = st.step + 1;
+    if (log) log(fmt::format("resumed from {} at step {}", dir, st.step));
+  }
+  auto checkpoint = [&](int64_t step) {
+    if (o.output_dir.empty()) return;
+    TrainerState st;
+    st.step = step;
+    st.order.assign(order.begin(), order.end());
+    st.cursor = cursor;
+    std::ostringstream r;
+    r << rng;
+    st.rng = r.str();
+    st.log = result.log;
+    const std::string dir = save_checkpoint(o.output_dir, model, opt, st, o.save_total_limit);
+    if (log) log(fmt::format("checkpoint {}", dir));
+  };
   auto next_micro = [&] {
     if (cursor >= order.size()) {  // new epoch, new order
       std::shuffle(order.begin(), order.end(), rng);
@@ -106,7 +134,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     cursor += n;
     return b;
   };
-  for (int64_t step = 1; step <= total; ++step) {
+  for (int64_t step = first_step; step <= total; ++step) {
     std::vector<Batch> micro;
     int64_t counted = 0;
     for (int64_t m = 0; m < o.grad_accum; ++m) {
@@ -146,6 +174,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     if (log && (step % std::max<int64_t>(1, o.logging_steps) == 0 || step == 1 || step == total)) {
       log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}", step, total, loss, lr, grad_norm));
     }
+    if (o.save_steps > 0 && (step % o.save_steps == 0 || step == total)) checkpoint(step);
     if (!eval_set.empty() && o.eval_steps > 0 && step % o.eval_steps == 0 && step != total) {
       const double el = evaluate(model, eval_set, o.batch_size);
       if (log) log(fmt::format("step {}  eval_loss {:.4f}  perplexity {:.3f}", step, el, std::exp(el)));

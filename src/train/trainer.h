@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/decoder.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/schedule.h"
 
@@ -27,11 +28,10 @@ struct TrainOptions {
   int64_t logging_steps = 10;
   int64_t eval_steps = 0;           // 0: evaluate at the end only
   uint64_t seed = 42;
-};
-
-struct StepLog {
-  int64_t step;
-  double loss, lr, grad_norm;
+  std::string output_dir;        // checkpoints go to <output_dir>/checkpoint-<step>
+  int64_t save_steps = 0;        // checkpoint every N steps and at the end (0: none)
+  int64_t save_total_limit = 0;  // keep only the newest K checkpoints (0: all)
+  std::string resume_from;       // a checkpoint folder, "auto" (newest in output_dir) or ""
 };
 
 struct TrainResult {

@@ -1,0 +1,130 @@
+// Checkpoint writing, rotation and loading (see checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "io/safetensors.h"
+#include "vk/error.h"
+
+namespace vkf::train {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+int64_t step_of(const fs::path& p) {
+  const std::string n = p.filename().string();
+  if (n.rfind("checkpoint-", 0) != 0) return -1;
+  try {
+    return std::stoll(n.substr(11));
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Fault injection for the kill test: a pause between the files of a checkpoint.
+void test_pause() {
+  if (const char* ms = std::getenv("VKF_CHECKPOINT_PAUSE_MS"); ms && *ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(ms)));
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  io::write_file_atomic(p.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, const models::DecoderModel& model, ops::AdamW& opt,
+                            const TrainerState& s, int64_t keep) {
+  fs::create_directories(root);
+  const fs::path final_dir = fs::path(root) / fmt::format("checkpoint-{}", s.step);
+  const fs::path tmp = fs::path(root) / fmt::format(".checkpoint-{}.tmp-{}", s.step, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  model.save(tmp.string());
+  test_pause();
+  std::vector<io::WriteTensor> state;
+  const auto& names = model.parameter_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    state.push_back(io::to_write_tensor("exp_avg." + names[i], opt.exp_avg()[i]));
+    state.push_back(io::to_write_tensor("exp_avg_sq." + names[i], opt.exp_avg_sq()[i]));
+  }
+  io::write_safetensors((tmp / "optimizer.safetensors").string(), state);
+  test_pause();
+  json log = json::array();
+  for (const auto& l : s.log) log.push_back({{"step", l.step}, {"loss", l.loss}, {"lr", l.lr}, {"grad_norm", l.grad_norm}});
+  const json j = {{"step", s.step},           {"optimizer_steps", opt.step_count()},
+                  {"param_steps", opt.param_steps()}, {"lr", opt.lr()},
+                  {"order", s.order},         {"cursor", s.cursor},
+                  {"rng", s.rng},             {"log_history", log}};
+  write_text(tmp / "trainer_state.json", j.dump(1) + "\n");
+  // The rename is the commit point: before it the old checkpoint is the newest complete one.
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  if (keep > 0) {
+    std::vector<std::pair<int64_t, fs::path>> all;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && step_of(e.path()) >= 0) all.push_back({step_of(e.path()), e.path()});
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i].second);
+  }
+  return final_dir.string();
+}
+
+std::string latest_checkpoint(const std::string& root) {
+  if (!fs::is_directory(root)) return "";
+  int64_t best = -1;
+  fs::path path;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const int64_t s = step_of(e.path());
+    if (e.is_directory() && s > best && fs::exists(e.path() / "trainer_state.json")) {
+      best = s;
+      path = e.path();
+    }
+  }
+  return best < 0 ? "" : path.string();
+}
+
+TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt) {
+  const fs::path d(dir);
+  const fs::path state_file = d / "trainer_state.json";
+  std::ifstream in(state_file);
+  VKF_REQUIRE(in, "{}: not a checkpoint (no trainer_state.json)", dir);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", state_file.string(), e.what());
+  }
+  const auto loaded = models::DecoderModel::load(dir);
+  io::SafetensorsFile optf((d / "optimizer.safetensors").string());
+  const auto& names = model.parameter_names();
+  VKF_REQUIRE(loaded.parameter_names() == names, "{}: the checkpoint's parameters differ from the model's", dir);
+  for (size_t i = 0; i < names.size(); ++i) {
+    model.param(names[i]).copy_(loaded.param(names[i]));
+    opt.exp_avg()[i].copy_(optf.load("exp_avg." + names[i]));
+    opt.exp_avg_sq()[i].copy_(optf.load("exp_avg_sq." + names[i]));
+  }
+  opt.param_steps() = j.at("param_steps").get<std::vector<int64_t>>();
+  opt.set_step_count(j.at("optimizer_steps").get<int64_t>());
+  opt.set_lr(j.at("lr").get<double>());
+  TrainerState s;
+  s.step = j.at("step").get<int64_t>();
+  s.order = j.at("order").get<std::vector<uint64_t>>();
+  s.cursor = j.at("cursor").get<uint64_t>();
+  s.rng = j.at("rng").get<std::string>();
+  for (const auto& l : j.at("log_history"))
+    s.log.push_back({l.at("step").get<int64_t>(), l.at("loss").get<double>(), l.at("lr").get<double>(),
+                     l.at("grad_norm").get<double>()});
+  return s;
+}
+
+}  // namespace vkf::train

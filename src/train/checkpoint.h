@@ -1,0 +1,38 @@
+// Training checkpoints: model parameters and AdamW state (safetensors) plus the trainer state
+// (JSON: step, data order and cursor, RNG state, loss history), written into a temporary folder
+// and renamed into place, so a process killed at any moment leaves the previous checkpoint intact.
+// Only the newest `keep` checkpoints are kept. Resuming restores everything, so N steps + resume +
+// N steps equals 2N steps bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/decoder.h"
+#include "ops/optim.h"
+
+namespace vkf::train {
+
+struct StepLog {
+  int64_t step;
+  double loss, lr, grad_norm;
+};
+
+struct TrainerState {
+  int64_t step = 0;
+  std::vector<uint64_t> order;  // data order of the current epoch
+  uint64_t cursor = 0;          // next position in `order`
+  std::string rng;              // std::mt19937_64 state, as its stream form
+  std::vector<StepLog> log;
+};
+
+// Writes <root>/checkpoint-<step>; removes older checkpoints beyond `keep` (0 keeps all).
+std::string save_checkpoint(const std::string& root, const models::DecoderModel& model,
+                            ops::AdamW& opt, const TrainerState& state, int64_t keep);
+// Loads a checkpoint folder into `model` and `opt` (same parameter names and shapes).
+TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt);
+// The newest complete checkpoint under `root`, or "" when there is none.
+std::string latest_checkpoint(const std::string& root);
+
+}  // namespace vkf::train
