@@ -4,8 +4,12 @@
 // loads. Option names follow transformers' TrainingArguments, with dashes.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +55,14 @@ models::DecoderModel init_from_config(const std::string& config_path, uint64_t s
   return models::DecoderModel(std::move(spec), std::move(params));
 }
 
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) { g_stop.store(true); }
+
+std::string clock(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
 void copy_if_exists(const fs::path& from, const fs::path& to) {
   if (fs::exists(from)) fs::copy_file(from, to, fs::copy_options::overwrite_existing);
 }
@@ -84,11 +96,32 @@ int run(TrainArgs& a) {
   a.opt.output_dir = a.out;
   std::printf("training on %zu sequences of up to %lld tokens (%s), evaluating on %zu\n", sequences.size(),
               static_cast<long long>(a.max_length), d.packing ? "packed" : "padded", eval.size());
-  const auto result = train::train(model, sequences, eval, a.opt, [](const std::string& line) {
-    std::printf("%s\n", line.c_str());
+  // Ctrl-C: finish the step, write a checkpoint, stop. A terminal gets a live progress line; a
+  // pipe gets the plain log lines only.
+  std::signal(SIGINT, on_sigint);
+  a.opt.stop = &g_stop;
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  if (tty) {
+    a.opt.on_progress = [](const train::Progress& p) {
+      const int width = 24;
+      const int filled = static_cast<int>(width * p.step / std::max<int64_t>(1, p.total));
+      std::printf("\r\033[K[%s%s] %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s",
+                  std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(width - filled), '.').c_str(),
+                  static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.lr,
+                  p.tokens_per_s, clock(p.eta_s).c_str());
+      std::fflush(stdout);
+    };
+  }
+  const auto result = train::train(model, sequences, eval, a.opt, [tty](const std::string& line) {
+    std::printf("%s%s\n", tty ? "\r\033[K" : "", line.c_str());
     std::fflush(stdout);
   });
-  (void)result;
+  std::signal(SIGINT, SIG_DFL);
+  if (result.interrupted) {
+    std::printf("stopped by Ctrl-C; continue with --resume-from-checkpoint auto --out %s\n", a.out.c_str());
+    return 130;
+  }
   fs::create_directories(a.out);
   model.save(a.out);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})

@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "core/autograd.h"
+#include "io/safetensors.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/optim.h"
@@ -24,6 +28,7 @@ struct Batch {
   Tensor ids, mask;
   std::vector<int64_t> labels;  // [B*T], HF convention (not shifted)
   int64_t counted = 0;          // labels the shifted loss counts
+  int64_t tokens = 0;           // real (non-padding) tokens
 };
 
 // Right-padded batch of examples[first, first + n).
@@ -41,6 +46,7 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
       b.labels[i * T + t] = e.labels[t];
     }
     for (size_t t = 1; t < e.ids.size(); ++t) b.counted += e.labels[t] != -100;
+    b.tokens += static_cast<int64_t>(e.ids.size());
   }
   const int64_t B = static_cast<int64_t>(n), TT = static_cast<int64_t>(T);
   b.ids = Tensor::from_host_i32(ids, {B, TT});
@@ -134,12 +140,21 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     cursor += n;
     return b;
   };
+  std::ofstream metrics;
+  if (!o.output_dir.empty()) {
+    std::filesystem::create_directories(o.output_dir);
+    metrics.open(std::filesystem::path(o.output_dir) / "metrics.jsonl",
+                 first_step > 1 ? std::ios::app : std::ios::trunc);
+  }
+  const auto t_start = std::chrono::steady_clock::now();
+  int64_t tokens_seen = 0;
   for (int64_t step = first_step; step <= total; ++step) {
     std::vector<Batch> micro;
     int64_t counted = 0;
     for (int64_t m = 0; m < o.grad_accum; ++m) {
       micro.push_back(next_micro());
       counted += micro.back().counted;
+      tokens_seen += micro.back().tokens;
     }
     VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
     double loss_sum = 0;
@@ -171,22 +186,77 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     opt.zero_grad();
     const double loss = loss_sum / static_cast<double>(counted);
     result.log.push_back({step, loss, lr, grad_norm});
-    if (log && (step % std::max<int64_t>(1, o.logging_steps) == 0 || step == 1 || step == total)) {
-      log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}", step, total, loss, lr, grad_norm));
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double tps = elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0.0;
+    const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(total - step);
+    if (metrics) {
+      metrics << nlohmann::json{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                                {"tokens_per_s", tps}}.dump() << "\n" << std::flush;
     }
+    if (o.on_progress) o.on_progress({step, total, loss, lr, grad_norm, tps, eta});
+    if (log && (step % std::max<int64_t>(1, o.logging_steps) == 0 || step == 1 || step == total)) {
+      log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s", step, total, loss,
+                      lr, grad_norm, tps));
+    }
+    const bool stopping = o.stop && o.stop->load();
     if (o.save_steps > 0 && (step % o.save_steps == 0 || step == total)) checkpoint(step);
+    else if (stopping) checkpoint(step);
+    if (stopping) {
+      result.interrupted = true;
+      if (log) log(fmt::format("interrupted after step {}", step));
+      break;
+    }
     if (!eval_set.empty() && o.eval_steps > 0 && step % o.eval_steps == 0 && step != total) {
       const double el = evaluate(model, eval_set, o.batch_size);
+      result.eval.push_back({step, el});
+      if (metrics) metrics << nlohmann::json{{"step", step}, {"eval_loss", el}}.dump() << "\n" << std::flush;
       if (log) log(fmt::format("step {}  eval_loss {:.4f}  perplexity {:.3f}", step, el, std::exp(el)));
     }
   }
   model.set_requires_grad(false);
-  if (!eval_set.empty()) {
+  if (!eval_set.empty() && !result.interrupted) {
     result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
+    result.eval.push_back({result.log.empty() ? 0 : result.log.back().step, result.final_eval_loss});
+    if (metrics) {
+      metrics << nlohmann::json{{"step", result.eval.back().first}, {"eval_loss", result.final_eval_loss}}.dump()
+              << "\n";
+    }
     if (log) log(fmt::format("final eval_loss {:.4f}  perplexity {:.3f}", result.final_eval_loss,
                              std::exp(result.final_eval_loss)));
   }
+  if (!o.output_dir.empty() && !result.log.empty())
+    write_loss_plot((std::filesystem::path(o.output_dir) / "loss_curve.svg").string(), result);
   return result;
+}
+
+void write_loss_plot(const std::string& path, const TrainResult& r) {
+  const double W = 640, H = 400, L = 60, R = 20, T = 30, B = 45;
+  double lo = 1e300, hi = -1e300;
+  for (const auto& s : r.log) lo = std::min(lo, s.loss), hi = std::max(hi, s.loss);
+  for (const auto& e : r.eval) lo = std::min(lo, e.second), hi = std::max(hi, e.second);
+  if (!(hi > lo)) hi = lo + 1;
+  const double x0 = static_cast<double>(r.log.front().step), x1 = std::max(x0 + 1, static_cast<double>(r.log.back().step));
+  auto X = [&](double step) { return L + (step - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double loss) { return T + (hi - loss) / (hi - lo) * (H - T - B); };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"18\">loss against step (train: blue line, eval: orange dots)</text>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+      W, H, L, L, H - B, W - R, H - B, L, T, L, H - B);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3g}</text>\n", L - 5, T + 4, hi);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3g}</text>\n", L - 5, H - B + 4, lo);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L, H - B + 18, x0);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", W - R, H - B + 18, x1);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 8);
+  svg += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
+  for (const auto& s : r.log) svg += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(s.step)), Y(s.loss));
+  svg += "\"/>\n";
+  for (const auto& e : r.eval)
+    svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#ff7f0e\"/>\n", X(static_cast<double>(e.first)), Y(e.second));
+  svg += "</svg>\n";
+  io::write_file_atomic(path, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()});
 }
 
 }  // namespace vkf::train

@@ -5,6 +5,7 @@
 // final model written as a Hugging Face folder with the tokenizer files.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,6 +17,12 @@
 #include "train/schedule.h"
 
 namespace vkf::train {
+
+// Per-step figures for a progress display.
+struct Progress {
+  int64_t step, total;
+  double loss, lr, grad_norm, tokens_per_s, eta_s;
+};
 
 struct TrainOptions {
   int64_t max_steps = -1;           // optimizer steps; -1: from num_train_epochs
@@ -32,12 +39,20 @@ struct TrainOptions {
   int64_t save_steps = 0;        // checkpoint every N steps and at the end (0: none)
   int64_t save_total_limit = 0;  // keep only the newest K checkpoints (0: all)
   std::string resume_from;       // a checkpoint folder, "auto" (newest in output_dir) or ""
+  // Set (e.g. by a SIGINT handler) to stop after the current step with a checkpoint written.
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const Progress&)> on_progress;
 };
 
 struct TrainResult {
   std::vector<StepLog> log;
+  std::vector<std::pair<int64_t, double>> eval;  // (step, eval loss)
   double final_eval_loss = -1;  // -1 when there is no eval set
+  bool interrupted = false;     // stopped early through `stop`
 };
+
+// metrics.jsonl lines and a loss-curve SVG (train and eval loss against step) in `dir`.
+void write_loss_plot(const std::string& path, const TrainResult& result);
 
 using LogCallback = std::function<void(const std::string& line)>;
 

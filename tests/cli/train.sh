@@ -39,9 +39,13 @@ eval_loss=$(grep -o "final eval_loss [0-9.]*" <<<"$log" | awk '{print $3}')
 [ -n "$first" ] && [ -n "$last" ] && [ -n "$eval_loss" ] || fail "missing log lines: $log"
 python3 -c "import sys; f,l,e=map(float,sys.argv[1:]); sys.exit(0 if l < 0.2*f and e < 0.5 else 1)" "$first" "$last" "$eval_loss" ||
   fail "loss did not fall enough: first $first last $last eval $eval_loss"
-for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json; do
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json \
+         metrics.jsonl loss_curve.svg; do
   [ -f "$work/out/$f" ] || fail "output lacks $f"
 done
+[ "$(grep -c '"loss"' "$work/out/metrics.jsonl")" -eq 40 ] || fail "metrics.jsonl lacks per-step lines"
+grep -q '"eval_loss"' "$work/out/metrics.jsonl" || fail "metrics.jsonl lacks the eval loss"
+grep -q "<polyline" "$work/out/loss_curve.svg" || fail "loss_curve.svg has no curve"
 out=$("$bin" generate --model "$work/out" --prompt "t3 t4 t5" --no-special --max-new-tokens 4) || fail "generate on the output exited $?"
 [ "$out" = "t6 t7 t8 t9" ] || fail "the trained model continued 't3 t4 t5' with '$out'"
 "$bin" train --model "$work/model" --data "$work/sft.jsonl" --out "$work/out2" --max-length 8 --no-packing \
@@ -49,4 +53,20 @@ out=$("$bin" generate --model "$work/out" --prompt "t3 t4 t5" --no-special --max
 err=$("$bin" train --model "$work/model" --data "$work/bad.jsonl" --out "$work/out3" 2>&1); rc=$?
 [ $rc -eq 1 ] || fail "bad JSONL exited $rc"
 grep -q "bad.jsonl:2" <<<"$err" || fail "unclear error: $err"
+# Ctrl-C: the run stops after the current step with a checkpoint, exit 130, and resumes.
+"$bin" train --model "$work/model" --data "$work/train.txt" --out "$work/int" --max-length 32 \
+  --batch-size 4 --max-steps 100000 --logging-steps 1000 > "$work/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do [ "$(cat "$work/int/metrics.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.05; done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "interrupted run exited $rc: $(cat "$work/int.log")"
+grep -q "stopped by Ctrl-C" "$work/int.log" || fail "no interruption message: $(cat "$work/int.log")"
+ls -d "$work"/int/checkpoint-* > /dev/null 2>&1 || fail "no checkpoint after Ctrl-C"
+n=$(ls -d "$work"/int/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
+log=$("$bin" train --model "$work/model" --data "$work/train.txt" --out "$work/int" --max-length 32 \
+  --batch-size 4 --max-steps $((n + 2)) --resume-from-checkpoint auto) || fail "resume after Ctrl-C exited $?"
+grep -q "resumed from .*checkpoint-$n at step $n" <<<"$log" || fail "resume after Ctrl-C: $log"
+grep -q "^step $((n + 2))/$((n + 2))" <<<"$log" || fail "resume after Ctrl-C did not finish: $log"
 echo "1 passed, 0 failed"
