@@ -12,6 +12,7 @@ void add_parity_command(CLI::App& app, int& exit_code);
 void add_dump_command(CLI::App& app, int& exit_code);
 void add_generate_commands(CLI::App& app, int& exit_code);  // generate, chat
 void add_train_command(CLI::App& app, int& exit_code);
+void add_tokenizer_command(CLI::App& app, int& exit_code);  // tokenizer train
 void add_tokenize_command(CLI::App& app, int& exit_code);
 
 }  // namespace vkf::cli

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
 #include "vk/error.h"
 
@@ -67,6 +68,29 @@ void add_tokenize_command(CLI::App& app, int& exit_code) {
                 "tokens");
   cmd->add_flag("--decode", args->decode, "Read JSON arrays of ids and write decoded strings");
   cmd->callback([args, &exit_code] { exit_code = run_tokenize(*args); });
+}
+
+}  // namespace vkf::cli
+
+namespace vkf::cli {
+
+// `vkformer tokenizer train --vocab-size N --out DIR FILE...`: a byte-level BPE tokenizer.
+void add_tokenizer_command(CLI::App& app, int& exit_code) {
+  static tok::BpeTrainerOptions options;
+  static std::string out;
+  static std::vector<std::string> files;
+  auto* group = app.add_subcommand("tokenizer", "Tokenizer tools");
+  group->require_subcommand(1);
+  auto* t = group->add_subcommand("train", "Train a byte-level BPE tokenizer from text files");
+  t->add_option("--vocab-size", options.vocab_size, "vocabulary size")->capture_default_str();
+  t->add_option("--min-frequency", options.min_frequency, "merge only pairs seen this often")->capture_default_str();
+  t->add_option("--out", out, "output folder (tokenizer.json, tokenizer_config.json)")->required();
+  t->add_option("files", files, "text files")->required();
+  t->callback([&exit_code] {
+    const int64_t n = tok::train_tokenizer_files(files, out, options);
+    std::printf("trained a byte-level BPE tokenizer with %lld tokens into %s\n", static_cast<long long>(n), out.c_str());
+    exit_code = 0;
+  });
 }
 
 }  // namespace vkf::cli
