@@ -20,12 +20,10 @@ build: configure
 test: build
 	cd $(BUILD) && VKF_VALIDATE=1 ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# The main job on its embedded default: show the device, train a tiny Llama two AdamW steps and
-# compare every number with transformers (a committed fixture), then the matmul micro-benchmark.
+# The main job on its embedded default: train a byte-level BPE tokenizer and pre-train a small
+# Llama from scratch on Debian's fortunes-min quotations, then sample from it (scripts/demo.sh).
 demo: build
-	$(BUILD)/vkformer devices
-	$(BUILD)/vkformer parity --fixture tests/fixtures/parity/llama --out $(BUILD)/demo
-	$(BUILD)/bench/matmul_bench --quick
+	bash scripts/demo.sh $(BUILD)/vkformer $(BUILD)/demo
 
 bench: build
 	$(BUILD)/bench/matmul_bench

@@ -7,7 +7,7 @@ packages=(
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
   libgtest-dev libbenchmark-dev
-  python3 python3-jinja2
+  python3 python3-jinja2 fortunes-min
 )
 missing=()
 for p in "${packages[@]}"; do
