@@ -6,7 +6,7 @@
 set -euo pipefail
 bin="${1:-build/vkformer}"
 out="${2:-build/demo}"
-corpus_dir=/usr/share/games/fortunes
+corpus_dir="${VKF_DEMO_CORPUS:-/usr/share/games/fortunes}"
 mkdir -p "$out"
 "$bin" devices | head -n 2
 cat "$corpus_dir/fortunes" "$corpus_dir/literature" "$corpus_dir/riddles" | sed 's/^%$//' > "$out/corpus.txt"
