@@ -140,20 +140,27 @@ Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix) const {
 
 const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool cos) {
   const ops::RopeConfig& r = spec_.layers[static_cast<size_t>(layer)].rope;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", r.type, r.theta, r.factor,
-                                r.partial_rotary_factor, r.original_max_position_embeddings, positions);
+  std::string key = fmt::format("{}|{}|{}|{}|{}", r.type, r.theta, r.factor, r.partial_rotary_factor,
+                                r.original_max_position_embeddings);
   for (double f : r.short_factor) key += fmt::format(",{}", f);
   key += "|";
   for (double f : r.long_factor) key += fmt::format(",{}", f);
-  auto it = rope_cache_.find(key + (cos ? "c" : "s"));
-  if (it == rope_cache_.end()) {
-    const auto tables = ops::rope_inv_freq(r, positions);
-    const auto cs = ops::rope_cos_sin(tables, positions);
-    rope_cache_[key + "c"] = cs.cos;
-    rope_cache_[key + "s"] = cs.sin;
-    it = rope_cache_.find(key + (cos ? "c" : "s"));
+  // Dynamic and longrope frequencies depend on the sequence length, so their table is rebuilt when
+  // it changes. For the others every row depends on its position only: one table, grown by
+  // doubling, serves every shorter call (incremental decoding reuses it step after step).
+  const bool length_dependent = r.type == "dynamic" || r.type == "longrope";
+  RopeTable& t = rope_cache_[key];
+  const bool fits = length_dependent ? t.positions == positions : t.positions >= positions;
+  if (!fits) {
+    int64_t rows = positions;
+    if (!length_dependent) {
+      rows = std::max<int64_t>(64, t.positions);
+      while (rows < positions) rows *= 2;
+    }
+    const auto cs = ops::rope_cos_sin(ops::rope_inv_freq(r, positions), rows);
+    t = {rows, cs.cos, cs.sin};
   }
-  return it->second;
+  return cos ? t.cos : t.sin;
 }
 
 struct DecoderModel::Step {

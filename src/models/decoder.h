@@ -65,7 +65,11 @@ class DecoderModel {
   ArchSpec spec_;
   std::map<std::string, Tensor> params_;
   std::vector<std::string> order_;
-  std::map<std::string, Tensor> rope_cache_;  // key: rope parameters + positions
+  struct RopeTable {
+    int64_t positions = 0;
+    Tensor cos, sin;  // [positions, rotary_dim / 2]
+  };
+  std::map<std::string, RopeTable> rope_cache_;  // key: the rotary parameters
 };
 
 }  // namespace vkf::models

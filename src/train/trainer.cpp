@@ -157,7 +157,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
       tokens_seen += micro.back().tokens;
     }
     VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
-    double loss_sum = 0;
+    Tensor loss_sum;  // summed on the GPU; read once per step
     for (const Batch& b : micro) {
       if (b.counted == 0) continue;
       autograd::Tape tape;
@@ -173,7 +173,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
         scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(counted)));
       }
       tape.backward(scaled);
-      loss_sum += part_sum.item();
+      loss_sum = loss_sum.defined() ? ops::add(loss_sum, part_sum) : part_sum;
     }
     std::vector<Tensor> grads;
     for (const auto& n : model.parameter_names())
@@ -184,7 +184,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     opt.set_lr(lr);
     opt.step();
     opt.zero_grad();
-    const double loss = loss_sum / static_cast<double>(counted);
+    const double loss = loss_sum.item() / static_cast<double>(counted);
     result.log.push_back({step, loss, lr, grad_norm});
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double tps = elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0.0;

@@ -10,16 +10,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 cp -r "$root/parity/llama" "$work/model"
+python3 "$root/../common/word_tokenizer.py" "$work/model"
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-vocab = {f"t{i}": i for i in range(48)}
-json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}, open(f"{w}/model/tokenizer.json", "w"))
-json.dump({"eos_token": "t2", "bos_token": "t1",
-           "chat_template": "{% for m in messages %}t{{ 10 if m['role'] == 'user' else 11 }} {{ m['content'] }} {% endfor %}"},
-          open(f"{w}/model/tokenizer_config.json", "w"))
 # A cycle t3 t4 ... t9 repeated: fully predictable after one token.
 with open(f"{w}/train.txt", "w") as f:
     f.write(" ".join(f"t{3 + i % 7}" for i in range(2000)))

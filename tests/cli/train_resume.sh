@@ -11,14 +11,10 @@ trap 'kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
 pid=0
 fail() { echo "FAIL: $*"; exit 1; }
 cp -r "$root/parity/llama" "$work/model"
+python3 "$root/../common/word_tokenizer.py" "$work/model"
 python3 - "$work" <<'PY'
-import json, sys
+import sys
 w = sys.argv[1]
-vocab = {f"t{i}": i for i in range(48)}
-json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}, open(f"{w}/model/tokenizer.json", "w"))
-json.dump({"eos_token": "t2"}, open(f"{w}/model/tokenizer_config.json", "w"))
 with open(f"{w}/train.txt", "w") as f:
     f.write(" ".join(f"t{3 + (i * 7) % 40}" for i in range(3000)))
 PY
