@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/launch.h"
 #include "models/decoder.h"
+#include "peft/lora.h"
 #include "train/parity.h"
 #include "vk/error.h"
 
@@ -18,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ParityArgs {
-  std::string model, batch, out, fixture, save;
+  std::string model, batch, out, fixture, save, adapter;
   int steps = 2;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
@@ -64,11 +65,17 @@ int run(const ParityArgs& a) {
     opt.steps = a.steps;
     opt.adamw = {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
     auto model = models::DecoderModel::load(a.model);
+    std::shared_ptr<peft::LoraAdapter> adapter;
+    if (!a.adapter.empty()) {
+      adapter = peft::LoraAdapter::load(model, a.adapter);
+      model.add_adapter("default", adapter);
+    }
     const auto batch = train::load_parity_batch(a.batch);
-    io::write_safetensors(a.out, train::run_parity(model, batch, opt));
+    io::write_safetensors(a.out, train::run_parity(model, batch, opt, adapter.get()));
     fmt::print("wrote {}\n", a.out);
     if (!a.save.empty()) {
-      model.save(a.save);
+      if (adapter) adapter->save(a.save);
+      else model.save(a.save);
       fmt::print("saved the model after {} step(s) to {}\n", opt.steps, a.save);
     }
     return 0;
@@ -98,9 +105,17 @@ int run(const ParityArgs& a) {
     opt.adamw = {num("lr", 1e-3), num("beta1", 0.9), num("beta2", 0.999), num("eps", 1e-8),
                  num("weight_decay", 0.0)};
     auto model = models::DecoderModel::load(dir.string());
+    // A LoRA case carries its adapter in <fixture>/adapter (or --adapter names one).
+    std::shared_ptr<peft::LoraAdapter> adapter;
+    const std::string adapter_dir = !a.adapter.empty() ? a.adapter
+                                    : fs::is_directory(dir / "adapter") ? (dir / "adapter").string() : "";
+    if (!adapter_dir.empty()) {
+      adapter = peft::LoraAdapter::load(model, adapter_dir);
+      model.add_adapter("default", adapter);
+    }
     const std::string out = (out_dir / fmt::format("vkformer_{}_{}.safetensors",
                                                    dir.filename().string(), set)).string();
-    io::write_safetensors(out, train::run_parity(model, batch, opt));
+    io::write_safetensors(out, train::run_parity(model, batch, opt, adapter.get()));
     io::SafetensorsFile ours(out), x32((dir / fmt::format("expected_{}_fp32.safetensors", set)).string()),
         x64((dir / fmt::format("expected_{}_fp64.safetensors", set)).string());
     const auto rows = train::compare_parity(ours, x32, x64, batch.mask_host);
@@ -121,7 +136,8 @@ void add_parity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch", args.batch, "batch.safetensors (input_ids, attention_mask, labels)");
   cmd->add_option("--out", args.out, "output .safetensors (with --fixture: a folder for the outputs)");
   cmd->add_option("--fixture", args.fixture, "a parity fixture folder: run every AdamW set and compare");
-  cmd->add_option("--save", args.save, "also write the trained model as a Hugging Face folder");
+  cmd->add_option("--save", args.save, "also write the trained model (or adapter) as a Hugging Face folder");
+  cmd->add_option("--adapter", args.adapter, "a peft LoRA adapter folder: train only the adapter (PARITY.md)");
   cmd->add_option("--steps", args.steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   cmd->add_option("--beta1", args.beta1, "AdamW beta1")->capture_default_str();

@@ -24,6 +24,14 @@
 namespace vkf::models {
 namespace fs = std::filesystem;
 
+namespace {
+// "model.embed_tokens.weight" -> "model.embed_tokens"
+std::string module_of(const std::string& param_name) {
+  const size_t dot = param_name.rfind('.');
+  return dot == std::string::npos ? param_name : param_name.substr(0, dot);
+}
+}  // namespace
+
 std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const ArchSpec& s) {
   std::vector<std::pair<std::string, Shape>> out;
   const int64_t H = s.hidden_size, D = s.head_dim, I = s.intermediate_size;
@@ -115,6 +123,10 @@ DecoderModel DecoderModel::load(const std::string& dir) {
 }
 
 const Tensor& DecoderModel::param(const std::string& name) const {
+  // Inside forward() the active adapter's modules_to_save copies stand in for base weights.
+  if (const nn::ModuleAdapter* a = nn::active_adapter()) {
+    if (const Tensor* r = a->replacement(name)) return *r;
+  }
   auto it = params_.find(name);
   VKF_REQUIRE(it != params_.end(), "{} model has no parameter '{}'", spec_.model_type, name);
   return it->second;
@@ -128,6 +140,46 @@ std::vector<Tensor> DecoderModel::parameters() const {
 
 void DecoderModel::set_requires_grad(bool on) {
   for (auto& [name, t] : params_) t.set_requires_grad(on);
+}
+
+void DecoderModel::add_adapter(const std::string& name, std::shared_ptr<nn::ModuleAdapter> adapter) {
+  VKF_REQUIRE(!name.empty() && adapter, "add_adapter: an adapter needs a name and a value");
+  VKF_REQUIRE(!adapters_.contains(name), "an adapter named '{}' is already loaded; choose another name",
+              name);
+  adapters_[name] = std::move(adapter);
+  if (active_.empty()) active_ = name;
+}
+
+void DecoderModel::remove_adapter(const std::string& name) {
+  VKF_REQUIRE(adapters_.erase(name) == 1, "no adapter named '{}' is loaded", name);
+  if (active_ == name) active_ = adapters_.empty() ? "" : adapters_.begin()->first;
+}
+
+void DecoderModel::set_active_adapter(const std::string& name) {
+  if (!adapters_.contains(name)) {
+    std::string have;
+    for (const auto& [n, a] : adapters_) have += (have.empty() ? "" : ", ") + n;
+    fail("no adapter named '{}' is loaded (loaded: {})", name, have.empty() ? "none" : have);
+  }
+  active_ = name;
+}
+
+void DecoderModel::set_adapters_enabled(bool on) { adapters_enabled_ = on; }
+
+std::shared_ptr<nn::ModuleAdapter> DecoderModel::adapter(const std::string& name) const {
+  auto it = adapters_.find(name);
+  VKF_REQUIRE(it != adapters_.end(), "no adapter named '{}' is loaded", name);
+  return it->second;
+}
+
+std::vector<std::string> DecoderModel::adapter_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, a] : adapters_) out.push_back(n);
+  return out;
+}
+
+const nn::ModuleAdapter* DecoderModel::effective_adapter() const {
+  return adapters_enabled_ && !active_.empty() ? adapters_.at(active_).get() : nullptr;
 }
 
 Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix) const {
@@ -320,9 +372,11 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
+  const nn::AdapterScope adapter_scope(effective_adapter());
   std::optional<int64_t> padding_idx;
   if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size) padding_idx = s.pad_token_id;
   Tensor x = ops::embedding(param(s.names.embed), input_ids, padding_idx);
+  x = nn::adapt_embedding(module_of(s.names.embed), input_ids, x, padding_idx);
   if (s.embed_scale_sqrt_hidden) {
     // transformers multiplies by sqrt(hidden) rounded to the activation dtype (f32 here).
     x = ops::scale(x, static_cast<float>(std::sqrt(static_cast<double>(H))));
@@ -371,7 +425,14 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   }
   x = norm(x, s.names.final_norm);
   emit("final_norm", x);
-  const Tensor& head = s.tie_word_embeddings ? param(s.names.embed) : param(s.names.lm_head);
+  // A tied head is the base embedding matrix even when an adapter keeps its own copy of the
+  // embedding (peft's modules_to_save copies the module, not the tie); an adapter copy of the
+  // head itself ("lm_head.weight") replaces it.
+  const nn::ModuleAdapter* adapter = nn::active_adapter();
+  const Tensor* head_copy = adapter ? adapter->replacement(s.names.lm_head) : nullptr;
+  const Tensor& head = head_copy ? *head_copy
+                       : s.tie_word_embeddings ? params_.at(s.names.embed)
+                                               : param(s.names.lm_head);
   Tensor logits = nn::linear("lm_head", x, head);
   if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
   if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));

@@ -7,12 +7,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/arch_spec.h"
+#include "nn/linear.h"
 
 namespace vkf::models {
 
@@ -43,6 +45,20 @@ class DecoderModel {
   std::vector<Tensor> parameters() const;
   void set_requires_grad(bool on);
 
+  // PEFT adapters (src/peft), attached by name. The active one changes forward() (LoRA, and its
+  // modules_to_save copies replace base weights) unless adapters are disabled, as peft's
+  // set_adapter / disable_adapter do. Adding the first adapter makes it active.
+  void add_adapter(const std::string& name, std::shared_ptr<nn::ModuleAdapter> adapter);
+  void remove_adapter(const std::string& name);
+  void set_active_adapter(const std::string& name);
+  void set_adapters_enabled(bool on);
+  bool adapters_enabled() const { return adapters_enabled_; }
+  const std::string& active_adapter_name() const { return active_; }  // "" when none
+  std::shared_ptr<nn::ModuleAdapter> adapter(const std::string& name) const;
+  std::vector<std::string> adapter_names() const;
+  // The adapter forward() applies now (null when none is active or adapters are disabled).
+  const nn::ModuleAdapter* effective_adapter() const;
+
   // input_ids [B, T] (I32 or I64); attention_mask [B, T] (1 = token, 0 = padding) or undefined;
   // with a cache the mask covers every key, [B, cache->length + T]. Returns logits [B, T, vocab].
   // Positions are cache->length + 0..T-1 in every row, as transformers does, unless `positions`
@@ -70,6 +86,9 @@ class DecoderModel {
     Tensor cos, sin;  // [positions, rotary_dim / 2]
   };
   std::map<std::string, RopeTable> rope_cache_;  // key: the rotary parameters
+  std::map<std::string, std::shared_ptr<nn::ModuleAdapter>> adapters_;
+  std::string active_;
+  bool adapters_enabled_ = true;
 };
 
 }  // namespace vkf::models

@@ -42,12 +42,21 @@ io::WriteTensor host_f32(const std::string& name, const Tensor& t) {
 }  // namespace
 
 std::vector<io::WriteTensor> run_parity(models::DecoderModel& model, const ParityBatch& batch,
-                                        const ParityOptions& options) {
+                                        const ParityOptions& options, const peft::LoraAdapter* adapter) {
   VKF_REQUIRE(options.steps >= 1, "parity: --steps must be at least 1 (got {})", options.steps);
   std::vector<io::WriteTensor> out;
-  model.set_requires_grad(true);
-  ops::AdamW opt(model.parameters(), options.adamw);
-  const auto& names = model.parameter_names();
+  std::vector<std::string> names;
+  std::vector<Tensor> trainable;
+  if (adapter) {
+    model.set_requires_grad(false);
+    adapter->set_requires_grad(true);
+    for (const auto& [n, t] : adapter->parameters()) names.push_back(n), trainable.push_back(t);
+  } else {
+    model.set_requires_grad(true);
+    names = model.parameter_names();
+    trainable = model.parameters();
+  }
+  ops::AdamW opt(trainable, options.adamw);
   for (int step = 1; step <= options.steps; ++step) {
     autograd::Tape tape;
     Tensor logits, loss;
@@ -63,17 +72,19 @@ std::vector<io::WriteTensor> run_parity(models::DecoderModel& model, const Parit
     out.push_back(host_f32(fmt::format("loss.step{}", step), loss));
     tape.backward(loss);
     if (step == 1) {
-      for (const auto& n : names) {
-        const Tensor g = model.param(n).grad();
-        VKF_REQUIRE(g.defined(), "parity: parameter '{}' received no gradient", n);
-        out.push_back(host_f32("grad." + n, g));
+      for (size_t i = 0; i < names.size(); ++i) {
+        const Tensor g = trainable[i].grad();
+        VKF_REQUIRE(g.defined(), "parity: parameter '{}' received no gradient", names[i]);
+        out.push_back(host_f32("grad." + names[i], g));
       }
     }
     opt.step();
     opt.zero_grad();
-    for (const auto& n : names) out.push_back(host_f32(fmt::format("step{}.{}", step, n), model.param(n)));
+    for (size_t i = 0; i < names.size(); ++i)
+      out.push_back(host_f32(fmt::format("step{}.{}", step, names[i]), trainable[i]));
   }
   model.set_requires_grad(false);
+  if (adapter) adapter->set_requires_grad(false);
   return out;
 }
 

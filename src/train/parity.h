@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "ops/optim.h"
+#include "peft/lora.h"
 
 namespace vkf::train {
 
@@ -27,9 +28,11 @@ struct ParityOptions {
   ops::AdamWConfig adamw{1e-3, 0.9, 0.999, 1e-8, 0.0};
 };
 
-// Runs the parity procedure; results as f32 host tensors in the fixture naming.
+// Runs the parity procedure; results as f32 host tensors in the fixture naming. With an adapter
+// (active on the model), only its tensors train, under their peft names; the base stays frozen.
 std::vector<io::WriteTensor> run_parity(models::DecoderModel& model, const ParityBatch& batch,
-                                        const ParityOptions& options);
+                                        const ParityOptions& options,
+                                        const peft::LoraAdapter* adapter = nullptr);
 
 struct ParityRow {
   std::string group;   // "logits", "loss", "grads", "step1", "step2", ...
