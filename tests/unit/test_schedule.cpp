@@ -1,7 +1,12 @@
-// Learning-rate schedules against values worked out by hand from transformers' lambdas
+// Learning-rate schedules against transformers' own schedulers (tests/fixtures/schedule, from
+// tools/oracle/schedule_fixture.py) and against values worked out by hand from its lambdas
 // (optimization.py): LambdaLR multiplies the base rate by lambda(k) at scheduler step k, and the
 // k-th optimizer step (1-based) uses lambda(k - 1).
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <numbers>
 
 #include "test_util.h"
@@ -45,6 +50,35 @@ TEST(Schedule, ConstantsAndWarmupRatio) {
   LrSchedule r({.type = "linear", .learning_rate = 1.0, .total_steps = 25, .warmup_ratio = 0.1});
   EXPECT_EQ(r.warmup_steps(), 3);
   EXPECT_NEAR(r.lr_at(3), 2.0 / 3.0, 1e-15);
+}
+
+// Every learning rate transformers' get_scheduler gives at optimizer steps 1..N for the cases of
+// tools/oracle/schedule_fixture.py (warmup ratios resolved by TrainingArguments.get_warmup_steps).
+TEST(Schedule, MatchesTransformersSchedulers) {
+  const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" / "schedule" /
+                    "transformers_lr.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_GE(j.at("cases").size(), 8u);
+  for (const auto& c : j.at("cases")) {
+    ScheduleConfig sc;
+    sc.type = c.at("type").get<std::string>();
+    const auto& lrs = c.at("lr_per_step");
+    sc.total_steps = c.at("steps").get<int64_t>();
+    sc.warmup_steps = c.value("warmup_steps", int64_t{0});
+    sc.warmup_ratio = c.value("warmup_ratio", 0.0);
+    sc.min_lr = c.value("min_lr", 0.0);
+    sc.min_lr_rate = c.value("min_lr_rate", 0.0);
+    sc.learning_rate = c.at("learning_rate").get<double>();
+    LrSchedule s(sc);
+    EXPECT_EQ(s.warmup_steps(), c.at("resolved_warmup_steps").get<int64_t>()) << c.dump();
+    for (size_t k = 0; k < lrs.size(); ++k) {
+      const double want = lrs[k].get<double>();
+      EXPECT_NEAR(s.lr_at(static_cast<int64_t>(k) + 1), want, 1e-15 + 1e-13 * std::fabs(want))
+          << sc.type << " step " << k + 1;
+    }
+  }
 }
 
 TEST(Schedule, BadOptionsNameTheOption) {

@@ -54,7 +54,9 @@ def main():
             lrs.append(sched.get_last_lr()[0])
             opt.step()
             sched.step()
-        out["cases"].append({**c, "resolved_warmup_steps": warmup, "lr": lrs})
+        case = {k: v for k, v in c.items() if k != "lr"}
+        out["cases"].append({**case, "learning_rate": c["lr"], "resolved_warmup_steps": warmup,
+                             "lr_per_step": lrs})
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
