@@ -14,5 +14,6 @@ void add_generate_commands(CLI::App& app, int& exit_code);  // generate, chat
 void add_train_command(CLI::App& app, int& exit_code);
 void add_tokenizer_command(CLI::App& app, int& exit_code);  // tokenizer train
 void add_tokenize_command(CLI::App& app, int& exit_code);
+void add_lora_command(CLI::App& app, int& exit_code);  // lora merge
 
 }  // namespace vkf::cli

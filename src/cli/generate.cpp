@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "core/autograd.h"
 #include "infer/generate.h"
 #include "models/decoder.h"
@@ -22,14 +23,22 @@ namespace {
 namespace fs = std::filesystem;
 
 struct GenArgs {
-  std::string model, prompt;
+  std::string model, prompt, active_adapter;
+  std::vector<std::string> adapters;
+  bool no_adapter = false;
   infer::GenerationConfig config;
   std::vector<std::string> stop;
   bool no_special = false;
 };
 
 void add_sampling_options(CLI::App* cmd, GenArgs& a) {
-  cmd->add_option("--model", a.model, "Hugging Face model folder (weights + tokenizer)")->required();
+  cmd->add_option("--model", a.model, "Hugging Face model folder (weights + tokenizer), or a peft adapter "
+                  "folder whose base_model_name_or_path is a local folder")->required();
+  cmd->add_option("--adapter", a.adapters, "a peft LoRA adapter folder, [NAME=]DIR (repeatable: several "
+                  "adapters on one base)");
+  cmd->add_option("--active-adapter", a.active_adapter, "which loaded adapter to use (default: the first)");
+  cmd->add_flag("--no-adapter", a.no_adapter, "load the adapters but run the base model (peft's "
+                "disable_adapter)");
   cmd->add_option("--max-new-tokens", a.config.max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--do-sample", a.config.do_sample, "sample instead of greedy decoding");
   cmd->add_option("--temperature", a.config.temperature, "sampling temperature")->capture_default_str();
@@ -99,9 +108,10 @@ std::vector<int32_t> generate_text(models::DecoderModel& model, const Tokenizer&
 }
 
 int run_generate(GenArgs& a) {
-  auto tokenizer = Tokenizer::from_folder(a.model);
-  auto model = models::DecoderModel::load(a.model);
-  a.config.eos_token_ids = eos_ids(a.model, tokenizer);
+  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter);
+  auto& model = loaded.model;
+  auto tokenizer = Tokenizer::from_folder(loaded.tokenizer_dir);
+  a.config.eos_token_ids = eos_ids(loaded.model_dir, tokenizer);
   const auto prompt = tokenizer.encode(a.prompt, !a.no_special);
   VKF_REQUIRE(!prompt.empty(), "generate: the prompt encodes to no tokens; give some text");
   generate_text(model, tokenizer, prompt, a.config, a.stop);
@@ -110,12 +120,13 @@ int run_generate(GenArgs& a) {
 }
 
 int run_chat(GenArgs& a) {
-  auto tokenizer = Tokenizer::from_folder(a.model);
+  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter);
+  auto& model = loaded.model;
+  auto tokenizer = Tokenizer::from_folder(loaded.tokenizer_dir);
   VKF_REQUIRE(!tokenizer.chat_template().empty(),
               "{}: no chat_template in tokenizer_config.json or chat_template.jinja; `vkformer "
-              "generate` works without one", a.model);
-  auto model = models::DecoderModel::load(a.model);
-  a.config.eos_token_ids = eos_ids(a.model, tokenizer);
+              "generate` works without one", loaded.tokenizer_dir);
+  a.config.eos_token_ids = eos_ids(loaded.model_dir, tokenizer);
   const bool interactive = ::isatty(STDIN_FILENO) != 0;
   nlohmann::json messages = nlohmann::json::array();
   const nlohmann::json extra = {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}};

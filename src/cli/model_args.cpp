@@ -1,0 +1,52 @@
+// Model + adapter loading for the CLI (see model_args.h).
+#include "cli/model_args.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "peft/lora.h"
+#include "vk/error.h"
+
+namespace vkf::cli {
+namespace fs = std::filesystem;
+
+bool is_adapter_folder(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "adapter_config.json") && !fs::exists(fs::path(dir) / "config.json");
+}
+
+LoadedModel load_for_inference(const std::string& model, const std::vector<std::string>& adapters,
+                               const std::string& active, bool disable) {
+  std::string base = model;
+  std::vector<std::string> specs = adapters;
+  std::string tokenizer_dir = model;
+  if (is_adapter_folder(model)) {
+    const auto cfg = peft::LoraConfig::from_file((fs::path(model) / "adapter_config.json").string());
+    VKF_REQUIRE(!cfg.base_model_name_or_path.empty(),
+                "{}: an adapter folder whose adapter_config.json names no base_model_name_or_path; pass "
+                "--model BASE_DIR --adapter {}", model, model);
+    base = cfg.base_model_name_or_path;
+    VKF_REQUIRE(fs::is_directory(base), "{}: base_model_name_or_path '{}' is not a folder here; pass "
+                "--model BASE_DIR --adapter {}", model, base, model);
+    specs.insert(specs.begin(), model);
+    if (!fs::exists(fs::path(model) / "tokenizer.json")) tokenizer_dir = base;
+  }
+  LoadedModel out{models::DecoderModel::load(base), base, tokenizer_dir};
+  int unnamed = 0;
+  for (const auto& s : specs) {
+    const size_t eq = s.find('=');
+    std::string name, dir = s;
+    if (eq != std::string::npos && !fs::exists(s)) {
+      name = s.substr(0, eq);
+      dir = s.substr(eq + 1);
+    } else {
+      name = unnamed++ == 0 ? "default" : fmt::format("adapter{}", unnamed - 1);
+    }
+    out.model.add_adapter(name, peft::LoraAdapter::load(out.model, dir));
+  }
+  if (!active.empty()) out.model.set_active_adapter(active);
+  out.model.set_adapters_enabled(!disable);
+  return out;
+}
+
+}  // namespace vkf::cli
