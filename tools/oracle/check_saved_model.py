@@ -2,7 +2,7 @@
 """Does a model folder load into transformers and give the expected logits?
 
     python3 tools/oracle/check_saved_model.py --model DIR --batch BATCH.safetensors \
-        --logits LOGITS.safetensors [--key logits] [--tol 1e-5]
+        --logits LOGITS.safetensors [--key logits] [--tol 1e-5] [--adapter ADAPTER_DIR]
 
 Loads DIR with AutoModelForCausalLM.from_pretrained (fp32, eager attention, CPU), runs the batch
 (input_ids, attention_mask from BATCH.safetensors; eval mode, no labels) and prints
@@ -11,6 +11,8 @@ are the tensor KEY of LOGITS.safetensors ([B, T, V], e.g. a parity fixture's
 expected_strict_fp32.safetensors or vkformer's own output). vkformer uses it to prove that the
 folders it saves load in transformers. Exit status: 0 when the folder loaded with no missing,
 unexpected or mismatched tensors (and, with --tol, the error is within it); 1 otherwise.
+With --adapter, a peft LoRA adapter folder is loaded onto the model (peft.PeftModel.from_pretrained)
+and the adapted model's logits are compared.
 """
 
 import argparse
@@ -29,6 +31,7 @@ def main():
     ap.add_argument("--logits", required=True, help="safetensors holding the logits to compare")
     ap.add_argument("--key", default="logits", help="tensor name in --logits (default: logits)")
     ap.add_argument("--tol", type=float, default=None, help="fail when the error exceeds this")
+    ap.add_argument("--adapter", default=None, help="a peft adapter folder to load onto the model")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -36,6 +39,10 @@ def main():
     dtype_kw = {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
     model, info = AutoModelForCausalLM.from_pretrained(
         args.model, attn_implementation="eager", output_loading_info=True, **dtype_kw)
+    if args.adapter:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, args.adapter, autocast_adapter_dtype=False)
+        print(f"peft {peft.__version__}: loaded {args.adapter}")
     model.eval()
     bad = {k: v for k, v in info.items() if v and k in
            ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}

@@ -4,7 +4,7 @@
 # fixture batch, and tools/oracle/check_saved_model.py loads the folder with
 # AutoModelForCausalLM.from_pretrained and compares transformers' logits with vkformer's.
 #   tools/oracle/check_saved_models.sh VKFORMER_BINARY WORK_DIR [case ...]
-set -u
+set -u -o pipefail
 bin="$1"
 work="$2"
 shift 2
