@@ -67,7 +67,15 @@ Shape contiguous_strides(const Shape& s) {
 }
 
 Storage::Storage(uint64_t nbytes) : bytes(nbytes) {
-  alloc = vk::Context::get().allocator().allocate(nbytes, vk::MemoryKind::Device);
+  auto& ctx = vk::Context::get();
+  try {
+    alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
+  } catch (const OutOfMemory&) {
+    // Tensors freed while the host runs ahead of the GPU keep their memory until the queued work
+    // that may read them has finished: wait for it, which returns that memory, and try again.
+    ctx.stream().synchronize();
+    alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
+  }
 }
 
 Storage::~Storage() {

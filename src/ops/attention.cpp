@@ -5,11 +5,13 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -46,6 +48,10 @@ struct DeltaPush {
 };
 
 // Rows of queries / keys per workgroup of each kernel, by padded head dim (the variants' -D flags).
+struct Dims {
+  int64_t b, tq, tk, hq, hkv, d;
+};
+
 struct Tiles {
   uint32_t bq, bk;
 };
@@ -54,6 +60,19 @@ constexpr Tiles kForwardTiles[] = {{64, 32}, {32, 32}, {16, 16}, {8, 8}};
 constexpr Tiles kDqTiles[] = {{32, 32}, {32, 16}, {16, 8}, {8, 4}};
 constexpr Tiles kDkvTiles[] = {{32, 32}, {16, 32}, {8, 16}, {4, 8}};
 constexpr int64_t kMaxHeadDim = 256;
+
+// The register-tiled kernels (attention_fast_*.comp) serve Fast math mode for head_dim <= 64; the
+// plain kernels serve Precise mode (parity), larger heads, and VKF_ATTENTION=plain (to compare).
+constexpr int64_t kFastMaxHeadDim = 64;
+bool use_fast_kernels(const Dims& dims) {
+  const char* env = std::getenv("VKF_ATTENTION");
+  const bool plain_forced = env && std::string(env) == "plain";
+  return !plain_forced && math_mode() == MathMode::Fast && dims.d <= kFastMaxHeadDim;
+}
+// Query rows per workgroup of the fast forward: 64 needs ~41 KiB of shared memory, 32 fits 32 KiB.
+uint32_t fast_forward_rows() {
+  return vk::Context::get().info().max_shared_memory >= 42u * 1024u ? 64u : 32u;
+}
 constexpr int64_t kMaxGroups = 65535;  // per grid dimension on every device we target
 
 // Index of the smallest variant whose padded head dim holds d.
@@ -74,9 +93,6 @@ void check_grid(int64_t groups, const char* what) {
               what, groups, kMaxGroups);
 }
 
-struct Dims {
-  int64_t b, tq, tk, hq, hkv, d;
-};
 
 Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
               const AttentionOptions& opts) {
@@ -150,7 +166,16 @@ struct SavedForward {
   Tensor q, k, v, mask, out, lse;
   Dims dims;
   AttnParams params;
+  bool fast = false;  // the register-tiled kernels (forward and backward)
 };
+
+// The fast backward kernels: 32 queries (dq) / 32 keys (dk, dv) per workgroup; the other tile
+// side is 32 where shared memory allows ~41 KiB, else 16.
+constexpr uint32_t kFastBwdRows = 32;
+const char* fast_bwd_suffix(bool dq) {
+  const bool big = vk::Context::get().info().max_shared_memory >= 42u * 1024u;
+  return dq ? (big ? "_k32" : "_k16") : (big ? "_q32" : "_q16");
+}
 
 void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor& grad = ctx.grad_output(0);
@@ -173,9 +198,11 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     Tensor dq = Tensor::empty(s.q.shape(), DType::F32);
     const DqPush push{s.q.address(), s.k.address(), s.v.address(), mask_addr,   dout.address(),
                       s.lse.address(), delta.address(), dq.address(), s.params, has_mask};
-    const int64_t blocks = (dims.tq + kDqTiles[vi].bq - 1) / kDqTiles[vi].bq;
+    const int64_t rows = s.fast ? kFastBwdRows : kDqTiles[vi].bq;
+    const int64_t blocks = (dims.tq + rows - 1) / rows;
     check_grid(blocks, "the dq query blocks");
-    launch(variant_name("attention_bwd_dq", vi), push,
+    launch(s.fast ? std::string("attention_fast_bwd_dq") + fast_bwd_suffix(true)
+                  : variant_name("attention_bwd_dq", vi), push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
                 static_cast<uint32_t>(dims.b)},
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dq}, {},
@@ -189,9 +216,11 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                        mask_addr,       dout.address(),    s.lse.address(),
                        delta.address(), dk.address(),      dv.address(),
                        s.params,        has_mask};
-    const int64_t blocks = (dims.tk + kDkvTiles[vi].bk - 1) / kDkvTiles[vi].bk;
+    const int64_t rows = s.fast ? kFastBwdRows : kDkvTiles[vi].bk;
+    const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
-    launch(variant_name("attention_bwd_dkv", vi), push,
+    launch(s.fast ? std::string("attention_fast_bwd_dkv") + fast_bwd_suffix(false)
+                  : variant_name("attention_bwd_dkv", vi), push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
                 static_cast<uint32_t>(dims.b)},
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dk, &dv}, {},
@@ -207,10 +236,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  const AttentionOptions& opts) {
   const Dims dims = validate(q, k, v, key_padding_mask, opts);
   const int vi = variant_index(dims.d);
-  const int64_t blocks = (dims.tq + kForwardTiles[vi].bq - 1) / kForwardTiles[vi].bq;
+  const bool fast = use_fast_kernels(dims);
+  const uint32_t rows = fast ? fast_forward_rows() : kForwardTiles[vi].bq;
+  const int64_t blocks = (dims.tq + rows - 1) / rows;
   check_grid(blocks, "the query blocks");
 
   SavedForward s;
+  s.fast = fast;
   s.dims = dims;
   s.params = make_params(dims, opts);
   s.q = q.is_contiguous() ? q : q.contiguous();
@@ -233,7 +265,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                          s.lse.address(),
                          s.params,
                          s.mask.defined() ? 1u : 0u};
-  launch(variant_name("attention_fwd", vi), push,
+  launch(fast ? "attention_fast_fwd_q" + std::to_string(rows) : variant_name("attention_fwd", vi), push,
          Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
               static_cast<uint32_t>(dims.b)},
          {&s.q, &s.k, &s.v, &s.mask}, {&s.out, &s.lse}, {},

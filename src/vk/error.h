@@ -17,6 +17,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// Device memory ran out while other memory may still be waiting for queued GPU work to release it;
+// callers that can wait for the GPU (tensor storage) catch this one and retry once.
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(const std::string& message) : Error(message) {}
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -89,10 +89,11 @@ Block* Allocator::new_block(uint64_t size, MemoryKind kind, bool dedicated) {
   if (r != VK_SUCCESS) {
     vkDestroyBuffer(device_, block->buffer, nullptr);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-      fail("out of {} memory: asked for {:.1f} MiB, about {:.1f} MiB available "
-           "({:.1f} MiB already in use by vkformer); use a smaller model, batch or sequence length",
-           kind == MemoryKind::Device ? "device" : "host-visible", mib(req.size),
-           mib(available_bytes(kind)), mib(stats_.device_bytes_reserved));
+      throw OutOfMemory(fmt::format(
+          "out of {} memory: asked for {:.1f} MiB, about {:.1f} MiB available ({:.1f} MiB already in "
+          "use by vkformer); use a smaller model, batch or sequence length",
+          kind == MemoryKind::Device ? "device" : "host-visible", mib(req.size), mib(available_bytes(kind)),
+          mib(stats_.device_bytes_reserved)));
     }
     throw_vk_error(r, "vkAllocateMemory", __FILE__, __LINE__);
   }

@@ -3,6 +3,7 @@
 // key), sliding windows, soft-capping and the non-causal mode; the reference backward against
 // central finite differences; determinism; and the errors raised on bad input.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/autograd.h"
@@ -138,6 +139,33 @@ TEST(Attention, BackwardMatchesReference) {
 }
 
 // The reference backward against central differences of the reference forward, on tiny sizes.
+// Fast math mode runs the register-tiled kernels for head_dim <= 64 (the cases above); the plain
+// kernels serve larger heads, Precise mode and VKF_ATTENTION=plain. Check the plain ones on the
+// small-head cases too.
+TEST(Attention, PlainKernelsMatchReferenceForSmallHeads) {
+  ::setenv("VKF_ATTENTION", "plain", 1);
+  uint64_t seed = 300;
+  for (const Case& c : kCases) {
+    if (c.d > 64) continue;
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, ++seed);
+    const Tensor mask = mask_tensor(in);
+    Tensor out;
+    const auto grads = test::gpu_grads(
+        [&](std::vector<Tensor>& x) { return out = ops::attention(x[0], x[1], x[2], mask, in.opts); },
+        {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
+         test::to_gpu(in.v, kv_shape(in.shape))},
+        test::to_gpu(in.dout, q_shape(in.shape)));
+    test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5, 1e-4,
+                       std::string(c.name) + " out");
+    const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+    test::expect_close(grads[0], want.dq, 1e-4, 5e-4, std::string(c.name) + " dq");
+    test::expect_close(grads[1], want.dk, 1e-4, 5e-4, std::string(c.name) + " dk");
+    test::expect_close(grads[2], want.dv, 1e-4, 5e-4, std::string(c.name) + " dv");
+  }
+  ::unsetenv("VKF_ATTENTION");
+}
+
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   const Case tiny[] = {
       {"causal", 1, 5, 5, 2, 1, 3, true, 0, 0, Pad::kNone, 1},

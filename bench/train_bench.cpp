@@ -1,0 +1,179 @@
+// Training throughput of vkformer on the model shapes of bench/torch_train_bench.py: a Llama model
+// built in memory (random weights), batches of random token ids, and full training steps —
+// forward, causal-LM loss, backward, AdamW — timed after a warm-up. Prints tokens/s, step time and
+// peak device memory, as one JSON line per row (for bench/train_compare.sh) and a readable line;
+// with --profile, the kernels that cost most (GPU timestamps), with achieved TFLOP/s or GB/s
+// against the device's roofline.
+//
+//   train_bench [--shape 135m|1b|tiny] [--batch 8] [--seq 1024] [--steps 10] [--warmup 3]
+//               [--profile] [--top 20] [--peak-tflops 67] [--peak-gbps 4300] [--device N]
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "models/decoder.h"
+#include "models/registry.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/optim.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace {
+using namespace vkf;
+
+// The shapes of bench/torch_train_bench.py (SmolLM2-135M and Llama-3.2-1B), and a tiny one that
+// runs anywhere (CI-sized, for checking the benchmark itself).
+nlohmann::json shape_config(const std::string& shape) {
+  nlohmann::json c = {{"model_type", "llama"},        {"hidden_act", "silu"},
+                      {"rms_norm_eps", 1e-5},         {"tie_word_embeddings", true},
+                      {"attention_bias", false},      {"mlp_bias", false},
+                      {"max_position_embeddings", 4096}};
+  if (shape == "135m") {
+    c.update({{"hidden_size", 576}, {"intermediate_size", 1536}, {"num_hidden_layers", 30},
+              {"num_attention_heads", 9}, {"num_key_value_heads", 3}, {"vocab_size", 49152},
+              {"rope_theta", 10000.0}});
+  } else if (shape == "1b") {
+    c.update({{"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
+              {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"vocab_size", 128256},
+              {"rope_theta", 500000.0}});
+  } else if (shape == "tiny") {
+    c.update({{"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
+              {"rope_theta", 10000.0}});
+  } else {
+    throw Error(fmt::format("--shape '{}': expected 135m, 1b or tiny", shape));
+  }
+  return c;
+}
+
+// Deterministic pseudo-random weights (a cheap hash, not a distribution anyone trains from:
+// throughput does not depend on the values as long as they are finite and moderate).
+Tensor pseudo_random(const Shape& s, uint64_t seed, float scale, float offset) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(s)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& e : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    e = offset + scale * (static_cast<float>(x >> 40) / static_cast<float>(1 << 24) - 0.5f);
+  }
+  return Tensor::from_host(std::span<const float>(v), s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("vkformer training throughput on fixed model shapes");
+  std::string shape = "135m";
+  int64_t batch = 8, seq = 1024;
+  int steps = 10, warmup = 3, top = 20;
+  bool profile = false;
+  double peak_tflops = 67, peak_gbps = 4300;
+  int device = -1;
+  app.add_option("--shape", shape, "135m, 1b or tiny")->capture_default_str();
+  app.add_option("--batch", batch, "sequences per step")->capture_default_str();
+  app.add_option("--seq", seq, "tokens per sequence")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_flag("--profile", profile, "per-kernel GPU time of the timed steps");
+  app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
+  app.add_option("--peak-tflops", peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
+  app.add_option("--peak-gbps", peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
+  app.add_option("--device", device, "Vulkan device index");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (device >= 0) vk::Context::select_device(device);
+    set_math_mode(MathMode::Fast);
+    const auto cfg = shape_config(shape);
+    models::ArchSpec spec = models::spec_from_config(cfg, "train_bench " + shape);
+    std::map<std::string, Tensor> params;
+    uint64_t seed = 1;
+    int64_t n_params = 0;
+    for (const auto& [name, s] : models::DecoderModel::parameter_shapes(spec)) {
+      const bool norm = s.size() == 1;
+      params[name] = norm ? Tensor::full(s, 1.0f) : pseudo_random(s, seed++, 0.04f, 0.0f);
+      n_params += shape_numel(s);
+    }
+    models::DecoderModel model(spec, std::move(params));
+    model.set_requires_grad(true);
+    ops::AdamW opt(model.parameters(), {1e-4, 0.9, 0.999, 1e-8, 0.0});
+    std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
+    uint64_t x = 12345;
+    for (auto& id : ids) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(spec.vocab_size));
+    }
+    const Tensor input = Tensor::from_host_i32(ids, {batch, seq});
+    // Labels: the next token (the last position ignored), as the shifted HF loss compares.
+    std::vector<int32_t> shifted(ids.size(), -100);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t t = 0; t + 1 < seq; ++t)
+        shifted[static_cast<size_t>(b * seq + t)] = ids[static_cast<size_t>(b * seq + t + 1)];
+    const Tensor labels = Tensor::from_host_i32(shifted, {batch * seq});
+    const float inv_count = 1.0f / static_cast<float>(batch * (seq - 1));
+    auto& stream = vk::stream();
+    auto step = [&] {
+      autograd::Tape tape;
+      Tensor loss;
+      {
+        autograd::TapeScope scope(tape);
+        const Tensor logits = model.forward(input, {});
+        loss = ops::scale(ops::cross_entropy_parts(logits.reshape({batch * seq, spec.vocab_size}), labels).loss_sum,
+                          inv_count);
+      }
+      tape.backward(loss);
+      opt.step();
+      opt.zero_grad();
+      return loss;
+    };
+    for (int i = 0; i < warmup; ++i) step().item();
+    auto& alloc = vk::Context::get().allocator();
+    alloc.reset_peak();
+    if (profile) stream.set_profiling(true);
+    Tensor last;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) last = step();
+    const float loss = last.item();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const double tps = static_cast<double>(batch * seq) / sec;
+    const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
+    const auto& info = vk::Context::get().info();
+    fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"fp32\",\"batch\":{},\"seq\":{},"
+               "\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},\"loss\":{:.4f},"
+               "\"device\":\"{}\"}}\n",
+               shape, batch, seq, n_params, sec * 1e3, tps, peak_gib, loss, info.name);
+    std::fprintf(stderr, "vkformer %s fp32 params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB loss=%.3f\n",
+                 shape.c_str(), static_cast<double>(n_params) / 1e6, static_cast<long long>(batch),
+                 static_cast<long long>(seq), sec * 1e3, tps, peak_gib, loss);
+    if (profile) {
+      auto prof = stream.profile();
+      std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.total_ms > b.total_ms; });
+      double total = 0;
+      for (const auto& p : prof) total += p.total_ms;
+      std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / steps, sec * 1e3);
+      std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share",
+                   "TFLOP/s", "GB/s", "of roofline");
+      for (size_t i = 0; i < prof.size() && static_cast<int>(i) < top; ++i) {
+        const auto& p = prof[i];
+        const double s = p.total_ms / 1e3;
+        const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
+        const double roof = std::max(tf / peak_tflops, gb / peak_gbps);
+        std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
+                     p.total_ms / steps, static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(steps)),
+                     100 * p.total_ms / total, tf, gb, 100 * roof);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_bench: error: %s\n", e.what());
+    return 1;
+  }
+}
