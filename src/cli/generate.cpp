@@ -1,5 +1,7 @@
 // `vkformer generate` (one prompt, streamed to stdout) and `vkformer chat` (an interactive chat
 // with the model's chat template): model folder -> tokenizer -> KV-cached generation -> text.
+// A peft LoRA adapter applies with --adapter DIR, or by giving the adapter folder as --model (its
+// base model is then adapter_config.json's base_model_name_or_path, as peft's AutoPeftModel does).
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -13,6 +15,7 @@
 #include "core/autograd.h"
 #include "infer/generate.h"
 #include "models/decoder.h"
+#include "peft/lora.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "vk/error.h"
@@ -22,14 +25,15 @@ namespace {
 namespace fs = std::filesystem;
 
 struct GenArgs {
-  std::string model, prompt;
+  std::string model, adapter, prompt;
   infer::GenerationConfig config;
   std::vector<std::string> stop;
   bool no_special = false;
 };
 
 void add_sampling_options(CLI::App* cmd, GenArgs& a) {
-  cmd->add_option("--model", a.model, "Hugging Face model folder (weights + tokenizer)")->required();
+  cmd->add_option("--model", a.model, "Hugging Face model folder (weights + tokenizer), or a peft adapter folder")->required();
+  cmd->add_option("--adapter", a.adapter, "a peft LoRA adapter folder to apply to --model");
   cmd->add_option("--max-new-tokens", a.config.max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--do-sample", a.config.do_sample, "sample instead of greedy decoding");
   cmd->add_option("--temperature", a.config.temperature, "sampling temperature")->capture_default_str();
@@ -81,6 +85,31 @@ struct Streamer {
   }
 };
 
+// The model of --model with its adapter, if any: --adapter, or --model itself when it is an
+// adapter folder (adapter_config.json and no config.json). `base_dir` gets the base model folder.
+models::DecoderModel load_model(const GenArgs& a, fs::path& base_dir) {
+  std::string adapter_dir = a.adapter;
+  base_dir = a.model;
+  if (adapter_dir.empty() && fs::exists(fs::path(a.model) / "adapter_config.json") &&
+      !fs::exists(fs::path(a.model) / "config.json")) {
+    adapter_dir = a.model;
+    base_dir = peft::LoraConfig::from_file((fs::path(a.model) / "adapter_config.json").string()).base_model_name_or_path;
+    VKF_REQUIRE(!base_dir.empty() && fs::is_directory(base_dir),
+                "{}: an adapter folder whose base model ('{}', base_model_name_or_path in adapter_config.json) is "
+                "not a folder here; give the base model as --model and this folder as --adapter", a.model,
+                base_dir.string());
+  }
+  auto model = models::DecoderModel::load(base_dir.string());
+  if (!adapter_dir.empty()) model.add_adapter("default", peft::LoraAdapter::load(model, adapter_dir));
+  return model;
+}
+
+// The tokenizer of --model, or of the base model when an adapter folder has none.
+Tokenizer load_tokenizer(const GenArgs& a, const fs::path& base_dir) {
+  return fs::exists(fs::path(a.model) / "tokenizer.json") ? Tokenizer::from_folder(a.model)
+                                                           : Tokenizer::from_folder(base_dir);
+}
+
 std::vector<int32_t> generate_text(models::DecoderModel& model, const Tokenizer& t,
                                    const std::vector<int32_t>& prompt, const infer::GenerationConfig& c,
                                    const std::vector<std::string>& stop) {
@@ -99,9 +128,10 @@ std::vector<int32_t> generate_text(models::DecoderModel& model, const Tokenizer&
 }
 
 int run_generate(GenArgs& a) {
-  auto tokenizer = Tokenizer::from_folder(a.model);
-  auto model = models::DecoderModel::load(a.model);
-  a.config.eos_token_ids = eos_ids(a.model, tokenizer);
+  fs::path base_dir;
+  auto model = load_model(a, base_dir);
+  auto tokenizer = load_tokenizer(a, base_dir);
+  a.config.eos_token_ids = eos_ids(base_dir, tokenizer);
   const auto prompt = tokenizer.encode(a.prompt, !a.no_special);
   VKF_REQUIRE(!prompt.empty(), "generate: the prompt encodes to no tokens; give some text");
   generate_text(model, tokenizer, prompt, a.config, a.stop);
@@ -110,12 +140,13 @@ int run_generate(GenArgs& a) {
 }
 
 int run_chat(GenArgs& a) {
-  auto tokenizer = Tokenizer::from_folder(a.model);
+  fs::path base_dir;
+  auto model = load_model(a, base_dir);
+  auto tokenizer = load_tokenizer(a, base_dir);
   VKF_REQUIRE(!tokenizer.chat_template().empty(),
               "{}: no chat_template in tokenizer_config.json or chat_template.jinja; `vkformer "
               "generate` works without one", a.model);
-  auto model = models::DecoderModel::load(a.model);
-  a.config.eos_token_ids = eos_ids(a.model, tokenizer);
+  a.config.eos_token_ids = eos_ids(base_dir, tokenizer);
   const bool interactive = ::isatty(STDIN_FILENO) != 0;
   nlohmann::json messages = nlohmann::json::array();
   const nlohmann::json extra = {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}};
