@@ -1,5 +1,7 @@
 // `vkformer generate` (one prompt, streamed to stdout) and `vkformer chat` (an interactive chat
 // with the model's chat template): model folder -> tokenizer -> KV-cached generation -> text.
+// A peft LoRA adapter applies with --adapter DIR, or by giving the adapter folder as --model (its
+// base model is then adapter_config.json's base_model_name_or_path, as peft's AutoPeftModel does).
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include "core/autograd.h"
 #include "infer/generate.h"
 #include "models/decoder.h"
+#include "peft/lora.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "vk/error.h"

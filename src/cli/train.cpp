@@ -1,7 +1,9 @@
 // `vkformer train`: full fine-tuning of a Hugging Face model folder (--model), or training from
 // an architecture config (--config + --tokenizer), on text/JSONL data; writes a Hugging Face folder
 // (config.json, model.safetensors, tokenizer files, generation_config.json) that transformers
-// loads. Option names follow transformers' TrainingArguments, with dashes.
+// loads. Option names follow transformers' TrainingArguments, with dashes. With --peft lora (see
+// train_peft.cpp) it trains a LoRA adapter instead and writes a peft adapter folder
+// (adapter_config.json, adapter_model.safetensors, tokenizer files).
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/train_peft.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "models/registry.h"
@@ -33,6 +36,7 @@ struct TrainArgs {
   int64_t max_length = 512;
   bool no_packing = false;
   train::TrainOptions opt;
+  PeftArgs peft;
 };
 
 // Weights as transformers' _init_weights: normal(0, initializer_range) for matrices and
@@ -75,6 +79,12 @@ int run(TrainArgs& a) {
   VKF_REQUIRE(static_cast<int64_t>(tokenizer.vocab_size()) <= model.spec().vocab_size,
               "train: the tokenizer has {} tokens but the model's vocab_size is {}", tokenizer.vocab_size(),
               model.spec().vocab_size);
+  // The checkpoint is found now, since a LoRA checkpoint also decides what is trained.
+  if (a.opt.resume_from == "auto") {
+    a.opt.resume_from = train::latest_checkpoint(a.out);
+    VKF_REQUIRE(!a.opt.resume_from.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", a.out);
+  }
+  a.opt.adapter = setup_peft(a.peft, model, a.model, a.opt.resume_from, a.opt.seed);
 
   train::DataOptions d;
   d.max_length = a.max_length;
@@ -123,11 +133,16 @@ int run(TrainArgs& a) {
     return 130;
   }
   fs::create_directories(a.out);
-  model.save(a.out);
+  // A LoRA run writes the adapter only (the base model is --model, unchanged), as peft's
+  // save_pretrained does; full training writes the whole model.
+  if (a.opt.adapter) a.opt.adapter->save(a.out);
+  else model.save(a.out);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
     if (fs::is_directory(tok_dir)) copy_if_exists(tok_dir / f, fs::path(a.out) / f);
   if (!fs::is_directory(tok_dir)) copy_if_exists(tok_dir, fs::path(a.out) / "tokenizer.json");
-  if (!a.model.empty() && fs::exists(fs::path(a.model) / "generation_config.json")) {
+  if (a.opt.adapter) {
+    // peft's adapter folders carry no generation_config.json: generation settings are the base model's.
+  } else if (!a.model.empty() && fs::exists(fs::path(a.model) / "generation_config.json")) {
     copy_if_exists(fs::path(a.model) / "generation_config.json", fs::path(a.out) / "generation_config.json");
   } else {
     nlohmann::json g = {{"_from_model_config", true}};
@@ -137,7 +152,7 @@ int run(TrainArgs& a) {
     io::write_file_atomic((fs::path(a.out) / "generation_config.json").string(),
                           {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
   }
-  std::printf("saved to %s\n", a.out.c_str());
+  std::printf("saved %s to %s\n", a.opt.adapter ? "the LoRA adapter" : "the model", a.out.c_str());
   return 0;
 }
 
@@ -174,6 +189,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--save-steps", a.opt.save_steps, "write a checkpoint every N steps and at the end (0: none)")->capture_default_str();
   c->add_option("--save-total-limit", a.opt.save_total_limit, "keep only the newest N checkpoints (0: all)")->capture_default_str();
   c->add_option("--resume-from-checkpoint", a.opt.resume_from, "a checkpoint folder, or auto (the newest in --out)");
+  add_peft_options(c, a.peft);
   c->callback([&exit_code] { exit_code = run(a); });
 }
 

@@ -61,6 +61,11 @@ std::vector<ModuleInfo> model_modules(const models::ArchSpec& spec) {
   return out;
 }
 
+bool is_lora_target(const LoraConfig& c, const ModuleInfo& m) {
+  if (c.all_linear && m.kind != ModuleInfo::Linear) return false;
+  return c.targets(m.name, m.is_head);
+}
+
 namespace {
 
 // lora_dropout. TODO(dropout): apply ops::train_dropout once the dropout op lands; until then a
@@ -81,7 +86,7 @@ Plan make_plan(const models::ArchSpec& spec, const LoraConfig& c) {
   const auto mods = model_modules(spec);
   std::set<std::string> saved_keys_used;
   for (const auto& m : mods) {
-    const bool target = c.targets(m.name, m.is_head);
+    const bool target = is_lora_target(c, m);
     const bool save = c.saves(m.name);
     VKF_REQUIRE(!(target && save), "module '{}' is both a LoRA target and in modules_to_save; choose one",
                 m.name);

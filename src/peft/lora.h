@@ -27,6 +27,9 @@ struct ModuleInfo {
   std::vector<std::string> params;  // its parameter names in the base model (weight, bias)
 };
 std::vector<ModuleInfo> model_modules(const models::ArchSpec& spec);
+// Whether `config` puts a LoRA pair on `module`: LoraConfig::targets, where "all-linear" takes
+// linear layers only (peft selects nn.Linear modules: not the embedding or norms).
+bool is_lora_target(const LoraConfig& config, const ModuleInfo& module);
 
 struct LoraModule {
   std::string module;
@@ -51,6 +54,8 @@ class LoraAdapter : public nn::ModuleAdapter {
   void save(const std::string& dir) const;
 
   const LoraConfig& config() const { return config_; }
+  // Recorded in adapter_config.json (peft: the path or hub id the base model was loaded from).
+  void set_base_model_name_or_path(const std::string& path) { config_.base_model_name_or_path = path; }
   const std::vector<LoraModule>& modules() const { return modules_; }
   // Trainable tensors under their adapter_model.safetensors names, in the model's module order.
   const std::vector<std::pair<std::string, Tensor>>& parameters() const { return params_; }

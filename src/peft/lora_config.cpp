@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -19,7 +21,16 @@ bool name_matches_key(const std::string& name, const std::string& key) {
 }
 
 bool regex_full_match(const std::string& pattern, const std::string& text, const std::string& where) {
-  const auto re = tok::Regex::get("\\A(?:" + pattern + ")\\z", where);
+  std::shared_ptr<const tok::Regex> re;
+  try {
+    re = tok::Regex::get("\\A(?:" + pattern + ")\\z", where);
+  } catch (const Error& e) {
+    // The regex cache's message ends with advice about tokenizer.json; here the pattern is a
+    // peft option, so keep PCRE's diagnosis and give the right advice.
+    std::string why = e.what();
+    why = why.substr(0, why.find("; fix the pattern in tokenizer.json"));
+    fail("{}; write a valid regex (Python syntax), or names separated by commas", why);
+  }
   for (const auto& [b, e] : re->find_all(text))
     if (b == 0 && e == text.size()) return true;
   return false;
@@ -240,6 +251,65 @@ int64_t LoraConfig::rank_for(const std::string& module) const {
 double LoraConfig::alpha_for(const std::string& module) const {
   const double* v = pattern_value(alpha_pattern, module);
   return v ? *v : lora_alpha;
+}
+
+bool LoraConfig::rank_from_pattern(const std::string& module) const {
+  return pattern_value(rank_pattern, module) != nullptr;
+}
+
+namespace {
+
+// A list ("q_proj,v_proj") or a regex, as set_target_modules documents.
+void parse_module_option(const std::string& raw, const std::string& option, std::vector<std::string>& list,
+                         std::optional<std::string>& regex) {
+  auto trim = [](std::string v) {
+    const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+  };
+  const std::string value = trim(raw);
+  VKF_REQUIRE(!value.empty(), "{} is empty; give module names separated by commas (e.g. q_proj,v_proj), a "
+              "regex or all-linear", option);
+  list.clear();
+  regex.reset();
+  const bool names_only = std::all_of(value.begin(), value.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-' || ch == ',' ||
+           ch == ' ';
+  });
+  if (!names_only) {
+    regex_full_match(value, "", option + " '" + value + "' (a regex)");  // compiles it: a bad regex fails here
+    regex = value;
+    return;
+  }
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string name = trim(value.substr(start, comma - start));
+    VKF_REQUIRE(!name.empty() && name.find(' ') == std::string::npos,
+                "{} '{}': names are separated by single commas (e.g. q_proj,v_proj)", option, value);
+    list.push_back(name);
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+void LoraConfig::set_target_modules(const std::string& value, const std::string& option) {
+  all_linear = value == "all-linear";
+  if (all_linear) {
+    target_modules.clear();
+    target_regex.reset();
+    return;
+  }
+  parse_module_option(value, option, target_modules, target_regex);
+}
+
+void LoraConfig::set_exclude_modules(const std::string& value, const std::string& option) {
+  parse_module_option(value, option, exclude_modules, exclude_regex);
+}
+
+std::vector<std::string> default_target_modules(const std::string& model_type) {
+  if (model_type == "phi3") return {"qkv_proj"};
+  return {"q_proj", "v_proj"};
 }
 
 double LoraConfig::scaling_for(const std::string& module) const {

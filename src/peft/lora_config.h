@@ -52,7 +52,23 @@ struct LoraConfig {
   double alpha_for(const std::string& module) const;
   // lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA.
   double scaling_for(const std::string& module) const;
+  // Whether a rank_pattern key gives this module its rank (so `r` does not).
+  bool rank_from_pattern(const std::string& module) const;
+
+  // The command line's form of target_modules / exclude_modules (vkformer train
+  // --lora-target-modules / --lora-exclude-modules): "all-linear" (targets only); names made of
+  // letters, digits, '_', '.' and '-' separated by commas are a list (peft's suffix rule for each
+  // name); any other value is one regex that must match the whole module name (peft's rule for a
+  // string). `option` names the option in errors.
+  void set_target_modules(const std::string& value, const std::string& option);
+  void set_exclude_modules(const std::string& value, const std::string& option);
 };
+
+// What LoRA targets when no target is given: peft's per-architecture default
+// (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): the query and value projections, which
+// phi3 fuses into qkv_proj. peft has no entry for some model types vkformer runs (cohere, olmo2,
+// granite, smollm3); they use the same q_proj/v_proj default.
+std::vector<std::string> default_target_modules(const std::string& model_type);
 
 // peft's list rule: name == key or name ends with "." + key.
 bool name_matches_key(const std::string& name, const std::string& key);

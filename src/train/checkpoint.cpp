@@ -40,19 +40,64 @@ void write_text(const fs::path& p, const std::string& text) {
   io::write_file_atomic(p.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
 
+// The trained tensors' names, in the optimizer's order.
+std::vector<std::string> trained_names(const models::DecoderModel& model, const peft::LoraAdapter* adapter) {
+  if (!adapter) return model.parameter_names();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : adapter->parameters()) names.push_back(n);
+  return names;
+}
+
+// The first adapter_config.json field in which two configs differ ("" when none). Where the base
+// model came from does not matter: the run's --model is checked by the parameter shapes.
+std::string config_difference(const peft::LoraConfig& a, const peft::LoraConfig& b) {
+  json ja = a.to_json(), jb = b.to_json();  // unordered: key order is not a difference
+  ja.erase("base_model_name_or_path");
+  jb.erase("base_model_name_or_path");
+  for (const auto& [k, v] : ja.items())
+    if (!jb.contains(k) || jb[k] != v) return k;
+  for (const auto& [k, v] : jb.items())
+    if (!ja.contains(k)) return k;
+  return "";
+}
+
+// Copies a LoRA checkpoint's adapter tensors into the run's adapter (in place, so the optimizer,
+// which holds the same tensors, sees them).
+void load_adapter_weights(const std::string& dir, models::DecoderModel& model, peft::LoraAdapter& adapter) {
+  VKF_REQUIRE(is_adapter_folder(dir), "{}: a full fine-tuning checkpoint (no adapter_config.json); it cannot "
+              "resume a LoRA run (resume it without --peft/--adapter)", dir);
+  const auto saved = peft::LoraAdapter::load(model, dir);
+  const std::string diff = config_difference(saved->config(), adapter.config());
+  VKF_REQUIRE(diff.empty(), "{}: the checkpoint's adapter_config.json has a different '{}' than this run's "
+              "LoRA options; resume with the same options (or leave out --peft and the LoRA options to take "
+              "them from the checkpoint)", dir, diff);
+  const auto& want = adapter.parameters();
+  const auto& have = saved->parameters();
+  VKF_REQUIRE(want.size() == have.size(), "{}: the checkpoint's adapter has {} tensors, this run's {}", dir,
+              have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    VKF_REQUIRE(want[i].first == have[i].first && want[i].second.shape() == have[i].second.shape(),
+                "{}: adapter tensor '{}' does not match this run's '{}'", dir, have[i].first, want[i].first);
+    want[i].second.copy_(have[i].second);
+  }
+}
+
 }  // namespace
 
+bool is_adapter_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "adapter_config.json"); }
+
 std::string save_checkpoint(const std::string& root, const models::DecoderModel& model, ops::AdamW& opt,
-                            const TrainerState& s, int64_t keep) {
+                            const TrainerState& s, int64_t keep, const peft::LoraAdapter* adapter) {
   fs::create_directories(root);
   const fs::path final_dir = fs::path(root) / fmt::format("checkpoint-{}", s.step);
   const fs::path tmp = fs::path(root) / fmt::format(".checkpoint-{}.tmp-{}", s.step, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  model.save(tmp.string());
+  if (adapter) adapter->save(tmp.string());
+  else model.save(tmp.string());
   test_pause();
   std::vector<io::WriteTensor> state;
-  const auto& names = model.parameter_names();
+  const auto names = trained_names(model, adapter);
   for (size_t i = 0; i < names.size(); ++i) {
     state.push_back(io::to_write_tensor("exp_avg." + names[i], opt.exp_avg()[i]));
     state.push_back(io::to_write_tensor("exp_avg_sq." + names[i], opt.exp_avg_sq()[i]));
@@ -93,7 +138,8 @@ std::string latest_checkpoint(const std::string& root) {
   return best < 0 ? "" : path.string();
 }
 
-TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt) {
+TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt,
+                             peft::LoraAdapter* adapter) {
   const fs::path d(dir);
   const fs::path state_file = d / "trainer_state.json";
   std::ifstream in(state_file);
@@ -104,12 +150,20 @@ TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", state_file.string(), e.what());
   }
-  const auto loaded = models::DecoderModel::load(dir);
+  const auto names = trained_names(model, adapter);
+  if (adapter) {
+    load_adapter_weights(dir, model, *adapter);
+  } else {
+    VKF_REQUIRE(!is_adapter_folder(dir), "{}: a LoRA checkpoint (it holds adapter_config.json); resume it with "
+                "the LoRA run's options, or with no --peft option at all to take them from the checkpoint", dir);
+    const auto loaded = models::DecoderModel::load(dir);
+    VKF_REQUIRE(loaded.parameter_names() == names, "{}: the checkpoint's parameters differ from the model's", dir);
+    for (const auto& n : names) model.param(n).copy_(loaded.param(n));
+  }
   io::SafetensorsFile optf((d / "optimizer.safetensors").string());
-  const auto& names = model.parameter_names();
-  VKF_REQUIRE(loaded.parameter_names() == names, "{}: the checkpoint's parameters differ from the model's", dir);
+  VKF_REQUIRE(opt.exp_avg().size() == names.size(), "internal: the optimizer has {} tensors, the run trains {}",
+              opt.exp_avg().size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    model.param(names[i]).copy_(loaded.param(names[i]));
     opt.exp_avg()[i].copy_(optf.load("exp_avg." + names[i]));
     opt.exp_avg_sq()[i].copy_(optf.load("exp_avg_sq." + names[i]));
   }

@@ -2,7 +2,9 @@
 // (JSON: step, data order and cursor, RNG state, loss history), written into a temporary folder
 // and renamed into place, so a process killed at any moment leaves the previous checkpoint intact.
 // Only the newest `keep` checkpoints are kept. Resuming restores everything, so N steps + resume +
-// N steps equals 2N steps bit for bit.
+// N steps equals 2N steps bit for bit. A LoRA run's checkpoint holds the adapter in peft's files
+// (adapter_config.json + adapter_model.safetensors) instead of the model, and its optimizer state
+// is keyed by the adapter tensor names; the base weights never change, so they are not copied.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 
 #include "models/decoder.h"
 #include "ops/optim.h"
+#include "peft/lora.h"
 
 namespace vkf::train {
 
@@ -27,11 +30,19 @@ struct TrainerState {
   std::vector<StepLog> log;
 };
 
-// Writes <root>/checkpoint-<step>; removes older checkpoints beyond `keep` (0 keeps all).
+// Writes <root>/checkpoint-<step>; removes older checkpoints beyond `keep` (0 keeps all). With an
+// adapter, the optimizer's parameters are the adapter's parameters() in order; without, the
+// model's parameter_names().
 std::string save_checkpoint(const std::string& root, const models::DecoderModel& model,
-                            ops::AdamW& opt, const TrainerState& state, int64_t keep);
-// Loads a checkpoint folder into `model` and `opt` (same parameter names and shapes).
-TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt);
+                            ops::AdamW& opt, const TrainerState& state, int64_t keep,
+                            const peft::LoraAdapter* adapter = nullptr);
+// Loads a checkpoint folder into `model` (or into `adapter`'s tensors, in place) and `opt`. The
+// checkpoint must be of the same kind (full or LoRA) with the same parameter names and shapes; a
+// LoRA checkpoint must also have the same adapter config.
+TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model, ops::AdamW& opt,
+                             peft::LoraAdapter* adapter = nullptr);
+// Whether `dir` holds a LoRA checkpoint (or adapter): an adapter_config.json.
+bool is_adapter_folder(const std::string& dir);
 // The newest complete checkpoint under `root`, or "" when there is none.
 std::string latest_checkpoint(const std::string& root);
 

@@ -93,10 +93,24 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   sc.total_steps = total;
   const LrSchedule schedule(sc);
 
-  model.set_requires_grad(true);
+  // What is trained: the adapter's tensors (LoRA) or the model's parameters. Base weights that
+  // do not require gradients get none, and the optimizer never sees them.
+  std::vector<std::string> names;
+  std::vector<Tensor> params;
+  if (o.adapter) {
+    VKF_REQUIRE(model.effective_adapter() == o.adapter.get(),
+                "train: the LoRA adapter to train must be added to the model and active");
+    model.set_requires_grad(false);
+    o.adapter->set_requires_grad(true);
+    for (const auto& [n, t] : o.adapter->parameters()) names.push_back(n), params.push_back(t);
+  } else {
+    model.set_requires_grad(true);
+    names = model.parameter_names();
+    params = model.parameters();
+  }
   std::vector<double> wd;
-  for (const auto& n : model.parameter_names()) wd.push_back(decays(n) ? o.weight_decay : 0.0);
-  ops::AdamW opt(model.parameters(), {sc.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay}, wd);
+  for (const auto& n : names) wd.push_back(decays(n) ? o.weight_decay : 0.0);
+  ops::AdamW opt(params, {sc.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay}, wd);
   std::mt19937_64 rng(o.seed);
   std::vector<size_t> order(train_set.size());
   std::iota(order.begin(), order.end(), 0);
@@ -107,7 +121,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   if (!o.resume_from.empty()) {
     const std::string dir = o.resume_from == "auto" ? latest_checkpoint(o.output_dir) : o.resume_from;
     VKF_REQUIRE(!dir.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", o.output_dir);
-    const TrainerState st = load_checkpoint(dir, model, opt);
+    const TrainerState st = load_checkpoint(dir, model, opt, o.adapter.get());
     VKF_REQUIRE(st.order.size() == order.size(),
                 "{}: the checkpoint was made on {} sequences, this data has {}", dir, st.order.size(), order.size());
     order.assign(st.order.begin(), st.order.end());
@@ -127,7 +141,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     r << rng;
     st.rng = r.str();
     st.log = result.log;
-    const std::string dir = save_checkpoint(o.output_dir, model, opt, st, o.save_total_limit);
+    const std::string dir = save_checkpoint(o.output_dir, model, opt, st, o.save_total_limit, o.adapter.get());
     if (log) log(fmt::format("checkpoint {}", dir));
   };
   auto next_micro = [&] {
@@ -175,9 +189,9 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
       tape.backward(scaled);
       loss_sum = loss_sum.defined() ? ops::add(loss_sum, part_sum) : part_sum;
     }
-    std::vector<Tensor> grads;
-    for (const auto& n : model.parameter_names())
-      if (model.param(n).grad().defined()) grads.push_back(model.param(n).grad());
+    std::vector<Tensor> grads;  // clipping covers exactly the trained tensors
+    for (const Tensor& p : params)
+      if (p.grad().defined()) grads.push_back(p.grad());
     double grad_norm = 0;
     if (o.max_grad_norm > 0) grad_norm = ops::clip_grad_norm_(grads, static_cast<float>(o.max_grad_norm)).item();
     const double lr = schedule.lr_at(step);
@@ -214,6 +228,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     }
   }
   model.set_requires_grad(false);
+  if (o.adapter) o.adapter->set_requires_grad(false);
   if (!eval_set.empty() && !result.interrupted) {
     result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
     result.eval.push_back({result.log.empty() ? 0 : result.log.back().step, result.final_eval_loss});

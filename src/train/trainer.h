@@ -3,15 +3,20 @@
 // accumulated micro-batches (as transformers' Trainer does), AdamW without weight decay on biases
 // and norm weights, a learning-rate schedule, gradient clipping, periodic evaluation, and the
 // final model written as a Hugging Face folder with the tokenizer files.
+// With a LoRA adapter (TrainOptions::adapter) only the adapter's tensors are trained: they alone
+// get gradients, AdamW state, clipping and checkpoints; the base weights stay bit for bit as
+// loaded (no gradient is computed for them, and no optimizer holds them).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "models/decoder.h"
+#include "peft/lora.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/schedule.h"
@@ -39,6 +44,9 @@ struct TrainOptions {
   int64_t save_steps = 0;        // checkpoint every N steps and at the end (0: none)
   int64_t save_total_limit = 0;  // keep only the newest K checkpoints (0: all)
   std::string resume_from;       // a checkpoint folder, "auto" (newest in output_dir) or ""
+  // LoRA training: this adapter, added to the model and active, is what is trained (null: the
+  // model's own parameters, full fine-tuning).
+  std::shared_ptr<peft::LoraAdapter> adapter;
   // Set (e.g. by a SIGINT handler) to stop after the current step with a checkpoint written.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const Progress&)> on_progress;
@@ -63,7 +71,9 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
 // Token-weighted mean causal-LM loss over a set (no gradients).
 double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size);
 
-// transformers' Trainer: no weight decay for biases and normalization weights.
+// transformers' Trainer: no weight decay for biases and normalization weights. Applied to HF
+// parameter names and to peft's adapter tensor names alike: LoRA A/B matrices decay, a
+// modules_to_save copy of a norm does not.
 bool decays(const std::string& parameter_name);
 
 }  // namespace vkf::train
