@@ -2,7 +2,9 @@
 // padded sequences, gradient accumulation with the loss averaged over every counted token of the
 // accumulated micro-batches (as transformers' Trainer does), AdamW without weight decay on biases
 // and norm weights, a learning-rate schedule, gradient clipping, periodic evaluation, and the
-// final model written as a Hugging Face folder with the tokenizer files.
+// final model written as a Hugging Face folder with the tokenizer files. The model's dropout
+// (config.json probabilities) is on in training forwards only, drawn from a stream seeded by
+// --seed whose position is checkpointed, so runs are reproducible and resumes bitwise exact.
 #pragma once
 
 #include <atomic>
@@ -34,7 +36,8 @@ struct TrainOptions {
   double max_grad_norm = 1.0;       // <= 0 disables clipping
   int64_t logging_steps = 10;
   int64_t eval_steps = 0;           // 0: evaluate at the end only
-  uint64_t seed = 42;
+  uint64_t seed = 42;                // data order, initialization and dropout masks
+  bool gradient_checkpointing = false;  // recompute each layer's activations in the backward pass
   std::string output_dir;        // checkpoints go to <output_dir>/checkpoint-<step>
   int64_t save_steps = 0;        // checkpoint every N steps and at the end (0: none)
   int64_t save_total_limit = 0;  // keep only the newest K checkpoints (0: all)
