@@ -46,7 +46,8 @@ void recompute_backward(const CheckpointFn& fn, const std::vector<Tensor>& input
   }
   if (!roots.empty()) local.backward(roots, seeds);
   for (size_t i = 0; i < leaves.size(); ++i)
-    if (ctx.needs_grad(i) && leaves[i].defined() && leaves[i].grad().defined()) ctx.add_grad(i, leaves[i].grad());
+    if (ctx.needs_grad(i) && leaves[i].defined() && leaves[i].grad().defined())
+      ctx.add_grad(i, leaves[i].grad());
 }
 
 }  // namespace
@@ -63,7 +64,8 @@ std::vector<Tensor> checkpoint(CheckpointFn fn, const std::vector<Tensor>& input
   }
   for (const Tensor& o : outputs) {
     VKF_REQUIRE(o.defined(), "checkpoint: the function returned an undefined tensor");
-    VKF_REQUIRE(o.dtype() == DType::F32, "checkpoint: outputs must be f32 (they carry gradients), got {}",
+    VKF_REQUIRE(o.dtype() == DType::F32,
+                "checkpoint: outputs must be f32 (they carry gradients), got {}",
                 dtype_name(o.dtype()));
     for (const Tensor& in : inputs)
       VKF_REQUIRE(o.impl() != in.impl(),

@@ -175,7 +175,9 @@ struct SavedForward {
   Dims dims;
   AttnParams params;
 
-  uint32_t flags() const { return (mask.defined() ? kFlagMask : 0) | (dropout.defined() ? kFlagDropout : 0); }
+  uint32_t flags() const {
+    return (mask.defined() ? kFlagMask : 0) | (dropout.defined() ? kFlagDropout : 0);
+  }
   uint64_t mask_address() const { return mask.defined() ? mask.address() : 0; }
   uint64_t dropout_address() const { return dropout.defined() ? dropout.address() : 0; }
 };

@@ -82,7 +82,8 @@ std::vector<double> dropout_factors(const AttentionShape& s, const ops::Attentio
   const double p = o.dropout_p;
   const auto first = static_cast<uint64_t>(((b * s.hq + h) * s.tq + i) * s.tk);
   for (int64_t j = 0; j < s.tk; ++j) {
-    const bool keep = p < 1 && dropout_keep(o.dropout_seed, o.dropout_offset + first + static_cast<uint64_t>(j), p);
+    const uint64_t counter = o.dropout_offset + first + static_cast<uint64_t>(j);
+    const bool keep = p < 1 && dropout_keep(o.dropout_seed, counter, p);
     f[static_cast<size_t>(j)] = keep ? 1.0 / (1.0 - p) : 0.0;
   }
   return f;

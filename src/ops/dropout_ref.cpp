@@ -31,7 +31,8 @@ bool dropout_keep(uint64_t seed, uint64_t counter, double p) {
   return u >= p;
 }
 
-std::vector<double> dropout(const std::vector<double>& x, double p, uint64_t seed, uint64_t offset) {
+std::vector<double> dropout(const std::vector<double>& x, double p, uint64_t seed,
+                            uint64_t offset) {
   std::vector<double> y(x.size(), 0.0);
   if (p >= 1.0) return y;
   for (size_t i = 0; i < x.size(); ++i)

@@ -70,7 +70,7 @@ class Allocator {
   }
   // Called by tensor storage on creation (+bytes) and destruction (-bytes).
   void track_tensor_bytes(int64_t delta) {
-    stats_.live_tensor_bytes = static_cast<uint64_t>(static_cast<int64_t>(stats_.live_tensor_bytes) + delta);
+    stats_.live_tensor_bytes += static_cast<uint64_t>(delta);  // wraps back for negative deltas
     if (stats_.live_tensor_bytes > stats_.peak_live_tensor_bytes)
       stats_.peak_live_tensor_bytes = stats_.live_tensor_bytes;
   }

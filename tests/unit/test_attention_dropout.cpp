@@ -45,7 +45,8 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   in.opts.dropout_p = c.p;
   in.opts.dropout_seed = 0x9e3779b97f4a7c15ull ^ seed;
   in.opts.dropout_offset = c.offset;
-  in.q = test::as_f32(rng.normal(static_cast<size_t>(c.b * c.tq * c.hq * c.d), c.softcap > 0 ? 4 : 1));
+  in.q =
+      test::as_f32(rng.normal(static_cast<size_t>(c.b * c.tq * c.hq * c.d), c.softcap > 0 ? 4 : 1));
   in.k = test::as_f32(rng.normal(static_cast<size_t>(c.b * c.tk * c.hkv * c.d)));
   in.v = test::as_f32(rng.normal(static_cast<size_t>(c.b * c.tk * c.hkv * c.d)));
   in.dout = test::as_f32(rng.normal(in.q.size()));
@@ -60,8 +61,12 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   return in;
 }
 
-Shape q_shape(const ref::AttentionShape& s) { return {s.batch, s.tq, s.hq, s.d}; }
-Shape kv_shape(const ref::AttentionShape& s) { return {s.batch, s.tk, s.hkv, s.d}; }
+Shape q_shape(const ref::AttentionShape& s) {
+  return {s.batch, s.tq, s.hq, s.d};
+}
+Shape kv_shape(const ref::AttentionShape& s) {
+  return {s.batch, s.tk, s.hkv, s.d};
+}
 
 constexpr uint64_t kNear32 = (1ull << 32) - 1500;  // counters of these calls cross 2^32
 
@@ -76,7 +81,8 @@ const Case kCases[] = {
 };
 
 Tensor run_attention(const Inputs& in) {
-  return ops::attention(test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
+  return ops::attention(test::to_gpu(in.q, q_shape(in.shape)),
+                        test::to_gpu(in.k, kv_shape(in.shape)),
                         test::to_gpu(in.v, kv_shape(in.shape)), in.mask_gpu, in.opts);
 }
 
@@ -90,7 +96,8 @@ TEST(AttentionDropout, ForwardMatchesReference) {
     // The reference really drops something (and keeps something, below p = 1).
     AttentionOptions plain = in.opts;
     plain.dropout_p = 0;
-    EXPECT_GT(test::max_abs_diff(want, ref::attention(in.q, in.k, in.v, in.mask, in.shape, plain)), 1e-3);
+    EXPECT_GT(test::max_abs_diff(want, ref::attention(in.q, in.k, in.v, in.mask, in.shape, plain)),
+              1e-3);
   }
 }
 
@@ -100,11 +107,14 @@ TEST(AttentionDropout, BackwardMatchesReference) {
     SCOPED_TRACE(c.name);
     const Inputs in = make_inputs(c, ++seed);
     const auto grads = test::gpu_grads(
-        [&](std::vector<Tensor>& x) { return ops::attention(x[0], x[1], x[2], in.mask_gpu, in.opts); },
+        [&](std::vector<Tensor>& x) {
+          return ops::attention(x[0], x[1], x[2], in.mask_gpu, in.opts);
+        },
         {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
          test::to_gpu(in.v, kv_shape(in.shape))},
         test::to_gpu(in.dout, q_shape(in.shape)));
-    const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+    const auto want =
+        ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
     test::expect_close(grads[0], want.dq, 2e-4, 1e-3, std::string(c.name) + " dq");
     test::expect_close(grads[1], want.dk, 2e-4, 1e-3, std::string(c.name) + " dk");
     test::expect_close(grads[2], want.dv, 2e-4, 1e-3, std::string(c.name) + " dv");
@@ -124,9 +134,15 @@ TEST(AttentionDropout, ReferenceBackwardMatchesFiniteDifferences) {
     SCOPED_TRACE(c.name);
     const Inputs in = make_inputs(c, ++seed);
     const auto g = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
-    const auto fq = [&](const std::vector<double>& x) { return ref::attention(x, in.k, in.v, in.mask, in.shape, in.opts); };
-    const auto fk = [&](const std::vector<double>& x) { return ref::attention(in.q, x, in.v, in.mask, in.shape, in.opts); };
-    const auto fv = [&](const std::vector<double>& x) { return ref::attention(in.q, in.k, x, in.mask, in.shape, in.opts); };
+    const auto fq = [&](const std::vector<double>& x) {
+      return ref::attention(x, in.k, in.v, in.mask, in.shape, in.opts);
+    };
+    const auto fk = [&](const std::vector<double>& x) {
+      return ref::attention(in.q, x, in.v, in.mask, in.shape, in.opts);
+    };
+    const auto fv = [&](const std::vector<double>& x) {
+      return ref::attention(in.q, in.k, x, in.mask, in.shape, in.opts);
+    };
     test::expect_close(g.dq, test::numeric_grad(fq, in.q, in.dout), 1e-7, 1e-6, "dq");
     test::expect_close(g.dk, test::numeric_grad(fk, in.k, in.dout), 1e-7, 1e-6, "dk");
     test::expect_close(g.dv, test::numeric_grad(fv, in.v, in.dout), 1e-7, 1e-6, "dv");

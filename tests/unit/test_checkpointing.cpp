@@ -72,19 +72,22 @@ TEST(Checkpoint, GradientsAndDropoutMatchPlainRecording) {
 
 TEST(Checkpoint, PlainCallWithoutTapeAndBadFunctions) {
   Tensor x = Tensor::full({4}, 2.0f).set_requires_grad(true);
-  const auto out = autograd::checkpoint([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::silu(in[0])}; }, {x});
+  const auto out = autograd::checkpoint(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::silu(in[0])}; }, {x});
   EXPECT_FALSE(out[0].requires_grad());  // no tape: nothing recorded
   autograd::Tape tape;
   autograd::TapeScope scope(tape);
-  test::expect_error([&] { autograd::checkpoint([](const std::vector<Tensor>& in) { return in; }, {x}); },
-                     {"checkpoint", "one of its inputs"});
+  test::expect_error(
+      [&] { autograd::checkpoint([](const std::vector<Tensor>& in) { return in; }, {x}); },
+      {"checkpoint", "one of its inputs"});
 }
 
 // ---- the decoder ----
 
 json config_of(const std::string& type) {
-  json c = {{"model_type", type},       {"vocab_size", 40},        {"hidden_size", 32},
-            {"intermediate_size", 48},  {"num_hidden_layers", 3},  {"num_attention_heads", 4},
+  json c = {{"model_type", type},       {"vocab_size", 40},
+            {"hidden_size", 32},        {"intermediate_size", 48},
+            {"num_hidden_layers", 3},   {"num_attention_heads", 4},
             {"num_key_value_heads", 2}, {"max_position_embeddings", 128}};
   if (type == "starcoder2") {
     c["attention_dropout"] = 0.2;
@@ -220,7 +223,9 @@ TEST(DecoderCheckpointing, PeakLiveMemoryIsLower) {
 TEST(DecoderDropout, PlacementFollowsTransformers) {
   const Batch b = make_batch(2, 9, 40, 12);
   std::map<std::string, Tensor> seen;
-  const models::Trace trace = [&](const std::string& name, const Tensor& t) { seen[name] = t.contiguous(); };
+  const models::Trace trace = [&](const std::string& name, const Tensor& t) {
+    seen[name] = t.contiguous();
+  };
   const dropout_rng::Stream stream{5, 0};
   auto forward = [&](models::DecoderModel& m) {
     seen.clear();
@@ -243,7 +248,8 @@ TEST(DecoderDropout, PlacementFollowsTransformers) {
     c["resid_pdrop"] = 1.0;
     auto m = make_model(c);
     forward(m);
-    test::expect_bitwise_equal(seen["layers.0.attn_residual"], seen["embed"], "phi3 attention output");
+    test::expect_bitwise_equal(seen["layers.0.attn_residual"], seen["embed"],
+                               "phi3 attention output");
     test::expect_bitwise_equal(seen["layers.2.out"], seen["embed"], "phi3 residual stream");
   }
   {  // stablelm: hidden_dropout drops the MLP output only.
@@ -252,8 +258,11 @@ TEST(DecoderDropout, PlacementFollowsTransformers) {
     c["hidden_dropout"] = 1.0;
     auto m = make_model(c);
     forward(m);
-    test::expect_bitwise_equal(seen["layers.0.out"], seen["layers.0.attn_residual"], "stablelm MLP output");
-    EXPECT_GT(test::max_abs_diff(seen["layers.0.attn_residual"].to_double(), seen["embed"].to_double()), 1e-3);
+    test::expect_bitwise_equal(seen["layers.0.out"], seen["layers.0.attn_residual"],
+                               "stablelm MLP output");
+    EXPECT_GT(
+        test::max_abs_diff(seen["layers.0.attn_residual"].to_double(), seen["embed"].to_double()),
+        1e-3);
   }
   {  // attention_dropout = 1 zeroes the attention context.
     json c = config_of("llama");
@@ -279,7 +288,8 @@ TEST(DecoderDropout, OffWithoutAStreamAndConfigErrors) {
     dropout_rng::StreamScope on(&s);
     test::expect_bitwise_equal(without.forward(b.ids, b.mask), reference, "zero probabilities");
     EXPECT_EQ(s.offset, 0u);  // and nothing is drawn
-    EXPECT_GT(test::max_abs_diff(with.forward(b.ids, b.mask).to_double(), reference.to_double()), 1e-4);
+    EXPECT_GT(test::max_abs_diff(with.forward(b.ids, b.mask).to_double(), reference.to_double()),
+              1e-4);
     EXPECT_GT(s.offset, 0u);
   }
   json bad = config_of("llama");
@@ -288,7 +298,8 @@ TEST(DecoderDropout, OffWithoutAStreamAndConfigErrors) {
                      {"config.json", "attention_dropout", "[0, 1]", "1.5"});
   bad = config_of("starcoder2");
   bad["residual_dropout"] = -0.1;
-  test::expect_error([&] { models::spec_from_config(bad, "config.json"); }, {"residual_dropout", "[0, 1]"});
+  test::expect_error([&] { models::spec_from_config(bad, "config.json"); },
+                     {"residual_dropout", "[0, 1]"});
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ TEST(Dropout, GpuWordsMatchReference) {
       ASSERT_EQ(got.size(), static_cast<size_t>(n));
       size_t bad = 0;
       for (int64_t i = 0; i < n; ++i)
-        bad += got[static_cast<size_t>(i)] != ref::dropout_word(seed, offset + static_cast<uint64_t>(i));
+        bad += got[static_cast<size_t>(i)] !=
+               ref::dropout_word(seed, offset + static_cast<uint64_t>(i));
       EXPECT_EQ(bad, 0u) << "seed " << seed << " offset " << offset << " n " << n;
     }
   }
@@ -108,17 +109,19 @@ TEST(Dropout, ReferenceBackwardMatchesFiniteDifferences) {
   const auto x = rng.normal(40);
   const auto dy = rng.normal(40);
   const auto f = [](const std::vector<double>& v) { return ref::dropout(v, 0.3, 8, 3); };
-  test::expect_close(ref::dropout_backward(dy, 0.3, 8, 3), test::numeric_grad(f, x, dy), 1e-8,
-                     1e-6, "dropout finite differences");
+  test::expect_close(ref::dropout_backward(dy, 0.3, 8, 3), test::numeric_grad(f, x, dy), 1e-8, 1e-6,
+                     "dropout finite differences");
 }
 
 TEST(Dropout, DeterministicAndCounterBased) {
   test::Rng rng(7);
   const Tensor x = test::to_gpu(rng.normal(6000), {40, 150});
-  test::expect_bitwise_equal(ops::dropout(x, 0.3f, 11, 500), ops::dropout(x, 0.3f, 11, 500), "dropout");
+  test::expect_bitwise_equal(ops::dropout(x, 0.3f, 11, 500), ops::dropout(x, 0.3f, 11, 500),
+                             "dropout");
   // Element i of a call at offset o uses counter o + i: the tail of x from element 150 on, at
   // offset 650, draws the same mask as the whole of x at offset 500.
-  const Tensor whole = ops::dropout(x, 0.3f, 11, 500).reshape({6000}).slice(0, 150, 6000).contiguous();
+  const Tensor whole =
+      ops::dropout(x, 0.3f, 11, 500).reshape({6000}).slice(0, 150, 6000).contiguous();
   const Tensor tail = ops::dropout(x.slice(0, 1, 40), 0.3f, 11, 650).reshape({5850});
   test::expect_bitwise_equal(whole, tail, "dropout of a shifted slice");
   // Another seed or offset gives another mask.
@@ -126,8 +129,8 @@ TEST(Dropout, DeterministicAndCounterBased) {
   EXPECT_NE(ops::dropout(x, 0.3f, 11, 501).to_double(), ops::dropout(x, 0.3f, 11, 500).to_double());
   // A transposed view is read in its own row-major order.
   const auto xt = x.transpose(0, 1).contiguous().to_double();
-  test::expect_close(ops::dropout(x.transpose(0, 1), 0.3f, 11, 500), ref::dropout(xt, 0.3f, 11, 500),
-                     1e-6, 1e-6, "dropout of a view");
+  test::expect_close(ops::dropout(x.transpose(0, 1), 0.3f, 11, 500),
+                     ref::dropout(xt, 0.3f, 11, 500), 1e-6, 1e-6, "dropout of a view");
 }
 
 TEST(Dropout, TrainDropoutFollowsTheActiveStream) {
@@ -161,9 +164,14 @@ TEST(Dropout, RejectsBadInput) {
   test::expect_error([&] { ops::dropout(x, 1.5f, 0, 0); }, {"dropout", "[0, 1]"});
   test::expect_error([&] { ops::dropout(x, std::nanf(""), 0, 0); }, {"dropout", "[0, 1]"});
   test::expect_error([&] { ops::train_dropout(x, 2.0f); }, {"train_dropout", "[0, 1]"});
-  test::expect_error([&] { ops::dropout(Tensor::zeros({4}, DType::I32), 0.5f, 0, 0); }, {"dropout", "i32"});
+  test::expect_error([&] { ops::dropout(Tensor::zeros({4}, DType::I32), 0.5f, 0, 0); },
+                     {"dropout", "i32"});
   test::expect_error([&] { ops::dropout(Tensor(), 0.5f, 0, 0); }, {"dropout", "undefined"});
-  test::expect_error([&] { ops::dropout(Tensor::zeros({0, 3}), 0.5f, 0, 0); }, {"dropout", "empty"});
+  test::expect_error(
+      [&] {
+        ops::dropout(Tensor::zeros({0, 3}), 0.5f, 0, 0);
+      },
+      {"dropout", "empty"});
   test::expect_error([&] { ops::dropout_bits(0, 0, 0); }, {"dropout_bits", "positive"});
 }
 
