@@ -185,7 +185,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--max-grad-norm", a.opt.max_grad_norm, "gradient clipping (<= 0: off)")->capture_default_str();
   c->add_option("--logging-steps", a.opt.logging_steps, "log every N steps")->capture_default_str();
   c->add_option("--eval-steps", a.opt.eval_steps, "evaluate every N steps (and at the end)")->capture_default_str();
-  c->add_option("--seed", a.opt.seed, "seed of shuffling and initialization")->capture_default_str();
+  c->add_option("--seed", a.opt.seed, "seed of shuffling, initialization and dropout masks")->capture_default_str();
+  c->add_flag("--gradient-checkpointing", a.opt.gradient_checkpointing,
+              "recompute each layer's activations in the backward pass (less memory, about one more forward of compute)");
   c->add_option("--save-steps", a.opt.save_steps, "write a checkpoint every N steps and at the end (0: none)")->capture_default_str();
   c->add_option("--save-total-limit", a.opt.save_total_limit, "keep only the newest N checkpoints (0: all)")->capture_default_str();
   c->add_option("--resume-from-checkpoint", a.opt.resume_from, "a checkpoint folder, or auto (the newest in --out)");

@@ -23,6 +23,8 @@ TapeScope::TapeScope(Tape& tape) : previous_(g_active) { g_active = &tape; }
 TapeScope::~TapeScope() { g_active = previous_; }
 NoGradScope::NoGradScope() : previous_(nullptr) { ++g_no_grad_depth; }
 NoGradScope::~NoGradScope() { --g_no_grad_depth; }
+EnableGradScope::EnableGradScope() : previous_depth_(g_no_grad_depth) { g_no_grad_depth = 0; }
+EnableGradScope::~EnableGradScope() { g_no_grad_depth = previous_depth_; }
 
 bool record_op(const char* op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
                BackwardFn backward) {
@@ -134,11 +136,23 @@ void Tape::backward(const Tensor& root, const Tensor& seed) {
                 "backward() without a seed needs a scalar; got shape {}", shape_str(root.shape()));
     s = Tensor::full(root.shape(), 1.0f);
   }
-  VKF_REQUIRE(s.shape() == root.shape(), "backward seed shape {} differs from root shape {}",
-              shape_str(s.shape()), shape_str(root.shape()));
+  backward(std::vector<Tensor>{root}, std::vector<Tensor>{s});
+}
+
+void Tape::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds) {
+  VKF_REQUIRE(roots.size() == seeds.size(), "backward(): {} roots but {} seeds", roots.size(),
+              seeds.size());
+  for (size_t i = 0; i < roots.size(); ++i) {
+    VKF_REQUIRE(roots[i].defined() && roots[i].requires_grad(),
+                "backward() on a tensor that does not require grad (no recorded op produced it)");
+    VKF_REQUIRE(seeds[i].defined() && seeds[i].shape() == roots[i].shape(),
+                "backward seed shape {} differs from root shape {}",
+                seeds[i].defined() ? shape_str(seeds[i].shape()) : "(undefined)",
+                shape_str(roots[i].shape()));
+  }
   {
     NoGradScope no_grad;
-    accumulate(root, s);
+    for (size_t i = 0; i < roots.size(); ++i) accumulate(roots[i], seeds[i]);
     for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
       Node& n = *it;
       std::vector<Tensor> grads;

@@ -62,6 +62,9 @@ class Tape {
               BackwardFn backward);
   // Gradients of `root` (seed: ones of root's shape when undefined; root must then be a scalar).
   void backward(const Tensor& root, const Tensor& seed = {});
+  // Gradients of several roots at once, each with its seed (same shape as its root); used where a
+  // sub-graph with several outputs is back-propagated, as in activation checkpointing.
+  void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds);
   void clear();
   size_t size() const { return nodes_.size(); }
 
@@ -102,6 +105,19 @@ class NoGradScope {
 
  private:
   Tape* previous_;
+};
+
+// Turns recording back on for its lifetime inside a NoGradScope (or a backward pass, which runs
+// without recording): activation checkpointing re-runs a forward on a local tape there.
+class EnableGradScope {
+ public:
+  EnableGradScope();
+  ~EnableGradScope();
+  EnableGradScope(const EnableGradScope&) = delete;
+  EnableGradScope& operator=(const EnableGradScope&) = delete;
+
+ private:
+  int previous_depth_;
 };
 
 // Marks `out` as produced by a recorded op and records the node, if recording applies.

@@ -76,10 +76,13 @@ Storage::Storage(uint64_t nbytes) : bytes(nbytes) {
     ctx.stream().synchronize();
     alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
   }
+  ctx.allocator().track_tensor_bytes(static_cast<int64_t>(nbytes));
 }
 
 Storage::~Storage() {
-  if (vk::Context::exists()) vk::Context::get().stream().release(alloc);
+  if (!vk::Context::exists()) return;
+  vk::Context::get().allocator().track_tensor_bytes(-static_cast<int64_t>(bytes));
+  vk::Context::get().stream().release(alloc);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
@@ -260,6 +263,8 @@ static Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t 
   impl->id = g_next_id++;
   return Tensor(impl);
 }
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
   Shape s = new_shape;

@@ -107,6 +107,8 @@ class Tensor {
   bool is_leaf() const { return impl_->is_leaf; }
   Tensor grad() const { return Tensor(impl_->grad); }
   void set_grad(const Tensor& g) const;
+  // A new leaf view of the same storage, without gradient history or requires_grad.
+  Tensor detach() const;
   void zero_grad() const;  // drops the gradient (as torch's set_to_none)
 
   const std::string& name() const { return impl_->name; }

@@ -39,6 +39,12 @@ double ConfigReader::number_or(const char* key, double fallback) const {
   return has(key) ? number(key) : fallback;
 }
 
+double ConfigReader::probability_or(const char* key, double fallback) const {
+  const double p = number_or(key, fallback);
+  if (!(p >= 0.0 && p <= 1.0)) bad(key, fmt::format("must be a probability in [0, 1], got {}", p));
+  return p;
+}
+
 bool ConfigReader::boolean_or(const char* key, bool fallback) const {
   if (!has(key)) return fallback;
   if (!j[key].is_boolean()) bad(key, fmt::format("must be true or false, got {}", j[key].dump()));
@@ -165,6 +171,7 @@ void parse_common(ArchSpec& spec, const ConfigReader& cfg) {
   if (cfg.has("pad_token_id")) spec.pad_token_id = cfg.integer("pad_token_id");
   spec.tie_word_embeddings = cfg.boolean_or("tie_word_embeddings", spec.tie_word_embeddings);
   spec.sliding_window = cfg.integer_or("sliding_window", 0);
+  spec.attention_dropout = cfg.probability_or("attention_dropout", 0.0);
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!cfg.has(key)) continue;
     const std::string d = cfg.string_or(key, "float32");

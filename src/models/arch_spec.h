@@ -83,6 +83,15 @@ struct ArchSpec {
   double logits_multiplier = 1.0;        // cohere logit_scale
   double final_softcap = 0;              // gemma2
 
+  // Dropout probabilities, read from config.json where transformers reads them. They act only
+  // while a training dropout stream is active (core/dropout_rng.h), as in transformers' train mode.
+  double attention_dropout = 0;  // the attention probabilities after the softmax (every type)
+  double embedding_dropout = 0;  // the embedding output (starcoder2 embedding_dropout)
+  double attn_out_dropout = 0;   // the attention block's output before the residual add
+                                 // (starcoder2 residual_dropout, phi3 resid_pdrop)
+  double mlp_out_dropout = 0;    // the MLP's output before the residual add (starcoder2
+                                 // residual_dropout, phi3 resid_pdrop, stablelm hidden_dropout)
+
   // Rotary defaults of the config class, used when config.json gives neither rope_parameters nor
   // rope_theta / partial_rotary_factor (transformers' default_theta and friends).
   double default_rope_theta = 10000;
@@ -106,6 +115,7 @@ struct ConfigReader {
   double number(const char* key) const;
   double number_or(const char* key, double fallback) const;
   bool boolean_or(const char* key, bool fallback) const;
+  double probability_or(const char* key, double fallback) const;  // a number in [0, 1]
   std::string string_or(const char* key, const std::string& fallback) const;
   [[noreturn]] void bad(const char* key, const std::string& why) const;
 };

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/activation_checkpoint.h"
 #include "core/autograd.h"
+#include "core/dropout_rng.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "nn/linear.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
 #include "ops/norm.h"
@@ -298,12 +301,21 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   opts.causal = true;
   opts.sliding_window = layer.sliding ? s.sliding_window : 0;
   opts.softcap = static_cast<float>(s.attn_softcap);
+  if (s.attention_dropout > 0) {
+    // One counter per element of the [B, Hq, T, keys] probability matrix.
+    const int64_t keys = k.dim(1);
+    if (const auto r = dropout_rng::reserve(static_cast<uint64_t>(B * Hq * T * keys))) {
+      opts.dropout_p = static_cast<float>(s.attention_dropout);
+      opts.dropout_seed = r->seed;
+      opts.dropout_offset = r->offset;
+    }
+  }
   Tensor a = ops::attention(q, k, v, step.mask, opts);
   emit("context", a);
   a = a.reshape({B, T, Hq * D});
   Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
   emit("out", o);
-  return o;
+  return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
 Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) const {
@@ -325,7 +337,53 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) c
     out = nn::linear(L(n.down), ops::gated_act(g, u, s.act), P(n.down + ".weight"), bias(n.down));
   }
   if (trace) trace(fmt::format("layers.{}.mlp.out", l), out);
-  return out;
+  return ops::train_dropout(out, static_cast<float>(s.mlp_out_dropout));
+}
+
+Tensor DecoderModel::layer(int64_t l, const Tensor& x_in, const Step& step, const Trace& trace) {
+  const auto& s = spec_;
+  const auto& n = s.names;
+  auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
+  auto emit = [&](const std::string& name, const Tensor& t) {
+    if (trace) trace(name, t);
+  };
+  Tensor x = x_in;
+  const float res_mult = static_cast<float>(s.residual_multiplier);
+  auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
+  switch (s.placement) {
+    case NormPlacement::Pre: {
+      Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
+      x = ops::residual_add(x, scaled(a));
+      emit(fmt::format("layers.{}.attn_residual", l), x);
+      Tensor m = mlp_block(l, norm(x, L(n.norm2)), trace);
+      x = ops::residual_add(x, scaled(m));
+      break;
+    }
+    case NormPlacement::Sandwich: {
+      Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
+      x = ops::residual_add(x, norm(a, L(n.norm2)));
+      emit(fmt::format("layers.{}.attn_residual", l), x);
+      Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm)), trace);
+      x = ops::residual_add(x, norm(m, L(n.post_ff_norm)));
+      break;
+    }
+    case NormPlacement::Post: {
+      Tensor a = attention_block(l, x, step, trace);
+      x = ops::residual_add(x, norm(a, L(n.norm1)));
+      emit(fmt::format("layers.{}.attn_residual", l), x);
+      Tensor m = mlp_block(l, x, trace);
+      x = ops::residual_add(x, norm(m, L(n.norm2)));
+      break;
+    }
+    case NormPlacement::Parallel: {
+      Tensor h = norm(x, L(n.norm1));
+      Tensor a = attention_block(l, h, step, trace);
+      Tensor m = mlp_block(l, h, trace);
+      x = ops::residual_add(ops::residual_add(x, a), m);  // transformers' order of the sums
+      break;
+    }
+  }
+  return x;
 }
 
 Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
@@ -382,44 +440,19 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
     x = ops::scale(x, static_cast<float>(std::sqrt(static_cast<double>(H))));
   }
   if (s.embed_multiplier != 1.0) x = ops::scale(x, static_cast<float>(s.embed_multiplier));
+  x = ops::train_dropout(x, static_cast<float>(s.embedding_dropout));
   emit("embed", x);
-  const float res_mult = static_cast<float>(s.residual_multiplier);
-  auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
+  const bool checkpointing = gradient_checkpointing_ && !trace && autograd::active_tape();
   for (int64_t l = 0; l < s.num_layers; ++l) {
-    auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
-    const auto& n = s.names;
-    switch (s.placement) {
-      case NormPlacement::Pre: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
-        x = ops::residual_add(x, scaled(a));
-        emit(fmt::format("layers.{}.attn_residual", l), x);
-        Tensor m = mlp_block(l, norm(x, L(n.norm2)), trace);
-        x = ops::residual_add(x, scaled(m));
-        break;
-      }
-      case NormPlacement::Sandwich: {
-        Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
-        x = ops::residual_add(x, norm(a, L(n.norm2)));
-        emit(fmt::format("layers.{}.attn_residual", l), x);
-        Tensor m = mlp_block(l, norm(x, L(n.pre_ff_norm)), trace);
-        x = ops::residual_add(x, norm(m, L(n.post_ff_norm)));
-        break;
-      }
-      case NormPlacement::Post: {
-        Tensor a = attention_block(l, x, step, trace);
-        x = ops::residual_add(x, norm(a, L(n.norm1)));
-        emit(fmt::format("layers.{}.attn_residual", l), x);
-        Tensor m = mlp_block(l, x, trace);
-        x = ops::residual_add(x, norm(m, L(n.norm2)));
-        break;
-      }
-      case NormPlacement::Parallel: {
-        Tensor h = norm(x, L(n.norm1));
-        Tensor a = attention_block(l, h, step, trace);
-        Tensor m = mlp_block(l, h, trace);
-        x = ops::residual_add(ops::residual_add(x, a), m);  // transformers' order of the sums
-        break;
-      }
+    if (checkpointing) {
+      // The layer's input is all this forward keeps; the backward pass re-runs the layer.
+      x = autograd::checkpoint(
+          [this, l, step](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{layer(l, in[0], step, {})};
+          },
+          {x})[0];
+    } else {
+      x = layer(l, x, step, trace);
     }
     emit(fmt::format("layers.{}.out", l), x);
   }

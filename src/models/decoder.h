@@ -2,7 +2,10 @@
 // with parameters held under their Hugging Face names. forward() records on the autodiff tape when
 // one is active, so training is forward + Tape::backward + an optimizer step.
 // Every intermediate has a name (layers.3.attn.q, ...) and can be captured through a Trace to
-// compare with Hugging Face forward hooks tensor by tensor.
+// compare with Hugging Face forward hooks tensor by tensor. Dropout (ArchSpec's probabilities)
+// applies only while a training dropout stream is active (core/dropout_rng.h). With gradient
+// checkpointing on, a recorded forward keeps only each layer's input and recomputes the layer in
+// the backward pass (core/activation_checkpoint.h); gradients are bitwise the same.
 #pragma once
 
 #include <functional>
@@ -44,6 +47,10 @@ class DecoderModel {
   const Tensor& param(const std::string& name) const;
   std::vector<Tensor> parameters() const;
   void set_requires_grad(bool on);
+  // Activation recomputation per decoder layer in recorded forwards (not with a Trace, whose
+  // callbacks would see the recomputation too).
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   // PEFT adapters (src/peft), attached by name. The active one changes forward() (LoRA, and its
   // modules_to_save copies replace base weights) unless adapters are disabled, as peft's
@@ -74,6 +81,7 @@ class DecoderModel {
  private:
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
+  Tensor layer(int64_t layer, const Tensor& x, const Step& step, const Trace& trace);
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
@@ -89,6 +97,7 @@ class DecoderModel {
   std::map<std::string, std::shared_ptr<nn::ModuleAdapter>> adapters_;
   std::string active_;
   bool adapters_enabled_ = true;
+  bool gradient_checkpointing_ = false;
 };
 
 }  // namespace vkf::models

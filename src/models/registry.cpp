@@ -129,6 +129,10 @@ const std::vector<Entry>& entries() {
          s.fused_qkv = true;
          s.fused_gate_up = true;
          all_sliding_if_window(s, c);
+         // resid_pdrop drops the attention and MLP outputs before each residual add. embd_pdrop is
+         // a Phi3Config field that transformers' Phi3Model never applies (older versions built an
+         // unused nn.Dropout from it), so it is not applied here either.
+         s.attn_out_dropout = s.mlp_out_dropout = c.probability_or("resid_pdrop", 0.0);
        }},
       {{"olmo2", "post-norms, q/k RMSNorm over the full projections", true}, false,
        [](ArchSpec& s, const ConfigReader& c) {
@@ -172,6 +176,8 @@ const std::vector<Entry>& entries() {
          s.act = activation_of(c, "hidden_act", "silu");
          if (c.boolean_or("use_parallel_residual", false)) s.placement = NormPlacement::Parallel;
          reject_true(c, "qk_layernorm", "per-head LayerNorm of stablelm");
+         // hidden_dropout acts on the MLP output only (StableLmDecoderLayer, both residual forms).
+         s.mlp_out_dropout = c.probability_or("hidden_dropout", 0.0);
        }},
       {{"cohere", "LayerNorm without bias, parallel attention+MLP, interleaved rope, logit scale", true},
        true,
@@ -197,6 +203,10 @@ const std::vector<Entry>& entries() {
          s.mlp = MlpKind::Plain;
          s.act = activation_of(c, "hidden_act", "gelu_pytorch_tanh");
          all_sliding_if_window(s, c);
+         // residual_dropout after o_proj and after the MLP's c_proj; embedding_dropout after the
+         // embedding.
+         s.attn_out_dropout = s.mlp_out_dropout = c.probability_or("residual_dropout", 0.0);
+         s.embedding_dropout = c.probability_or("embedding_dropout", 0.0);
        }},
   };
   return table;

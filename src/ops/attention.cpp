@@ -1,16 +1,19 @@
 // Fused attention (see attention.h): input validation, the forward dispatch, and the backward as
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
 // of each GQA group). Tile sizes live in the shaders' //!variant lines; the tables here mirror them
-// so the host can size the grids.
+// so the host can size the grids. Attention dropout's parameters travel in a six-word buffer (the
+// push constants have no room left), with bit 1 of `flags` saying it is on.
 #include "ops/attention.h"
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/dropout.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -24,22 +27,26 @@ struct AttnParams {
   float scale, softcap;
 };
 
+// Bits of the kernels' `flags` (kFlag* in src/shaders/attention_common.glsl).
+constexpr uint32_t kFlagMask = 1;
+constexpr uint32_t kFlagDropout = 2;
+
 struct ForwardPush {
-  uint64_t q, k, v, mask, o, lse;
+  uint64_t q, k, v, mask, o, lse, dropout;
   AttnParams a;
-  uint32_t has_mask;
+  uint32_t flags;
 };
 
 struct DqPush {
-  uint64_t q, k, v, mask, dout, lse, delta, dq;
+  uint64_t q, k, v, mask, dout, lse, delta, dq, dropout;
   AttnParams a;
-  uint32_t has_mask;
+  uint32_t flags;
 };
 
 struct DkvPush {
-  uint64_t q, k, v, mask, dout, lse, delta, dk, dv;
+  uint64_t q, k, v, mask, dout, lse, delta, dk, dv, dropout;
   AttnParams a;
-  uint32_t has_mask;
+  uint32_t flags;
 };
 
 struct DeltaPush {
@@ -62,12 +69,13 @@ constexpr Tiles kDkvTiles[] = {{32, 32}, {16, 32}, {8, 16}, {4, 8}};
 constexpr int64_t kMaxHeadDim = 256;
 
 // The register-tiled kernels (attention_fast_*.comp) serve Fast math mode for head_dim <= 64; the
-// plain kernels serve Precise mode (parity), larger heads, and VKF_ATTENTION=plain (to compare).
+// plain kernels serve Precise mode (parity), larger heads, dropout, and VKF_ATTENTION=plain.
 constexpr int64_t kFastMaxHeadDim = 64;
-bool use_fast_kernels(const Dims& dims) {
+bool use_fast_kernels(const Dims& dims, const AttentionOptions& opts) {
   const char* env = std::getenv("VKF_ATTENTION");
   const bool plain_forced = env && std::string(env) == "plain";
-  return !plain_forced && math_mode() == MathMode::Fast && dims.d <= kFastMaxHeadDim;
+  // Dropout of the probabilities lives in the plain kernels only.
+  return !plain_forced && math_mode() == MathMode::Fast && dims.d <= kFastMaxHeadDim && opts.dropout_p == 0;
 }
 // Query rows per workgroup of the fast forward: 64 needs ~41 KiB of shared memory, 32 fits 32 KiB.
 uint32_t fast_forward_rows() {
@@ -132,6 +140,7 @@ Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m
   VKF_REQUIRE(std::isfinite(opts.softcap) && opts.softcap >= 0,
               "attention: softcap must be 0 (none) or a positive finite value, got {}",
               opts.softcap);
+  dropout_threshold(opts.dropout_p, "attention: dropout_p");  // in [0, 1]
   VKF_REQUIRE(opts.sliding_window >= 0,
               "attention: sliding_window must be 0 (none) or positive, got {}",
               opts.sliding_window);
@@ -162,11 +171,33 @@ vk::DispatchCost pair_cost(const Dims& dims, double dots, double bytes) {
   return {2.0 * dots * pairs * static_cast<double>(dims.d), bytes};
 }
 
+// The dropout parameters as the kernels read them (struct AttnDropoutBuf in
+// attention_common.glsl): seed and offset halves, the keep threshold and the scale's bits.
+Tensor make_dropout_params(const AttentionOptions& opts) {
+  const float scale = dropout_scale(opts.dropout_p);
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+  const uint32_t words[6] = {static_cast<uint32_t>(opts.dropout_seed),
+                             static_cast<uint32_t>(opts.dropout_seed >> 32),
+                             static_cast<uint32_t>(opts.dropout_offset),
+                             static_cast<uint32_t>(opts.dropout_offset >> 32),
+                             dropout_threshold(opts.dropout_p, "attention: dropout_p"),
+                             scale_bits};
+  return Tensor::from_bytes(words, DType::I32, {6});
+}
+
 struct SavedForward {
   Tensor q, k, v, mask, out, lse;
+  Tensor dropout;  // six words, or undefined when dropout is off
   Dims dims;
   AttnParams params;
   bool fast = false;  // the register-tiled kernels (forward and backward)
+
+  uint32_t flags() const {
+    return (mask.defined() ? kFlagMask : 0) | (dropout.defined() ? kFlagDropout : 0);
+  }
+  uint64_t mask_address() const { return mask.defined() ? mask.address() : 0; }
+  uint64_t dropout_address() const { return dropout.defined() ? dropout.address() : 0; }
 };
 
 // The fast backward kernels: 32 queries (dq) / 32 keys (dk, dv) per workgroup; the other tile
@@ -183,8 +214,6 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor dout = grad.is_contiguous() ? grad : grad.contiguous();
   const Dims& dims = s.dims;
   const int vi = variant_index(dims.d);
-  const uint32_t has_mask = s.mask.defined() ? 1 : 0;
-  const uint64_t mask_addr = has_mask ? s.mask.address() : 0;
   const double qbytes = static_cast<double>(s.q.nbytes());
 
   Tensor delta = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
@@ -196,8 +225,10 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
 
   if (ctx.needs_grad(0)) {
     Tensor dq = Tensor::empty(s.q.shape(), DType::F32);
-    const DqPush push{s.q.address(), s.k.address(), s.v.address(), mask_addr,   dout.address(),
-                      s.lse.address(), delta.address(), dq.address(), s.params, has_mask};
+    const DqPush push{s.q.address(),   s.k.address(),      s.v.address(),
+                      s.mask_address(), dout.address(),    s.lse.address(),
+                      delta.address(),  dq.address(),      s.dropout_address(),
+                      s.params,         s.flags()};
     const int64_t rows = s.fast ? kFastBwdRows : kDqTiles[vi].bq;
     const int64_t blocks = (dims.tq + rows - 1) / rows;
     check_grid(blocks, "the dq query blocks");
@@ -205,17 +236,17 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                   : variant_name("attention_bwd_dq", vi), push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
                 static_cast<uint32_t>(dims.b)},
-           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dq}, {},
+           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, {},
            pair_cost(dims, 3, 3 * qbytes));
     ctx.add_grad(0, dq);
   }
   if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
     Tensor dk = Tensor::empty(s.k.shape(), DType::F32);
     Tensor dv = Tensor::empty(s.v.shape(), DType::F32);
-    const DkvPush push{s.q.address(),   s.k.address(),     s.v.address(),
-                       mask_addr,       dout.address(),    s.lse.address(),
-                       delta.address(), dk.address(),      dv.address(),
-                       s.params,        has_mask};
+    const DkvPush push{s.q.address(),   s.k.address(),   s.v.address(),
+                       s.mask_address(), dout.address(),  s.lse.address(),
+                       delta.address(),  dk.address(),    dv.address(),
+                       s.dropout_address(), s.params,    s.flags()};
     const int64_t rows = s.fast ? kFastBwdRows : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
@@ -223,7 +254,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                   : variant_name("attention_bwd_dkv", vi), push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
                 static_cast<uint32_t>(dims.b)},
-           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&dk, &dv}, {},
+           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk, &dv}, {},
            pair_cost(dims, 4, 2 * qbytes + 4.0 * static_cast<double>(s.k.nbytes())));
     ctx.add_grad(1, dk);
     ctx.add_grad(2, dv);
@@ -236,7 +267,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  const AttentionOptions& opts) {
   const Dims dims = validate(q, k, v, key_padding_mask, opts);
   const int vi = variant_index(dims.d);
-  const bool fast = use_fast_kernels(dims);
+  const bool fast = use_fast_kernels(dims, opts);
   const uint32_t rows = fast ? fast_forward_rows() : kForwardTiles[vi].bq;
   const int64_t blocks = (dims.tq + rows - 1) / rows;
   check_grid(blocks, "the query blocks");
@@ -254,21 +285,17 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                                                      : key_padding_mask.contiguous())
                  : key_padding_mask.to(DType::I32);
   }
+  if (opts.dropout_p > 0) s.dropout = make_dropout_params(opts);
   s.out = Tensor::empty(q.shape(), DType::F32);
   s.lse = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
 
-  const ForwardPush push{s.q.address(),
-                         s.k.address(),
-                         s.v.address(),
-                         s.mask.defined() ? s.mask.address() : 0,
-                         s.out.address(),
-                         s.lse.address(),
-                         s.params,
-                         s.mask.defined() ? 1u : 0u};
+  const ForwardPush push{s.q.address(),      s.k.address(),   s.v.address(),
+                         s.mask_address(),   s.out.address(), s.lse.address(),
+                         s.dropout_address(), s.params,       s.flags()};
   launch(fast ? "attention_fast_fwd_q" + std::to_string(rows) : variant_name("attention_fwd", vi), push,
          Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
               static_cast<uint32_t>(dims.b)},
-         {&s.q, &s.k, &s.v, &s.mask}, {&s.out, &s.lse}, {},
+         {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse}, {},
          pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
 
   Tensor out = s.out;

@@ -2,7 +2,9 @@
 // v over the natural [batch, time, heads, head_dim] layout of projection outputs, with GQA/MQA,
 // causal and sliding-window masks, key padding, and Gemma2-style logit soft-capping. The forward is
 // a tiled online-softmax kernel that never stores the score matrix; the backward recomputes scores
-// from the saved row logsumexp and produces dq, dk, dv deterministically.
+// from the saved row logsumexp and produces dq, dk, dv deterministically. Dropout of the
+// attention probabilities (training) is applied inside the kernels: the mask is regenerated from
+// (seed, offset) wherever it is needed (ops/dropout.h), never stored.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,14 @@ struct AttentionOptions {
   int64_t sliding_window = 0;
   // 0 = none; else logits = softcap * tanh(logits / softcap), applied after scaling (Gemma2).
   float softcap = 0;
+  // Inverted dropout of the probabilities after the softmax (transformers' attention_dropout in
+  // training): probability (b, h, i, j) of the [B, Hq, Tq, Tk] matrix is kept iff dropout counter
+  // dropout_offset + ((b * Hq + h) * Tq + i) * Tk + j under dropout_seed is kept (ops::dropout's
+  // rule), and kept ones are scaled by 1 / (1 - p). 0 = none. The call uses B * Hq * Tq * Tk
+  // counters; train-time callers reserve them from the dropout stream (core/dropout_rng.h).
+  float dropout_p = 0;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
 };
 
 // q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D] (f32; made contiguous if they are not), Hkv divides Hq

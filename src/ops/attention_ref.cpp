@@ -1,11 +1,14 @@
 // CPU reference attention (see attention_ref.h), written from the definition in transformers:
 // the query at index i has cache position Tk - Tq + i; causal keeps kv_idx <= q_idx, the sliding
-// window keeps kv_idx > q_idx - window, the padding mask drops keys whose attention_mask is 0.
+// window keeps kv_idx > q_idx - window, the padding mask drops keys whose attention_mask is 0;
+// dropout (training) multiplies the probabilities [B, Hq, Tq, Tk], flattened row-major, by the
+// inverted-dropout mask of ref::dropout before they weight v.
 #include "ops/attention_ref.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "ops/dropout_ref.h"
 #include "vk/error.h"
 
 namespace vkf::ref {
@@ -71,6 +74,21 @@ Row make_row(const std::vector<double>& q, const std::vector<double>& k,
   return r;
 }
 
+// Dropout factors of row (b, h, i): 1 without dropout, else 0 or 1 / (1 - p) per key.
+std::vector<double> dropout_factors(const AttentionShape& s, const ops::AttentionOptions& o,
+                                    int64_t b, int64_t h, int64_t i) {
+  std::vector<double> f(static_cast<size_t>(s.tk), 1.0);
+  if (o.dropout_p <= 0) return f;
+  const double p = o.dropout_p;
+  const auto first = static_cast<uint64_t>(((b * s.hq + h) * s.tq + i) * s.tk);
+  for (int64_t j = 0; j < s.tk; ++j) {
+    const uint64_t counter = o.dropout_offset + first + static_cast<uint64_t>(j);
+    const bool keep = p < 1 && dropout_keep(o.dropout_seed, counter, p);
+    f[static_cast<size_t>(j)] = keep ? 1.0 / (1.0 - p) : 0.0;
+  }
+  return f;
+}
+
 }  // namespace
 
 std::vector<double> attention(const std::vector<double>& q, const std::vector<double>& k,
@@ -84,10 +102,11 @@ std::vector<double> attention(const std::vector<double>& q, const std::vector<do
       const int64_t kvh = h / (s.hq / s.hkv);
       for (int64_t i = 0; i < s.tq; ++i) {
         const Row r = make_row(q, k, key_padding_mask, s, o, b, h, i);
+        const auto f = dropout_factors(s, o, b, h, i);
         for (int64_t j = 0; j < s.tk; ++j) {
           if (!r.visible[j]) continue;
           for (int64_t d = 0; d < s.d; ++d)
-            out[q_index(s, b, i, h, d)] += r.prob[j] * v[kv_index(s, b, j, kvh, d)];
+            out[q_index(s, b, i, h, d)] += r.prob[j] * f[j] * v[kv_index(s, b, j, kvh, d)];
         }
       }
     }
@@ -110,15 +129,17 @@ AttentionGrads attention_backward(const std::vector<double>& q, const std::vecto
       const int64_t kvh = h / (s.hq / s.hkv);
       for (int64_t i = 0; i < s.tq; ++i) {
         const Row r = make_row(q, k, key_padding_mask, s, o, b, h, i);
-        // out_i = sum_j p_j v_j: dv_j += p_j dout_i, dp_j = dout_i . v_j.
+        const auto f = dropout_factors(s, o, b, h, i);
+        // out_i = sum_j p_j f_j v_j: dv_j += p_j f_j dout_i, dp_j = f_j (dout_i . v_j).
         std::vector<double> dp(tk, 0.0);
         for (int64_t j = 0; j < s.tk; ++j) {
           if (!r.visible[j]) continue;
           for (int64_t d = 0; d < s.d; ++d) {
             const double go = dout[q_index(s, b, i, h, d)];
-            g.dv[kv_index(s, b, j, kvh, d)] += r.prob[j] * go;
+            g.dv[kv_index(s, b, j, kvh, d)] += r.prob[j] * f[j] * go;
             dp[j] += go * v[kv_index(s, b, j, kvh, d)];
           }
+          dp[j] *= f[j];
         }
         // Softmax Jacobian: dscore_j = p_j (dp_j - sum_l p_l dp_l).
         double weighted = 0;

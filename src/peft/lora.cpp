@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "io/safetensors.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
 #include "ops/matmul.h"
@@ -68,13 +69,6 @@ bool is_lora_target(const LoraConfig& c, const ModuleInfo& m) {
 
 namespace {
 
-// lora_dropout. TODO(dropout): apply ops::train_dropout once the dropout op lands; until then a
-// training run with lora_dropout > 0 is refused rather than silently run without it.
-Tensor lora_input(const Tensor& x, float p) {
-  VKF_REQUIRE(p == 0.0f || !autograd::active_tape(),
-              "lora_dropout {} is not supported in training yet; set --lora-dropout 0", p);
-  return x;
-}
 
 struct Plan {
   std::vector<LoraModule> lora;               // tensors unset
@@ -308,8 +302,9 @@ void LoraAdapter::set_requires_grad(bool on) const {
 Tensor LoraAdapter::adapt_linear(const std::string& module, const Tensor& x, const Tensor& y) const {
   const LoraModule* m = find(module);
   if (!m) return y;
-  // peft: result + lora_B(lora_A(dropout(x))) * scaling
-  const Tensor h = ops::linear(ops::linear(lora_input(x, m->dropout), m->A), m->B);
+  // peft: result + lora_B(lora_A(dropout(x))) * scaling; the dropout is drawn from the training
+  // stream (identity outside training), so it replays under gradient checkpointing and resume.
+  const Tensor h = ops::linear(ops::linear(ops::train_dropout(x, m->dropout), m->A), m->B);
   return ops::add(y, ops::scale(h, m->scaling));
 }
 

@@ -3,6 +3,8 @@
 // order, every query head of the GQA group (ascending) and the visible query range in tiles of BQ
 // queries (ascending), recomputing probabilities from the saved logsumexp:
 //   dv_j = sum_{h, i} p_ij do_i        dk_j = sum_{h, i} p_ij (do_i . v_j - delta_i) ds/d(dot) q_i
+// With dropout factors f_ij (0 or 1 / (1 - p), the forward's mask), dv takes p_ij f_ij and the
+// term do_i . v_j becomes f_ij (do_i . v_j).
 // Each gradient element is owned by one thread and summed in that fixed order: no atomics, the
 // same bits every run.
 //
@@ -26,14 +28,15 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
-  I32Buf mask;   // [B, Tk] or null when has_mask == 0
+  I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dk;     // [B, Tk, Hkv, D]
   F32Buf dv;     // [B, Tk, Hkv, D]
+  AttnDropoutBuf dropout;  // read when flags has FLAG_DROPOUT
   AttnParams a;
-  uint has_mask;
+  uint flags;
 } p;
 
 #define RS (DMAX + 1)  // padded rows: column reads across rows avoid bank conflicts
@@ -44,7 +47,7 @@ shared float sK[BK * RS];
 shared float sV[BK * RS];
 shared float sQ[BQ * RS];
 shared float sDO[BQ * RS];
-shared float sP[BK * PS];  // probabilities p_ij of the tile, by key row
+shared float sP[BK * PS];  // probabilities p_ij (times the dropout factor) of the tile, by key row
 shared float sG[BK * PS];  // d(loss)/d(dot) of the tile, by key row
 shared uint sKeyOk[BK];
 shared float sLse[BQ];
@@ -58,6 +61,7 @@ void main() {
   const uint D = p.a.d;
   const uint group = p.a.hq / p.a.hkv;
   const uint k_rows = min(uint(BK), p.a.tk - k0);
+  const AttnDropout dr = load_dropout(p.flags, p.dropout);
 
   for (uint e = t; e < BK * D; e += NT) {
     uint jj = e / D, d = e % D;
@@ -68,7 +72,7 @@ void main() {
   }
   if (t < BK) {
     bool ok = t < k_rows;
-    if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
+    if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
     sKeyOk[t] = ok ? 1u : 0u;
   }
   VACC acc_k[ACC], acc_v[ACC];
@@ -115,8 +119,10 @@ void main() {
             dp += VACC(sDO[i * RS + d]) * VACC(sV[jj * RS + d]);
           }
           const float dotf = float(dot);
-          pr = vexp(transform_score(p.a, dotf) - sLse[i]);
-          g = float(VACC(pr) * (dp - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
+          const float p_ij = vexp(transform_score(p.a, dotf) - sLse[i]);
+          const float f = dropout_factor(dr, p.a, b, h, uint(i0) + i, k0 + jj);
+          pr = p_ij * f;  // what the forward multiplied v_j by
+          g = float(VACC(p_ij) * (dp * VACC(f) - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
         }
         sP[jj * PS + i] = pr;
         sG[jj * PS + i] = g;

@@ -3,7 +3,9 @@
 // probabilities from the saved logsumexp (p = exp(s - lse)), and accumulates
 //   dq_i = sum_j p_ij (do_i . v_j - delta_i) * ds_ij/d(dot) * k_j
 // in a fixed order (key tiles ascending, keys within a tile ascending), so the result is
-// deterministic. delta_i = do_i . o_i comes from attention_bwd_delta.
+// deterministic. delta_i = do_i . o_i comes from attention_bwd_delta. With dropout factors f_ij
+// (0 or 1 / (1 - p), the forward's mask) the term do_i . v_j becomes f_ij (do_i . v_j); delta is
+// unchanged, since sum_j p_ij f_ij (do_i . v_j) = do_i . o_i.
 //
 // Variants by the padded head dim DMAX (tiles keep shared memory under 32 KiB); the host mirrors
 // this table (kDqTiles in src/ops/attention.cpp).
@@ -25,13 +27,14 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
-  I32Buf mask;   // [B, Tk] or null when has_mask == 0
+  I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dq;     // [B, Tq, Hq, D]
+  AttnDropoutBuf dropout;  // read when flags has FLAG_DROPOUT
   AttnParams a;
-  uint has_mask;
+  uint flags;
 } p;
 
 #define RS (DMAX + 1)  // padded rows: column reads across rows avoid bank conflicts
@@ -55,6 +58,7 @@ void main() {
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
+  const AttnDropout dr = load_dropout(p.flags, p.dropout);
 
   for (uint e = t; e < BQ * D; e += NT) {
     uint i = e / D, d = e % D;
@@ -90,7 +94,7 @@ void main() {
     if (t < BK) {
       uint j = uint(j0) + t;
       bool ok = j < p.a.tk;
-      if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + j] != 0;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + j] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();
@@ -109,7 +113,8 @@ void main() {
         }
         const float dotf = float(dot);
         const float pr = vexp(transform_score(p.a, dotf) - sLse[i]);
-        g = float(VACC(pr) * (dp - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
+        const float f = dropout_factor(dr, p.a, b, h, q0 + i, uint(j0) + jj);
+        g = float(VACC(pr) * (dp * VACC(f) - VACC(sDelta[i])) * VACC(transform_score_grad(p.a, dotf)));
       }
       sG[i * SS + jj] = g;
     }

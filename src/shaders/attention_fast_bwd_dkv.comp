@@ -30,14 +30,15 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
-  I32Buf mask;   // [B, Tk] or null when has_mask == 0
+  I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dk;     // [B, Tk, Hkv, D]
   F32Buf dv;     // [B, Tk, Hkv, D]
+  AttnDropoutBuf dropout;  // unused: the fast kernels run without dropout
   AttnParams a;
-  uint has_mask;
+  uint flags;
 } p;
 
 shared vec4 sKt[DMAX * BK / 4];  // K[j][d] at d * BK + j
@@ -70,7 +71,7 @@ void main() {
   }
   if (t < BK) {
     bool ok = t < k_rows;
-    if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
+    if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
     sKeyOk[t] = ok ? 1u : 0u;
   }
   vec4 acc_k[4][OD / 4], acc_v[4][OD / 4];

@@ -29,13 +29,14 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
-  I32Buf mask;   // [B, Tk] or null when has_mask == 0
+  I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dq;     // [B, Tq, Hq, D]
+  AttnDropoutBuf dropout;  // unused: the fast kernels run without dropout
   AttnParams a;
-  uint has_mask;
+  uint flags;
 } p;
 
 shared vec4 sQt[DMAX * BQ / 4];   // Q[i][d] at d * BQ + i
@@ -93,7 +94,7 @@ void main() {
     if (t < BK) {
       uint j = uint(j0) + t;
       bool ok = j < p.a.tk;
-      if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + j] != 0;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + j] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();

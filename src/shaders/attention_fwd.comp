@@ -3,6 +3,8 @@
 // keeps a running row max and row sum (online softmax, fp32) and rescales its output accumulator,
 // so the [Tq, Tk] score matrix never reaches global memory. Writes o and the row logsumexp that the
 // backward kernels use to recompute probabilities. Rows that see no key output zeros (lse = +inf).
+// With dropout, the running sum (the softmax denominator) takes every probability, and only the
+// products with v see the dropout mask: o = sum_j drop(p_j) v_j.
 //
 // Variants by the padded head dim DMAX; tiles chosen so shared memory stays under lavapipe's
 // 32 KiB and every thread owns BQ * DMAX / NT = 16 output accumulators. The host mirrors this
@@ -25,11 +27,12 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;     // [B, Tq, Hq, D]
   F32Buf k;     // [B, Tk, Hkv, D]
   F32Buf v;     // [B, Tk, Hkv, D]
-  I32Buf mask;  // [B, Tk] or null when has_mask == 0
+  I32Buf mask;  // [B, Tk], read when flags has FLAG_MASK
   F32Buf o;     // [B, Tq, Hq, D]
   F32Buf lse;   // [B, Hq, Tq]
+  AttnDropoutBuf dropout;  // read when flags has FLAG_DROPOUT
   AttnParams a;
-  uint has_mask;
+  uint flags;
 } p;
 
 // Row strides padded by one float so that threads reading one column of different rows hit
@@ -55,6 +58,7 @@ void main() {
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
+  const AttnDropout dr = load_dropout(p.flags, p.dropout);
 
   for (uint e = t; e < BQ * D; e += NT) {
     uint i = e / D, d = e % D;
@@ -87,7 +91,7 @@ void main() {
     if (t < BK) {
       uint j = uint(j0) + t;
       bool ok = j < p.a.tk;
-      if (ok && p.has_mask != 0) ok = p.mask.v[b * p.a.tk + j] != 0;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + j] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();
@@ -131,6 +135,18 @@ void main() {
       sAlpha[t] = alpha;
     }
     barrier();
+
+    // Dropout acts on the products with v only (the running sum above has every probability).
+    if (dr.on) {
+      [[dont_unroll]] for (uint r = 0; r < (BQ * BK + NT - 1) / NT; ++r) {
+        uint e = t + r * NT;
+        if (e >= BQ * BK) break;
+        uint i = e / BK, jj = e % BK;
+        if (i < q_rows && uint(j0) + jj < p.a.tk)
+          sS[i * SS + jj] *= dropout_factor(dr, p.a, b, h, q0 + i, uint(j0) + jj);
+      }
+      barrier();
+    }
 
     // acc = acc * alpha + P V over thread-owned elements (i, d) of the output tile. The key loop
     // stays rolled (lavapipe's compile time grows with unrolled code); the accumulator loop is

@@ -109,7 +109,8 @@ std::string save_checkpoint(const std::string& root, const models::DecoderModel&
   const json j = {{"step", s.step},           {"optimizer_steps", opt.step_count()},
                   {"param_steps", opt.param_steps()}, {"lr", opt.lr()},
                   {"order", s.order},         {"cursor", s.cursor},
-                  {"rng", s.rng},             {"log_history", log}};
+                  {"rng", s.rng},             {"dropout_seed", s.dropout_seed},
+                  {"dropout_offset", s.dropout_offset}, {"log_history", log}};
   write_text(tmp / "trainer_state.json", j.dump(1) + "\n");
   // The rename is the commit point: before it the old checkpoint is the newest complete one.
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
@@ -175,6 +176,11 @@ TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model
   s.order = j.at("order").get<std::vector<uint64_t>>();
   s.cursor = j.at("cursor").get<uint64_t>();
   s.rng = j.at("rng").get<std::string>();
+  s.has_dropout_stream = j.contains("dropout_offset");
+  if (s.has_dropout_stream) {
+    s.dropout_seed = j.at("dropout_seed").get<uint64_t>();
+    s.dropout_offset = j.at("dropout_offset").get<uint64_t>();
+  }
   for (const auto& l : j.at("log_history"))
     s.log.push_back({l.at("step").get<int64_t>(), l.at("loss").get<double>(), l.at("lr").get<double>(),
                      l.at("grad_norm").get<double>()});

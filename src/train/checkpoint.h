@@ -1,6 +1,7 @@
 // Training checkpoints: model parameters and AdamW state (safetensors) plus the trainer state
-// (JSON: step, data order and cursor, RNG state, loss history), written into a temporary folder
-// and renamed into place, so a process killed at any moment leaves the previous checkpoint intact.
+// (JSON: step, data order and cursor, RNG and dropout-stream state, loss history), written into a
+// temporary folder and renamed into place, so a process killed at any moment leaves the previous
+// checkpoint intact.
 // Only the newest `keep` checkpoints are kept. Resuming restores everything, so N steps + resume +
 // N steps equals 2N steps bit for bit. A LoRA run's checkpoint holds the adapter in peft's files
 // (adapter_config.json + adapter_model.safetensors) instead of the model, and its optimizer state
@@ -27,6 +28,11 @@ struct TrainerState {
   std::vector<uint64_t> order;  // data order of the current epoch
   uint64_t cursor = 0;          // next position in `order`
   std::string rng;              // std::mt19937_64 state, as its stream form
+  // The training dropout stream (core/dropout_rng.h); absent in checkpoints written before it
+  // existed (those runs had no dropout).
+  bool has_dropout_stream = false;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
   std::vector<StepLog> log;
 };
 

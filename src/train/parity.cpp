@@ -57,6 +57,8 @@ std::vector<io::WriteTensor> run_parity(models::DecoderModel& model, const Parit
     trainable = model.parameters();
   }
   ops::AdamW opt(trainable, options.adamw);
+  // No dropout stream is activated here, so every dropout is off, as PARITY.md has transformers
+  // run (all dropout probabilities 0) whatever config.json says.
   for (int step = 1; step <= options.steps; ++step) {
     autograd::Tape tape;
     Tensor logits, loss;

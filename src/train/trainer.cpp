@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/dropout_rng.h"
 #include "io/safetensors.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
@@ -108,6 +109,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     names = model.parameter_names();
     params = model.parameters();
   }
+  const bool checkpointing_before = model.gradient_checkpointing();
+  model.set_gradient_checkpointing(o.gradient_checkpointing);
   std::vector<double> wd;
   for (const auto& n : names) wd.push_back(decays(n) ? o.weight_decay : 0.0);
   ops::AdamW opt(params, {sc.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay}, wd);
@@ -116,6 +119,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   size_t cursor = 0;
+  // Dropout masks of training forwards (evaluation has no stream, so no dropout).
+  dropout_rng::Stream dropout_stream{o.seed, 0};
   TrainResult result;
   int64_t first_step = 1;
   if (!o.resume_from.empty()) {
@@ -127,6 +132,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     order.assign(st.order.begin(), st.order.end());
     cursor = st.cursor;
     std::istringstream(st.rng) >> rng;
+    if (st.has_dropout_stream) dropout_stream = {st.dropout_seed, st.dropout_offset};
     result.log = st.log;
     first_step = st.step + 1;
     if (log) log(fmt::format("resumed from {} at step {}", dir, st.step));
@@ -140,6 +146,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     std::ostringstream r;
     r << rng;
     st.rng = r.str();
+    st.dropout_seed = dropout_stream.seed;
+    st.dropout_offset = dropout_stream.offset;
     st.log = result.log;
     const std::string dir = save_checkpoint(o.output_dir, model, opt, st, o.save_total_limit, o.adapter.get());
     if (log) log(fmt::format("checkpoint {}", dir));
@@ -179,6 +187,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
       Tensor part_sum;
       {
         autograd::TapeScope scope(tape);
+        dropout_rng::StreamScope dropout(&dropout_stream);
         const Tensor logits = model.forward(b.ids, b.mask);
         const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
         const auto shifted = shift_labels(b.labels, B, T);
@@ -229,6 +238,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   }
   model.set_requires_grad(false);
   if (o.adapter) o.adapter->set_requires_grad(false);
+  model.set_gradient_checkpointing(checkpointing_before);
   if (!eval_set.empty() && !result.interrupted) {
     result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
     result.eval.push_back({result.log.empty() ? 0 : result.log.back().step, result.final_eval_loss});

@@ -6,6 +6,9 @@
 // With a LoRA adapter (TrainOptions::adapter) only the adapter's tensors are trained: they alone
 // get gradients, AdamW state, clipping and checkpoints; the base weights stay bit for bit as
 // loaded (no gradient is computed for them, and no optimizer holds them).
+// The model's dropout (config.json probabilities) is on in training forwards only, drawn from a
+// stream seeded by --seed whose position is checkpointed, so runs are reproducible and resumes
+// bitwise exact.
 #pragma once
 
 #include <atomic>
@@ -39,7 +42,8 @@ struct TrainOptions {
   double max_grad_norm = 1.0;       // <= 0 disables clipping
   int64_t logging_steps = 10;
   int64_t eval_steps = 0;           // 0: evaluate at the end only
-  uint64_t seed = 42;
+  uint64_t seed = 42;                // data order, initialization and dropout masks
+  bool gradient_checkpointing = false;  // recompute each layer's activations in the backward pass
   std::string output_dir;        // checkpoints go to <output_dir>/checkpoint-<step>
   int64_t save_steps = 0;        // checkpoint every N steps and at the end (0: none)
   int64_t save_total_limit = 0;  // keep only the newest K checkpoints (0: all)
