@@ -9,8 +9,6 @@
 
 namespace vkf::vk {
 namespace {
-constexpr uint64_t kAlignment = 256;
-constexpr uint64_t kDeviceBlock = 256ull << 20;
 constexpr uint64_t kStagingBlock = 64ull << 20;
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -121,8 +119,8 @@ void Allocator::destroy_block(Block* block) {
 }
 
 Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
-  const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAlignment);
-  const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlock : kStagingBlock;
+  const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAllocationAlignment);
+  const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlockBytes : kStagingBlock;
   Block* chosen = nullptr;
   uint64_t offset = 0;
   if (size <= block_size / 4) {

@@ -21,6 +21,13 @@ struct DeviceInfo;
 
 enum class MemoryKind { Device, Staging };
 
+// Every allocation is rounded up to kAllocationAlignment. Device allocations of at most
+// kDeviceBlockBytes / 4 share blocks of kDeviceBlockBytes; larger ones get a block of their own.
+// (Memory planning counts bytes the same way.)
+constexpr uint64_t kAllocationAlignment = 256;
+constexpr uint64_t kDeviceBlockBytes = 256ull << 20;
+constexpr uint64_t kSharedAllocationMax = kDeviceBlockBytes / 4;
+
 struct Block {
   uint32_t id = 0;
   VkDeviceMemory memory = VK_NULL_HANDLE;
