@@ -194,6 +194,13 @@ int optimizer_moments(PlanOptimizer o) {
 
 std::string shape2(int64_t a, int64_t b) { return fmt::format("[{}, {}]", a, b); }
 
+std::string format_count(int64_t n) {
+  const double v = static_cast<double>(n);
+  if (n < 1'000'000) return fmt::format("{}", n);
+  if (n < 1'000'000'000) return fmt::format("{:.1f}M", v / 1e6);
+  return fmt::format("{:.2f}B", v / 1e9);
+}
+
 // Gradient bytes by when backward makes them. Backward runs the tape in reverse: the head first
 // (lm_head, or the tied embedding, and the final norm), then the layers from the last down, and
 // the untied embedding last. Within the first layer, at its MLP's backward only down/c_proj and
@@ -469,12 +476,11 @@ std::string format_bytes(uint64_t b) {
 std::string MemoryPlan::table() const {
   const auto& in = input;
   std::string out = fmt::format(
-      "memory plan: {} ({} layers, {:.1f}M parameters), batch {} x {} tokens, {}\n", model_type,
-      num_layers, static_cast<double>(parameter_count) / 1e6, in.batch_size, in.seq_len,
+      "memory plan: {} ({} layers, {} parameters), batch {} x {} tokens, {}\n", model_type,
+      num_layers, format_count(parameter_count), in.batch_size, in.seq_len,
       in.training ? fmt::format("training with {}{}{}", optimizer_name(in.optimizer),
                                 trainable_count < parameter_count
-                                    ? fmt::format(", {:.2f}M trainable",
-                                                  static_cast<double>(trainable_count) / 1e6)
+                                    ? fmt::format(", {} trainable", format_count(trainable_count))
                                     : std::string(),
                                 in.gradient_checkpointing ? ", gradient checkpointing" : "")
                   : std::string("forward only"));
@@ -576,10 +582,17 @@ void require_fits(const ArchSpec& spec, const MemoryPlan& plan, const MemoryCapa
                           : fmt::format("parameters {}, activations {}",
                                         format_bytes(plan.parameters.bytes),
                                         format_bytes(plan.activations.bytes));
-  fail("not enough device memory: this run needs about {} ({}: {}; batch {} x {} tokens), but "
-       "only {} is usable. Try {}or a smaller model; --estimate-memory prints the whole plan",
-       format_bytes(plan.device_bytes()), plan.model_type, parts, in.batch_size, in.seq_len,
-       capacity.description, advice);
+  // Shared blocks are allocated whole: below one block, nothing fits however small the run.
+  const std::string blocks =
+      capacity.usable < vk::kDeviceBlockBytes
+          ? fmt::format(" (vkformer takes device memory in blocks of {}, so no run fits in less)",
+                        format_bytes(vk::kDeviceBlockBytes))
+          : "";
+  fail("not enough device memory: this run needs about {} of device memory ({} of tensors for "
+       "{}, batch {} x {} tokens: {}), but only {} is usable{}. Try {}or a smaller model; "
+       "--estimate-memory prints the whole plan",
+       format_bytes(plan.device_bytes()), format_bytes(plan.total()), plan.model_type,
+       in.batch_size, in.seq_len, parts, capacity.description, blocks, advice);
 }
 
 uint64_t parse_byte_size(const std::string& text, const std::string& option) {

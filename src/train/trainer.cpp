@@ -56,6 +56,17 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
 
 }  // namespace
 
+MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<Example>& train_set,
+                                const TrainOptions& o) {
+  MemoryPlanInput in;
+  in.batch_size = std::min<int64_t>(o.batch_size, std::max<int64_t>(1, static_cast<int64_t>(train_set.size())));
+  for (const Example& e : train_set) in.seq_len = std::max(in.seq_len, static_cast<int64_t>(e.ids.size()));
+  in.training = true;
+  in.optimizer = PlanOptimizer::AdamW;
+  in.gradient_accumulation_steps = o.grad_accum;
+  return plan_memory(spec, in);
+}
+
 bool decays(const std::string& name) {
   if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return false;
   return name.find("norm") == std::string::npos;  // *_layernorm, norm, q_norm, k_norm, ...
@@ -92,6 +103,11 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   ScheduleConfig sc = o.schedule;
   sc.total_steps = total;
   const LrSchedule schedule(sc);
+
+  // Before anything of the run is allocated: say what it needs, and stop here if it cannot fit.
+  const MemoryPlan plan = plan_training_memory(model.spec(), train_set, o);
+  if (log) log(plan.summary());
+  require_fits(model.spec(), plan, usable_capacity(o.max_memory));
 
   model.set_requires_grad(true);
   std::vector<double> wd;

@@ -282,7 +282,8 @@ TEST(MemoryPlan, RefusesARunThatDoesNotFitAndSaysWhatToTry) {
   test::expect_error([&] { train::require_fits(spec, p, tiny); },
                      {"not enough device memory", "needs about 256.0 MiB", "1.0 MiB (--max-memory)",
                       "--per-device-train-batch-size (1 needs", "--max-length (64 needs",
-                      "--gradient-checkpointing", "LoRA", "--estimate-memory"});
+                      "--gradient-checkpointing", "LoRA", "--estimate-memory",
+                      "blocks of 256.0 MiB, so no run fits in less"});
   const train::MemoryCapacity device = train::usable_capacity(0);
   const vk::DeviceCapacity dc = vk::device_capacity();
   EXPECT_LT(device.usable, dc.total());
