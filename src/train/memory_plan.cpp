@@ -64,7 +64,8 @@ void add_norm(TensorBytes& t, int64_t rows, int64_t width, NormKind kind, bool t
 }
 
 // What DecoderModel::attention_block creates, all kept by the tape when training.
-TensorBytes attention_activations(const ArchSpec& s, const models::LayerSpec& layer, const Dims& d) {
+TensorBytes attention_activations(const ArchSpec& s, const models::LayerSpec& layer,
+                                  const Dims& d) {
   TensorBytes t;
   if (s.fused_qkv) {
     t.add(d.N * (d.qd + 2 * d.kvd));  // qkv_proj output
@@ -85,9 +86,9 @@ TensorBytes attention_activations(const ArchSpec& s, const models::LayerSpec& la
     t.add(d.N * d.qd);
     t.add(d.N * d.kvd);
   }
-  t.add(d.N * d.qd);         // attention output (ops/attention.cpp; no [B, H, T, T] probabilities:
-  t.add(d.B * d.Hq * d.T);   // the fused kernel saves the log-sum-exp per query row instead)
-  t.add(d.N * d.H);          // o_proj output
+  t.add(d.N * d.qd);        // attention output (ops/attention.cpp; no [B, H, T, T] probabilities:
+  t.add(d.B * d.Hq * d.T);  // the fused kernel saves the log-sum-exp per query row instead)
+  t.add(d.N * d.H);         // o_proj output
   return t;
 }
 
@@ -181,9 +182,12 @@ TensorBytes rope_tables(const ArchSpec& s, int64_t T) {
 
 std::string optimizer_name(PlanOptimizer o) {
   switch (o) {
-    case PlanOptimizer::AdamW: return "AdamW";
-    case PlanOptimizer::SGD: return "SGD";
-    case PlanOptimizer::SGDMomentum: return "SGD with momentum";
+    case PlanOptimizer::AdamW:
+      return "AdamW";
+    case PlanOptimizer::SGD:
+      return "SGD";
+    case PlanOptimizer::SGDMomentum:
+      return "SGD with momentum";
   }
   return "?";
 }
@@ -192,7 +196,9 @@ int optimizer_moments(PlanOptimizer o) {
   return o == PlanOptimizer::AdamW ? 2 : o == PlanOptimizer::SGDMomentum ? 1 : 0;
 }
 
-std::string shape2(int64_t a, int64_t b) { return fmt::format("[{}, {}]", a, b); }
+std::string shape2(int64_t a, int64_t b) {
+  return fmt::format("[{}, {}]", a, b);
+}
 
 std::string format_count(int64_t n) {
   const double v = static_cast<double>(n);
@@ -235,9 +241,9 @@ ParamGroups group_parameters(const ArchSpec& s, MemoryPlan& p) {
                              (s.placement == NormPlacement::Sandwich && is(leaf, n.post_ff_norm)) ||
                              (s.placement == NormPlacement::Post && is(leaf, n.norm2));
       if (!after_mlp) g.missing_at_mlp += one.bytes;
-      const bool before_attention =
-          is(leaf, n.q) || is(leaf, n.k) || is(leaf, n.v) || is(leaf, n.qkv) || is(leaf, n.q_norm) ||
-          is(leaf, n.k_norm) || (s.placement != NormPlacement::Post && is(leaf, n.norm1));
+      const bool before_attention = is(leaf, n.q) || is(leaf, n.k) || is(leaf, n.v) ||
+                                    is(leaf, n.qkv) || is(leaf, n.q_norm) || is(leaf, n.k_norm) ||
+                                    (s.placement != NormPlacement::Post && is(leaf, n.norm1));
       if (before_attention) g.missing_at_attention += one.bytes;
     }
   }
@@ -269,7 +275,8 @@ uint64_t MemoryPlan::total() const {
 
 uint64_t MemoryPlan::device_bytes() const {
   uint64_t dedicated = 0;
-  for (const TensorBytes* t : {&parameters, &gradients, &optimizer_state, &activations, &workspace, &inputs})
+  for (const TensorBytes* t :
+       {&parameters, &gradients, &optimizer_state, &activations, &workspace, &inputs})
     dedicated += t->dedicated;
   const uint64_t shared = total() - dedicated;
   const uint64_t block = vk::kDeviceBlockBytes;
@@ -297,7 +304,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
   const ParamGroups groups = group_parameters(s, p);
   const bool all_trainable =
       in.trainable_parameters < 0 || in.trainable_parameters >= p.parameter_count;
-  p.trainable_count = in.training ? (all_trainable ? p.parameter_count : in.trainable_parameters) : 0;
+  p.trainable_count =
+      in.training ? (all_trainable ? p.parameter_count : in.trainable_parameters) : 0;
 
   // Inputs: token ids and attention mask [B, T] i32 of every micro-batch of the step (the trainer
   // builds them all first), positions [1, T], shifted labels [B*T], and the rotary tables.
@@ -359,7 +367,9 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       //     logits makes one more [N, V] while the previous lives; lm_head's backward then writes
       //     dx [N, H] and the head weight's gradient.
       Moment m{"backward, logits gradient",
-               fmt::format("logits gradient {} f32", shape2(d.N, d.V)), {}, grads_then(groups.head)};
+               fmt::format("logits gradient {} f32", shape2(d.N, d.V)),
+               {},
+               grads_then(groups.head)};
       m.workspace.add(d.N * d.V, kF32, 1 + std::min(1, logit_ops(s)));
       m.workspace.add(d.N * d.H);
       moments.push_back(m);
@@ -369,8 +379,10 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       //     gradient of its activation [N, I] and those of gate and up (plain MLP: of c_fc's
       //     output), beside the residual stream's gradient.
       const int64_t n = s.mlp == MlpKind::Plain ? 2 : 3;
-      Moment m{"backward, first layer's MLP", fmt::format("MLP gradients {} x {} f32", n, shape2(d.N, d.I)),
-               {}, grads_then(all_grads - groups.missing_at_mlp)};
+      Moment m{"backward, first layer's MLP",
+               fmt::format("MLP gradients {} x {} f32", n, shape2(d.N, d.I)),
+               {},
+               grads_then(all_grads - groups.missing_at_mlp)};
       m.workspace.add(d.N * d.I, kF32, n);
       m.workspace.add(d.N * d.H, kF32, 2);
       moments.push_back(m);
@@ -379,8 +391,10 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       //  3. The first layer's attention: the output's gradient, dq, dk, dv and the per-row
       //     sums (delta) of the fused backward, beside the residual stream's gradient.
       Moment m{"backward, first layer's attention",
-               fmt::format("attention gradients 2 x {} + 2 x {} f32", shape2(d.N, d.qd), shape2(d.N, d.kvd)),
-               {}, grads_then(all_grads - groups.missing_at_attention)};
+               fmt::format("attention gradients 2 x {} + 2 x {} f32", shape2(d.N, d.qd),
+                           shape2(d.N, d.kvd)),
+               {},
+               grads_then(all_grads - groups.missing_at_attention)};
       m.workspace.add(d.N * d.qd, kF32, 2);
       m.workspace.add(d.N * d.kvd, kF32, 2);
       m.workspace.add(d.B * d.Hq * d.T);
@@ -393,7 +407,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       //     third, beside the q and k gradients still waiting for their slices.
       Moment m{"backward, first layer's fused q/k/v slices",
                fmt::format("q/k/v slice gradients 3 x {} f32", shape2(d.N, d.qd + 2 * d.kvd)),
-               {}, grads_then(all_grads - groups.missing_at_attention)};
+               {},
+               grads_then(all_grads - groups.missing_at_attention)};
       m.workspace.add(d.N * (d.qd + 2 * d.kvd), kF32, 3);
       m.workspace.add(d.N * d.qd);
       m.workspace.add(d.N * d.kvd);
@@ -491,12 +506,13 @@ std::string MemoryPlan::table() const {
   if (in.training) {
     row("gradients (f32)", gradients.bytes, "");
     row(fmt::format("optimizer state ({})", optimizer_name(in.optimizer)), optimizer_state.bytes,
-        optimizer_moments(in.optimizer) ? fmt::format("{} f32 per trainable parameter",
-                                                      optimizer_moments(in.optimizer))
-                                        : "");
+        optimizer_moments(in.optimizer)
+            ? fmt::format("{} f32 per trainable parameter", optimizer_moments(in.optimizer))
+            : "");
     row("activations", activations.bytes,
         in.gradient_checkpointing
-            ? fmt::format("layer inputs, one layer recomputed ({}), head", format_bytes(activations_per_layer))
+            ? fmt::format("layer inputs, one layer recomputed ({}), head",
+                          format_bytes(activations_per_layer))
             : fmt::format("saved for backward; {} per layer", format_bytes(activations_per_layer)));
     row("workspace", workspace.bytes, workspace_note);
   } else {
@@ -505,24 +521,25 @@ std::string MemoryPlan::table() const {
   row("inputs, rotary tables", inputs.bytes, "");
   row("total (tensors)", total(), "peak at " + peak_moment);
   row("device memory", device_bytes(),
-      fmt::format("in {} blocks; larger tensors get their own", format_bytes(vk::kDeviceBlockBytes)));
+      fmt::format("in {} blocks; larger tensors get their own",
+                  format_bytes(vk::kDeviceBlockBytes)));
   return out;
 }
 
 std::string MemoryPlan::summary() const {
   if (!input.training) {
-    return fmt::format("memory plan: {} total = parameters {} + activations {} + inputs {} "
-                       "({} of device memory)",
-                       format_bytes(total()), format_bytes(parameters.bytes),
-                       format_bytes(activations.bytes), format_bytes(inputs.bytes),
-                       format_bytes(device_bytes()));
+    return fmt::format(
+        "memory plan: {} total = parameters {} + activations {} + inputs {} "
+        "({} of device memory)",
+        format_bytes(total()), format_bytes(parameters.bytes), format_bytes(activations.bytes),
+        format_bytes(inputs.bytes), format_bytes(device_bytes()));
   }
-  return fmt::format("memory plan: {} total = parameters {} + gradients {} + optimizer {} + "
-                     "activations {} + workspace {} + inputs {} ({} of device memory)",
-                     format_bytes(total()), format_bytes(parameters.bytes),
-                     format_bytes(gradients.bytes), format_bytes(optimizer_state.bytes),
-                     format_bytes(activations.bytes), format_bytes(workspace.bytes),
-                     format_bytes(inputs.bytes), format_bytes(device_bytes()));
+  return fmt::format(
+      "memory plan: {} total = parameters {} + gradients {} + optimizer {} + "
+      "activations {} + workspace {} + inputs {} ({} of device memory)",
+      format_bytes(total()), format_bytes(parameters.bytes), format_bytes(gradients.bytes),
+      format_bytes(optimizer_state.bytes), format_bytes(activations.bytes),
+      format_bytes(workspace.bytes), format_bytes(inputs.bytes), format_bytes(device_bytes()));
 }
 
 MemoryCapacity usable_capacity(uint64_t max_memory) {
@@ -533,10 +550,10 @@ MemoryCapacity usable_capacity(uint64_t max_memory) {
   const uint64_t margin = std::min<uint64_t>(total, (uint64_t{256} << 20) + total / 100 * 3);
   MemoryCapacity out;
   out.usable = total - margin;
-  out.description = fmt::format("{} of device memory ({} {} less a {} safety margin)",
-                                format_bytes(out.usable), format_bytes(total),
-                                c.budget_bytes ? "budget (VK_EXT_memory_budget)" : "device-local heap",
-                                format_bytes(margin));
+  out.description = fmt::format(
+      "{} of device memory ({} {} less a {} safety margin)", format_bytes(out.usable),
+      format_bytes(total), c.budget_bytes ? "budget (VK_EXT_memory_budget)" : "device-local heap",
+      format_bytes(margin));
   if (max_memory > 0 && max_memory < out.usable) {
     out.usable = max_memory;
     out.description = fmt::format("{} (--max-memory)", format_bytes(max_memory));
@@ -554,9 +571,10 @@ void require_fits(const ArchSpec& spec, const MemoryPlan& plan, const MemoryCapa
   if (in.batch_size > 1) {
     MemoryPlanInput c = in;
     c.batch_size = 1;
-    advice += fmt::format("a smaller --per-device-train-batch-size (1 needs {}; raise "
-                          "--gradient-accumulation-steps to keep the tokens per step), ",
-                          needs(c));
+    advice += fmt::format(
+        "a smaller --per-device-train-batch-size (1 needs {}; raise "
+        "--gradient-accumulation-steps to keep the tokens per step), ",
+        needs(c));
   }
   if (in.seq_len > 1) {
     MemoryPlanInput c = in;
@@ -571,38 +589,40 @@ void require_fits(const ArchSpec& spec, const MemoryPlan& plan, const MemoryCapa
   if (in.training) {
     advice += "LoRA (gradients and optimizer state for the adapters only), ";
   }
-  std::string parts = in.training
-                          ? fmt::format("parameters {}, gradients {}, optimizer state {}, "
-                                        "activations {}, workspace {}",
-                                        format_bytes(plan.parameters.bytes),
-                                        format_bytes(plan.gradients.bytes),
-                                        format_bytes(plan.optimizer_state.bytes),
-                                        format_bytes(plan.activations.bytes),
-                                        format_bytes(plan.workspace.bytes))
-                          : fmt::format("parameters {}, activations {}",
-                                        format_bytes(plan.parameters.bytes),
-                                        format_bytes(plan.activations.bytes));
+  std::string parts =
+      in.training
+          ? fmt::format(
+                "parameters {}, gradients {}, optimizer state {}, "
+                "activations {}, workspace {}",
+                format_bytes(plan.parameters.bytes), format_bytes(plan.gradients.bytes),
+                format_bytes(plan.optimizer_state.bytes), format_bytes(plan.activations.bytes),
+                format_bytes(plan.workspace.bytes))
+          : fmt::format("parameters {}, activations {}", format_bytes(plan.parameters.bytes),
+                        format_bytes(plan.activations.bytes));
   // Shared blocks are allocated whole: below one block, nothing fits however small the run.
   const std::string blocks =
       capacity.usable < vk::kDeviceBlockBytes
           ? fmt::format(" (vkformer takes device memory in blocks of {}, so no run fits in less)",
                         format_bytes(vk::kDeviceBlockBytes))
           : "";
-  fail("not enough device memory: this run needs about {} of device memory ({} of tensors for "
-       "{}, batch {} x {} tokens: {}), but only {} is usable{}. Try {}or a smaller model; "
-       "--estimate-memory prints the whole plan",
-       format_bytes(plan.device_bytes()), format_bytes(plan.total()), plan.model_type,
-       in.batch_size, in.seq_len, parts, capacity.description, blocks, advice);
+  fail(
+      "not enough device memory: this run needs about {} of device memory ({} of tensors for "
+      "{}, batch {} x {} tokens: {}), but only {} is usable{}. Try {}or a smaller model; "
+      "--estimate-memory prints the whole plan",
+      format_bytes(plan.device_bytes()), format_bytes(plan.total()), plan.model_type, in.batch_size,
+      in.seq_len, parts, capacity.description, blocks, advice);
 }
 
 uint64_t parse_byte_size(const std::string& text, const std::string& option) {
   auto bad = [&]() -> uint64_t {
-    fail("{} '{}' is not a size; write a number with an optional unit, e.g. 2GiB, 500MB, 1.5G "
-         "(KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)",
-         option, text);
+    fail(
+        "{} '{}' is not a size; write a number with an optional unit, e.g. 2GiB, 500MB, 1.5G "
+        "(KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)",
+        option, text);
   };
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == 0) return bad();
   double value = 0;
   try {
@@ -623,8 +643,10 @@ uint64_t parse_byte_size(const std::string& text, const std::string& option) {
   } else if (const char* at = std::strchr(prefixes, unit[0]); at && *at) {
     const int power = static_cast<int>(at - prefixes) + 1;
     const std::string rest = unit.substr(1);
-    if (rest.empty() || rest == "ib") scale = std::pow(1024.0, power);
-    else if (rest == "b") scale = std::pow(1000.0, power);
+    if (rest.empty() || rest == "ib")
+      scale = std::pow(1024.0, power);
+    else if (rest == "b")
+      scale = std::pow(1000.0, power);
   }
   if (scale == 0 || !std::isfinite(value * scale) || value * scale >= 1.8e19) return bad();
   const auto bytes = static_cast<uint64_t>(value * scale);

@@ -1,16 +1,22 @@
-// Memory planning: how many bytes of device memory a training (or inference) run of a decoder
-// will need at its peak, worked out from the architecture and the batch shape before anything is
-// allocated, so a run that cannot fit says so up front, with the estimate and what to change.
+// Memory planning: how many bytes of device memory a training (or forward-only) run of a
+// decoder will need at its peak, worked out from the architecture and the batch shape before
+// anything is allocated, so a run that cannot fit says so up front, with the estimate and what to
+// change.
 //
 // The estimate mirrors what the code keeps alive, not a textbook formula: the autodiff tape holds
 // every input and output of every recorded op until backward ends (so every forward intermediate
-// counts as an activation, plus what backward lambdas save: norm rstd, attention log-sum-exp,
-// cross-entropy lse), parameter gradients grow during backward, AdamW's two moments exist from
-// the optimizer's construction, and each allocation is rounded up to the allocator's 256 bytes.
-// The peak of a training step is in the backward pass; the plan takes the worst of three moments
-// (the logits gradient at the start, a layer's gradients in the middle, the embedding gradient at
-// the end). tests/unit/test_memory_plan.cpp checks it against the measured peak of live tensor
-// bytes of real training steps.
+// counts as an activation, plus what backward lambdas save: norm rstd, attention's log-sum-exp,
+// cross-entropy's lse; the fused attention saves no [B, H, T, T] probabilities), parameter
+// gradients appear one by one during backward, AdamW's two moments exist from the optimizer's
+// construction, and every allocation is rounded up to the allocator's 256 bytes. A training step
+// peaks in backward, at one of a few moments (the logits gradient, the first layer's MLP or
+// attention gradients, the embedding gradient); the plan takes the worst.
+// tests/unit/test_memory_plan.cpp checks it against the measured peak of live tensor bytes of
+// real training steps.
+//
+// What the plan does not cover: memory a tensor releases is returned to the allocator only once
+// the GPU has finished the commands queued before (vk::Stream::release), so while the GPU lags
+// behind the host, device memory in use exceeds live tensor bytes (see DeviceMemoryStats).
 #pragma once
 
 #include <cstdint>
@@ -56,8 +62,8 @@ struct MemoryPlan {
   TensorBytes workspace;        // transients on top of the rest at the peak moment
   TensorBytes inputs;           // token ids, masks, labels, positions, rotary tables
   uint64_t activations_per_layer = 0;
-  std::string peak_moment;      // where the step peaks, e.g. "backward, logits gradient"
-  std::string workspace_note;   // the largest transient, e.g. "logits gradient [4096, 32000] f32"
+  std::string peak_moment;     // where the step peaks, e.g. "backward, logits gradient"
+  std::string workspace_note;  // the largest transient, e.g. "logits gradient [4096, 32000] f32"
 
   // Tensor bytes at the peak: what the allocator's live bytes reach.
   uint64_t total() const;
@@ -81,7 +87,8 @@ MemoryCapacity usable_capacity(uint64_t max_memory);
 // Fails with a vkf::Error naming the estimate, the capacity and what to try (with what a smaller
 // batch, a shorter sequence or gradient checkpointing would need) when the plan's device bytes
 // exceed capacity.usable.
-void require_fits(const models::ArchSpec& spec, const MemoryPlan& plan, const MemoryCapacity& capacity);
+void require_fits(const models::ArchSpec& spec, const MemoryPlan& plan,
+                  const MemoryCapacity& capacity);
 
 // "2GiB", "500MB", "1.5G", "123456" -> bytes. KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024,
 // KB/MB/GB/TB powers of 1000; case does not matter. `option` names the option in errors.

@@ -229,8 +229,16 @@ DeviceCapacity Allocator::capacity() const {
   return c;
 }
 
-DeviceMemoryStats memory_stats() { return Context::get().allocator().device_stats(); }
-void reset_memory_peak() { Context::get().allocator().reset_device_peaks(); }
-DeviceCapacity device_capacity() { return Context::get().allocator().capacity(); }
+DeviceMemoryStats memory_stats() {
+  return Context::get().allocator().device_stats();
+}
+
+void reset_memory_peak() {
+  Context::get().allocator().reset_device_peaks();
+}
+
+DeviceCapacity device_capacity() {
+  return Context::get().allocator().capacity();
+}
 
 }  // namespace vkf::vk

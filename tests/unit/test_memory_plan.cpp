@@ -37,10 +37,14 @@ constexpr double kSlack = 1.1;
 
 json config(const std::string& type, int64_t vocab, int64_t hidden, int64_t inter, int64_t layers,
             int64_t heads, int64_t kv_heads, bool tied) {
-  json c = {{"model_type", type},         {"vocab_size", vocab},
-            {"hidden_size", hidden},      {"intermediate_size", inter},
-            {"num_hidden_layers", layers}, {"num_attention_heads", heads},
-            {"num_key_value_heads", kv_heads}, {"max_position_embeddings", 4096},
+  json c = {{"model_type", type},
+            {"vocab_size", vocab},
+            {"hidden_size", hidden},
+            {"intermediate_size", inter},
+            {"num_hidden_layers", layers},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", kv_heads},
+            {"max_position_embeddings", 4096},
             {"tie_word_embeddings", tied}};
   if (type == "gemma2") {
     c["layer_types"] = json::array();
@@ -185,8 +189,8 @@ TEST(MemoryPlan, ForwardEstimateBoundsTheMeasuredPeak) {
       const Tensor logits = model.forward(Tensor::from_host_i32(ids, {c.batch, c.seq}),
                                           Tensor::from_host_i32(mask, {c.batch, c.seq}));
       const auto shifted = train::shift_labels(labels, c.batch, c.seq);
-      const auto parts = ops::cross_entropy_parts(logits.reshape({c.batch * c.seq, V}),
-                                                  Tensor::from_host_i32(shifted, {c.batch * c.seq}));
+      const auto parts = ops::cross_entropy_parts(
+          logits.reshape({c.batch * c.seq, V}), Tensor::from_host_i32(shifted, {c.batch * c.seq}));
       EXPECT_TRUE(std::isfinite(parts.loss_sum.item()));
     }
     vk::stream().synchronize();
@@ -194,7 +198,6 @@ TEST(MemoryPlan, ForwardEstimateBoundsTheMeasuredPeak) {
     expect_within_bound(c, plan_for(c, false), measured);
   }
 }
-
 
 // Parameter counting against a published figure: Llama-3.2-1B has 1,235,814,400 parameters
 // (tied embeddings), so its f32 master copy is 4.94 GB.
@@ -212,7 +215,8 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
   // Saved for backward: 16 layers of 1392 MiB ([8192, 2048] x 11 and [8192, 8192] x 3, with
   // q 32 heads and k/v 8 of 64) and the [8192, 128256] f32 logits.
   EXPECT_GT(p.activations.bytes, 16 * (uint64_t{1392} << 20) + uint64_t{8192} * 128256 * 4);
-  EXPECT_LT(p.activations.bytes, 16 * (uint64_t{1393} << 20) + uint64_t{8192} * 128256 * 4 + (uint64_t{200} << 20));
+  EXPECT_LT(p.activations.bytes,
+            16 * (uint64_t{1393} << 20) + uint64_t{8192} * 128256 * 4 + (uint64_t{200} << 20));
   EXPECT_GE(p.device_bytes(), p.total());
   std::printf("%s", p.table().c_str());
 }
@@ -220,7 +224,8 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
 // Not measured here (this branch has no gradient checkpointing yet): the plan keeps each layer's
 // input and one layer's tensors instead of every layer's, and nothing else changes.
 TEST(MemoryPlan, GradientCheckpointingKeepsLayerInputsAndOneLayer) {
-  const auto spec = models::spec_from_config(config("llama", 512, 64, 176, 4, 4, 2, false), "config.json");
+  const auto spec =
+      models::spec_from_config(config("llama", 512, 64, 176, 4, 4, 2, false), "config.json");
   train::MemoryPlanInput in;
   in.batch_size = 2;
   in.seq_len = 64;
@@ -237,7 +242,8 @@ TEST(MemoryPlan, GradientCheckpointingKeepsLayerInputsAndOneLayer) {
 
 // LoRA-style runs: gradients and optimizer state for the trainable parameters only.
 TEST(MemoryPlan, TrainableSubsetScalesGradientsAndOptimizerState) {
-  const auto spec = models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
+  const auto spec =
+      models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
   train::MemoryPlanInput in;
   in.batch_size = 2;
   in.seq_len = 64;
@@ -251,7 +257,8 @@ TEST(MemoryPlan, TrainableSubsetScalesGradientsAndOptimizerState) {
 }
 
 TEST(MemoryPlan, DeviceBytesRoundSharedTensorsToBlocks) {
-  const auto spec = models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
+  const auto spec =
+      models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
   train::MemoryPlanInput in;
   const auto p = train::plan_memory(spec, in);
   EXPECT_LT(p.total(), vk::kDeviceBlockBytes);
@@ -272,7 +279,8 @@ TEST(MemoryPlan, DeviceBytesRoundSharedTensorsToBlocks) {
 }
 
 TEST(MemoryPlan, RefusesARunThatDoesNotFitAndSaysWhatToTry) {
-  const auto spec = models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
+  const auto spec =
+      models::spec_from_config(config("llama", 512, 64, 176, 2, 4, 2, false), "config.json");
   train::MemoryPlanInput in;
   in.batch_size = 4;
   in.seq_len = 128;
@@ -302,7 +310,8 @@ TEST(MemoryPlan, ParsesSizes) {
   EXPECT_EQ(train::parse_byte_size("4096", "--max-memory"), 4096u);
   EXPECT_EQ(train::parse_byte_size("3kb", "--max-memory"), 3000u);
   for (const char* bad : {"", "GiB", "2XB", "1.2.3G", "-5G", "2 GBs"})
-    test::expect_error([&] { train::parse_byte_size(bad, "--max-memory"); }, {"--max-memory", "is not a size"});
+    test::expect_error([&] { train::parse_byte_size(bad, "--max-memory"); },
+                       {"--max-memory", "is not a size"});
   test::expect_error([&] { train::parse_byte_size("0", "--max-memory"); }, {"more than 0 bytes"});
   EXPECT_EQ(train::format_bytes(1536), "1.5 KiB");
   EXPECT_EQ(train::format_bytes(uint64_t{3} << 29), "1.50 GiB");
