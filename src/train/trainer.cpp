@@ -19,6 +19,7 @@
 #include "ops/optim.h"
 #include "ops/reduce.h"
 #include "train/causal_lm.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::train {
@@ -108,6 +109,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   const MemoryPlan plan = plan_training_memory(model.spec(), train_set, o);
   if (log) log(plan.summary());
   require_fits(model.spec(), plan, usable_capacity(o.max_memory));
+  vk::reset_memory_peak();
 
   model.set_requires_grad(true);
   std::vector<double> wd;
@@ -230,6 +232,11 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     }
   }
   model.set_requires_grad(false);
+  // How the plan compared (it counts what the process's live tensors reach, the model included).
+  if (log && !result.log.empty()) {
+    log(fmt::format("memory: peak {} of live tensors (planned {})",
+                    format_bytes(vk::memory_stats().peak_live_bytes), format_bytes(plan.total())));
+  }
   if (!eval_set.empty() && !result.interrupted) {
     result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
     result.eval.push_back({result.log.empty() ? 0 : result.log.back().step, result.final_eval_loss});
