@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "models/decoder.h"
-#include "vk/context.h"
 #include "vk/error.h"
 #include "vk/memory.h"
 

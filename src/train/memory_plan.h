@@ -37,7 +37,9 @@ struct MemoryPlanInput {
   // Trainable parameters (elements); -1: all of them (full fine-tuning). LoRA trains only a few:
   // gradients and optimizer state are for these alone.
   int64_t trainable_parameters = -1;
-  // Activations saved for backward are each layer's input plus one layer recomputed at a time.
+  // Activations saved for backward are each layer's input plus one layer recomputed at a time,
+  // as gradient checkpointing (TrainOptions::gradient_checkpointing, being added) is to work;
+  // not yet measured against it.
   bool gradient_checkpointing = false;
 };
 

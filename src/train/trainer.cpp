@@ -19,8 +19,8 @@
 #include "ops/optim.h"
 #include "ops/reduce.h"
 #include "train/causal_lm.h"
-#include "vk/context.h"
 #include "vk/error.h"
+#include "vk/memory.h"
 
 namespace vkf::train {
 namespace {
