@@ -38,6 +38,7 @@ int run_devices() {
     fmt::print("  memory heaps:");
     for (size_t i = 0; i < d.heaps.size(); ++i)
       fmt::print(" [{}] {}{}", i, mib(d.heaps[i].size), d.heaps[i].device_local ? " device-local" : "");
+    fmt::print("\n  memory budget (VK_EXT_memory_budget): {}", yes(d.memory_budget));
     fmt::print("\n  subgroup size: {}\n  max shared memory per workgroup: {} KiB\n",
                d.subgroup_size, d.max_shared_memory / 1024);
     fmt::print("  maxStorageBufferRange: {}\n  max push constants: {} bytes\n",

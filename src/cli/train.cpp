@@ -35,6 +35,8 @@ struct TrainArgs {
   double eval_fraction = 0.0;
   int64_t max_length = 512;
   bool no_packing = false;
+  std::string max_memory;    // a size, e.g. 2GiB
+  bool estimate_memory = false;
   train::TrainOptions opt;
   PeftArgs peft;
 };
@@ -73,18 +75,22 @@ void copy_if_exists(const fs::path& from, const fs::path& to) {
 
 int run(TrainArgs& a) {
   VKF_REQUIRE(a.model.empty() != a.config.empty(), "train: give --model DIR, or --config config.json with --tokenizer");
+  VKF_REQUIRE(!a.out.empty() || a.estimate_memory, "train: --out DIR is required (the output folder)");
+  if (!a.max_memory.empty()) a.opt.max_memory = train::parse_byte_size(a.max_memory, "--max-memory");
   const fs::path tok_dir = !a.tokenizer.empty() ? fs::path(a.tokenizer) : fs::path(a.model);
   const Tokenizer tokenizer = fs::is_directory(tok_dir) ? Tokenizer::from_folder(tok_dir) : Tokenizer::from_file(tok_dir);
-  models::DecoderModel model = a.model.empty() ? init_from_config(a.config, a.opt.seed) : models::DecoderModel::load(a.model);
-  VKF_REQUIRE(static_cast<int64_t>(tokenizer.vocab_size()) <= model.spec().vocab_size,
+  // The architecture alone (config.json) is enough to plan memory, so a run that cannot fit stops
+  // before its weights are read.
+  const models::ArchSpec spec =
+      models::spec_from_file(a.model.empty() ? a.config : (fs::path(a.model) / "config.json").string());
+  VKF_REQUIRE(static_cast<int64_t>(tokenizer.vocab_size()) <= spec.vocab_size,
               "train: the tokenizer has {} tokens but the model's vocab_size is {}", tokenizer.vocab_size(),
-              model.spec().vocab_size);
+              spec.vocab_size);
   // The checkpoint is found now, since a LoRA checkpoint also decides what is trained.
   if (a.opt.resume_from == "auto") {
     a.opt.resume_from = train::latest_checkpoint(a.out);
     VKF_REQUIRE(!a.opt.resume_from.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", a.out);
   }
-  a.opt.adapter = setup_peft(a.peft, model, a.model, a.opt.resume_from, a.opt.seed);
 
   train::DataOptions d;
   d.max_length = a.max_length;
@@ -103,6 +109,33 @@ int run(TrainArgs& a) {
     eval.assign(sequences.end() - static_cast<std::ptrdiff_t>(n), sequences.end());
     sequences.resize(sequences.size() - n);
   }
+  VKF_REQUIRE(a.opt.batch_size > 0 && a.opt.grad_accum > 0,
+              "train: --per-device-train-batch-size and --gradient-accumulation-steps must be positive");
+  const train::MemoryCapacity capacity = train::usable_capacity(a.opt.max_memory);
+  auto print_plan = [&](const train::MemoryPlan& plan) {
+    std::printf("%s", plan.table().c_str());
+    std::printf("usable: %s; %s\n", capacity.description.c_str(),
+                plan.device_bytes() <= capacity.usable ? "the run fits" : "the run does NOT fit");
+  };
+  // Full training is planned from config.json before any weight is read. A LoRA run trains only
+  // its adapter, whose size is known once the adapter is set up on the loaded model.
+  const bool lora = !a.peft.peft.empty() ||
+                    (!a.opt.resume_from.empty() && fs::exists(fs::path(a.opt.resume_from) / "adapter_config.json"));
+  if (!lora) {
+    const train::MemoryPlan plan = train::plan_training_memory(spec, sequences, a.opt);
+    if (a.estimate_memory) {
+      print_plan(plan);
+      return 0;
+    }
+    train::require_fits(spec, plan, capacity);
+  }
+  models::DecoderModel model = a.model.empty() ? init_from_config(a.config, a.opt.seed) : models::DecoderModel::load(a.model);
+  a.opt.adapter = setup_peft(a.peft, model, a.model, a.opt.resume_from, a.opt.seed);
+  if (a.estimate_memory) {  // LoRA
+    print_plan(train::plan_training_memory(spec, sequences, a.opt));
+    return 0;
+  }
+
   a.opt.output_dir = a.out;
   std::printf("training on %zu sequences of up to %lld tokens (%s), evaluating on %zu\n", sequences.size(),
               static_cast<long long>(a.max_length), d.packing ? "packed" : "padded", eval.size());
@@ -167,7 +200,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--data", a.data, "training text: .txt, .jsonl (text | prompt+completion | messages) or a folder")->required();
   c->add_option("--eval-data", a.eval_data, "evaluation data (same formats)");
   c->add_option("--eval-fraction", a.eval_fraction, "hold out this fraction of the sequences for evaluation");
-  c->add_option("--out", a.out, "output folder (Hugging Face format)")->required();
+  c->add_option("--out", a.out, "output folder (Hugging Face format); not needed with --estimate-memory");
   c->add_option("--max-length", a.max_length, "sequence length")->capture_default_str();
   c->add_flag("--no-packing", a.no_packing, "one (truncated, padded) example per sequence instead of packing");
   c->add_option("--learning-rate", a.opt.schedule.learning_rate, "peak learning rate")->capture_default_str();
@@ -192,6 +225,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--save-total-limit", a.opt.save_total_limit, "keep only the newest N checkpoints (0: all)")->capture_default_str();
   c->add_option("--resume-from-checkpoint", a.opt.resume_from, "a checkpoint folder, or auto (the newest in --out)");
   add_peft_options(c, a.peft);
+  c->add_option("--max-memory", a.max_memory, "device memory the run may use, e.g. 2GiB or 500MB (default: what the device has); a run planned to need more stops before it starts");
+  c->add_flag("--estimate-memory", a.estimate_memory, "print the memory plan (parameters, gradients, optimizer state, activations, workspace) and exit");
   c->callback([&exit_code] { exit_code = run(a); });
 }
 

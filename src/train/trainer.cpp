@@ -21,6 +21,7 @@
 #include "ops/reduce.h"
 #include "train/causal_lm.h"
 #include "vk/error.h"
+#include "vk/memory.h"
 
 namespace vkf::train {
 namespace {
@@ -56,6 +57,19 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
 }
 
 }  // namespace
+
+MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<Example>& train_set,
+                                const TrainOptions& o) {
+  MemoryPlanInput in;
+  in.batch_size = std::min<int64_t>(o.batch_size, std::max<int64_t>(1, static_cast<int64_t>(train_set.size())));
+  for (const Example& e : train_set) in.seq_len = std::max(in.seq_len, static_cast<int64_t>(e.ids.size()));
+  in.training = true;
+  in.optimizer = PlanOptimizer::AdamW;
+  in.gradient_accumulation_steps = o.grad_accum;
+  in.gradient_checkpointing = o.gradient_checkpointing;
+  if (o.adapter) in.trainable_parameters = o.adapter->trainable_count();  // LoRA: the adapter alone
+  return plan_memory(spec, in);
+}
 
 bool decays(const std::string& name) {
   if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return false;
@@ -93,6 +107,12 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   ScheduleConfig sc = o.schedule;
   sc.total_steps = total;
   const LrSchedule schedule(sc);
+
+  // Before anything of the run is allocated: say what it needs, and stop here if it cannot fit.
+  const MemoryPlan plan = plan_training_memory(model.spec(), train_set, o);
+  if (log) log(plan.summary());
+  require_fits(model.spec(), plan, usable_capacity(o.max_memory));
+  vk::reset_memory_peak();
 
   // What is trained: the adapter's tensors (LoRA) or the model's parameters. Base weights that
   // do not require gradients get none, and the optimizer never sees them.
@@ -239,6 +259,11 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   model.set_requires_grad(false);
   if (o.adapter) o.adapter->set_requires_grad(false);
   model.set_gradient_checkpointing(checkpointing_before);
+  // How the plan compared (it counts what the process's live tensors reach, the model included).
+  if (log && !result.log.empty()) {
+    log(fmt::format("memory: peak {} of live tensors (planned {})",
+                    format_bytes(vk::memory_stats().peak_live_bytes), format_bytes(plan.total())));
+  }
   if (!eval_set.empty() && !result.interrupted) {
     result.final_eval_loss = evaluate(model, eval_set, o.batch_size);
     result.eval.push_back({result.log.empty() ? 0 : result.log.back().step, result.final_eval_loss});

@@ -22,6 +22,7 @@
 #include "peft/lora.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/memory_plan.h"
 #include "train/schedule.h"
 
 namespace vkf::train {
@@ -51,6 +52,9 @@ struct TrainOptions {
   // LoRA training: this adapter, added to the model and active, is what is trained (null: the
   // model's own parameters, full fine-tuning).
   std::shared_ptr<peft::LoraAdapter> adapter;
+  // Device memory the run may plan on, in bytes (0: what the device has); a run whose memory plan
+  // needs more stops before the first step (see memory_plan.h).
+  uint64_t max_memory = 0;
   // Set (e.g. by a SIGINT handler) to stop after the current step with a checkpoint written.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const Progress&)> on_progress;
@@ -68,6 +72,13 @@ void write_loss_plot(const std::string& path, const TrainResult& result);
 
 using LogCallback = std::function<void(const std::string& line)>;
 
+// The memory plan of train(): micro-batches of batch_size sequences as long as the longest of
+// the set, every parameter trained with AdamW.
+MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<Example>& train_set,
+                                const TrainOptions& options);
+
+// Logs the memory plan's summary first, and fails (vkf::Error) before the first step when the
+// plan exceeds the device's usable memory or options.max_memory.
 TrainResult train(models::DecoderModel& model, const std::vector<Example>& train_set,
                   const std::vector<Example>& eval_set, const TrainOptions& options,
                   const LogCallback& log = {});

@@ -3,13 +3,12 @@
 
 #include <algorithm>
 
+#include "vk/context.h"
 #include "vk/device_info.h"
 #include "vk/error.h"
 
 namespace vkf::vk {
 namespace {
-constexpr uint64_t kAlignment = 256;
-constexpr uint64_t kDeviceBlock = 256ull << 20;
 constexpr uint64_t kStagingBlock = 64ull << 20;
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -106,7 +105,10 @@ Block* Allocator::new_block(uint64_t size, MemoryKind kind, bool dedicated) {
     VKF_VK_CHECK(vkMapMemory(device_, block->memory, 0, VK_WHOLE_SIZE, 0, &block->mapped));
   }
   block->free_ranges[0] = size;
-  if (kind == MemoryKind::Device) stats_.device_bytes_reserved += size;
+  if (kind == MemoryKind::Device) {
+    stats_.device_bytes_reserved += size;
+    account(0, 0, static_cast<int64_t>(size));
+  }
   blocks_.push_back(std::move(block));
   return blocks_.back().get();
 }
@@ -118,8 +120,8 @@ void Allocator::destroy_block(Block* block) {
 }
 
 Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
-  const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAlignment);
-  const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlock : kStagingBlock;
+  const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAllocationAlignment);
+  const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlockBytes : kStagingBlock;
   Block* chosen = nullptr;
   uint64_t offset = 0;
   if (size <= block_size / 4) {
@@ -151,6 +153,7 @@ Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
     stats_.device_bytes_in_use += size;
     stats_.peak_device_bytes_in_use =
         std::max(stats_.peak_device_bytes_in_use, stats_.device_bytes_in_use);
+    account(static_cast<int64_t>(size), static_cast<int64_t>(size), 0);
   }
   return Allocation{chosen, offset, size};
 }
@@ -159,9 +162,15 @@ void Allocator::free(const Allocation& a) {
   Block* b = a.block;
   if (!b) return;
   b->used -= a.size;
-  if (b->kind == MemoryKind::Device) stats_.device_bytes_in_use -= a.size;
+  if (b->kind == MemoryKind::Device) {
+    stats_.device_bytes_in_use -= a.size;
+    account(0, -static_cast<int64_t>(a.size), 0);
+  }
   if (b->dedicated) {
-    if (b->kind == MemoryKind::Device) stats_.device_bytes_reserved -= b->size;
+    if (b->kind == MemoryKind::Device) {
+      stats_.device_bytes_reserved -= b->size;
+      account(0, 0, -static_cast<int64_t>(b->size));
+    }
     destroy_block(b);
     blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
                                [b](const auto& p) { return p.get() == b; }));
@@ -180,6 +189,57 @@ void Allocator::free(const Allocation& a) {
       b->free_ranges.erase(it);
     }
   }
+}
+
+void Allocator::account(int64_t live, int64_t held, int64_t reserved) {
+  auto apply = [](uint64_t& value, uint64_t& peak, int64_t delta) {
+    value = static_cast<uint64_t>(static_cast<int64_t>(value) + delta);
+    peak = std::max(peak, value);
+  };
+  apply(accounting_.live_bytes, accounting_.peak_live_bytes, live);
+  apply(accounting_.held_bytes, accounting_.peak_held_bytes, held);
+  apply(accounting_.reserved_bytes, accounting_.peak_reserved_bytes, reserved);
+}
+
+void Allocator::released(const Allocation& a) {
+  if (a.block && a.block->kind == MemoryKind::Device) account(-static_cast<int64_t>(a.size), 0, 0);
+}
+
+void Allocator::reset_device_peaks() {
+  accounting_.peak_live_bytes = accounting_.live_bytes;
+  accounting_.peak_held_bytes = accounting_.held_bytes;
+  accounting_.peak_reserved_bytes = accounting_.reserved_bytes;
+}
+
+DeviceCapacity Allocator::capacity() const {
+  const uint32_t heap = props_.memoryTypes[memory_type(MemoryKind::Device)].heapIndex;
+  DeviceCapacity c;
+  c.heap_bytes = props_.memoryHeaps[heap].size;
+  if (memory_budget_) {
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+    p2.pNext = &budget;
+    vkGetPhysicalDeviceMemoryProperties2(physical_, &p2);
+    // A driver may leave the budget at 0 for a heap it does not track; then only the size counts.
+    if (budget.heapBudget[heap] > 0) {
+      c.budget_bytes = budget.heapBudget[heap];
+      c.usage_bytes = budget.heapUsage[heap];
+    }
+  }
+  return c;
+}
+
+DeviceMemoryStats memory_stats() {
+  return Context::get().allocator().device_stats();
+}
+
+void reset_memory_peak() {
+  Context::get().allocator().reset_device_peaks();
+}
+
+DeviceCapacity device_capacity() {
+  return Context::get().allocator().capacity();
 }
 
 }  // namespace vkf::vk

@@ -2,13 +2,17 @@
 // address, sub-allocated first-fit. Shaders reach tensors through buffer device addresses, so a
 // tensor can be larger than maxStorageBufferRange (128 MiB on lavapipe) without slicing.
 // Host-visible blocks serve as staging for uploads and downloads.
+// The allocator also keeps the figures memory planning needs: bytes of live tensor allocations
+// (and their peak), and the device's usable capacity (heap size, VK_EXT_memory_budget's budget).
 #pragma once
 
 #include <vulkan/vulkan.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace vkf::vk {
@@ -16,6 +20,13 @@ namespace vkf::vk {
 struct DeviceInfo;
 
 enum class MemoryKind { Device, Staging };
+
+// Every allocation is rounded up to kAllocationAlignment. Device allocations of at most
+// kDeviceBlockBytes / 4 share blocks of kDeviceBlockBytes; larger ones get a block of their own.
+// (Memory planning counts bytes the same way.)
+constexpr uint64_t kAllocationAlignment = 256;
+constexpr uint64_t kDeviceBlockBytes = 256ull << 20;
+constexpr uint64_t kSharedAllocationMax = kDeviceBlockBytes / 4;
 
 struct Block {
   uint32_t id = 0;
@@ -54,6 +65,29 @@ struct MemoryStats {
   uint64_t peak_live_tensor_bytes = 0;
 };
 
+// Device (not staging) memory, in bytes as allocated (sizes rounded up to the 256-byte alignment).
+// "Live" allocations belong to an owner (a tensor's storage) that has not released them yet;
+// "held" ones also include those released but still waiting for queued GPU work that may use
+// them (the stream returns them to the allocator once that work has finished). Live bytes are a
+// property of the program (deterministic, what a memory plan predicts); held bytes also depend
+// on how far the GPU lags behind the host. Peaks are since the last reset_memory_peak().
+struct DeviceMemoryStats {
+  uint64_t live_bytes = 0, peak_live_bytes = 0;
+  uint64_t held_bytes = 0, peak_held_bytes = 0;
+  uint64_t reserved_bytes = 0, peak_reserved_bytes = 0;  // VkDeviceMemory blocks
+};
+
+// How much device memory there is. heap_bytes is the size of the heap tensors are allocated from;
+// with VK_EXT_memory_budget, budget_bytes is the driver's estimate of what this process may
+// allocate from it in all (including what it already holds: usage_bytes), which is lower than the
+// heap on a GPU that other processes share.
+struct DeviceCapacity {
+  uint64_t heap_bytes = 0;
+  std::optional<uint64_t> budget_bytes, usage_bytes;
+  // The budget when known, else the heap size.
+  uint64_t total() const { return budget_bytes ? std::min(*budget_bytes, heap_bytes) : heap_bytes; }
+};
+
 class Allocator {
  public:
   Allocator(VkPhysicalDevice physical, VkDevice device, const DeviceInfo& info);
@@ -75,6 +109,13 @@ class Allocator {
       stats_.peak_live_tensor_bytes = stats_.live_tensor_bytes;
   }
 
+  // Accounting for memory planning (see DeviceMemoryStats). The owner of a device allocation
+  // calls released() when it gives the allocation up, before the deferred free().
+  void released(const Allocation& allocation);
+  DeviceMemoryStats device_stats() const { return accounting_; }
+  void reset_device_peaks();
+  DeviceCapacity capacity() const;
+
  private:
   Block* new_block(uint64_t size, MemoryKind kind, bool dedicated);
   void destroy_block(Block* block);
@@ -88,6 +129,13 @@ class Allocator {
   std::vector<std::unique_ptr<Block>> blocks_;
   uint32_t next_block_id_ = 1;
   MemoryStats stats_;
+  DeviceMemoryStats accounting_;
+  void account(int64_t live, int64_t held, int64_t reserved);
 };
+
+// The current context's figures (creates the context when none exists).
+DeviceMemoryStats memory_stats();
+void reset_memory_peak();
+DeviceCapacity device_capacity();
 
 }  // namespace vkf::vk

@@ -248,6 +248,7 @@ void Stream::synchronize() {
 
 void Stream::release(const Allocation& a) {
   if (!a) return;
+  ctx_.allocator().released(a);  // no longer live for the accounting, though not yet free
   if (has_recording_) {
     recording_.to_free.push_back(a);
   } else if (!in_flight_.empty()) {

@@ -1,5 +1,6 @@
-// Vulkan runtime tests: sub-allocation and reuse, out-of-memory errors, barriers only where a
-// command depends on an earlier one, GPU timestamps, and that validation messages become errors.
+// Vulkan runtime tests: sub-allocation and reuse, out-of-memory errors, the memory accounting
+// (live/held/peak bytes, capacity), barriers only where a command depends on an earlier one, GPU
+// timestamps, and that validation messages become errors.
 #include <string>
 
 #include "core/tensor_kernels.h"
@@ -32,6 +33,59 @@ TEST(Vk, SubAllocatesAndReuses) {
 TEST(Vk, OutOfMemoryIsAClearError) {
   test::expect_error([&] { Tensor t = Tensor::empty({1ll << 40}); },
                      {"out of device memory", "asked for", "MiB available"});
+}
+
+TEST(Vk, AccountsLiveHeldAndPeakBytes) {
+  vk::stream().synchronize();
+  vk::reset_memory_peak();
+  const vk::DeviceMemoryStats s0 = vk::memory_stats();
+  EXPECT_EQ(s0.peak_live_bytes, s0.live_bytes);
+  EXPECT_LE(s0.live_bytes, s0.held_bytes);
+  {
+    // 1000 floats round up to the 256-byte allocation granularity: 4096 bytes.
+    Tensor a = Tensor::zeros({1000});
+    Tensor b = Tensor::zeros({10, 10});  // 400 bytes -> 512
+    const vk::DeviceMemoryStats s1 = vk::memory_stats();
+    EXPECT_EQ(s1.live_bytes, s0.live_bytes + 4096 + 512);
+    EXPECT_EQ(s1.held_bytes, s0.held_bytes + 4096 + 512);
+    EXPECT_EQ(s1.peak_live_bytes, s1.live_bytes);
+    EXPECT_GE(s1.reserved_bytes, s1.held_bytes);
+  }
+  // Released tensors stop being live at once; the fill commands that use them may still be
+  // queued, so their memory is held until the stream has waited for them.
+  const vk::DeviceMemoryStats s2 = vk::memory_stats();
+  EXPECT_EQ(s2.live_bytes, s0.live_bytes);
+  EXPECT_EQ(s2.peak_live_bytes, s0.live_bytes + 4096 + 512);
+  vk::stream().synchronize();
+  EXPECT_EQ(vk::memory_stats().held_bytes, s0.held_bytes);
+  vk::reset_memory_peak();
+  EXPECT_EQ(vk::memory_stats().peak_live_bytes, s0.live_bytes);
+  // A tensor too large to share a block gets its own, which counts as reserved while it lives.
+  {
+    Tensor big = Tensor::empty({(100ll << 20) / 4});
+    EXPECT_GE(vk::memory_stats().peak_reserved_bytes, s0.reserved_bytes + (100ull << 20));
+  }
+  vk::stream().synchronize();
+  EXPECT_EQ(vk::memory_stats().reserved_bytes, s0.reserved_bytes);
+}
+
+TEST(Vk, ReportsDeviceCapacity) {
+  const vk::DeviceCapacity c = vk::device_capacity();
+  EXPECT_GT(c.heap_bytes, 0u);
+  const vk::DeviceInfo& info = vk::Context::get().info();
+  // Tensors come from one device-local heap (a GPU may have a second, small one: resizable BAR).
+  if (info.device_local_bytes() > 0) {
+    EXPECT_LE(c.heap_bytes, info.device_local_bytes());
+  }
+  if (!info.memory_budget) {
+    EXPECT_FALSE(c.budget_bytes.has_value());
+  }
+  if (c.budget_bytes) {
+    EXPECT_GT(*c.budget_bytes, 0u);
+    EXPECT_LE(c.total(), c.heap_bytes);
+  } else {
+    EXPECT_EQ(c.total(), c.heap_bytes);
+  }
 }
 
 TEST(Vk, BarriersOnlyForDependencies) {
