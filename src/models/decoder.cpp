@@ -340,14 +340,13 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) c
   return ops::train_dropout(out, static_cast<float>(s.mlp_out_dropout));
 }
 
-Tensor DecoderModel::layer(int64_t l, const Tensor& x_in, const Step& step, const Trace& trace) {
+Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& trace) {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
-  Tensor x = x_in;
   const float res_mult = static_cast<float>(s.residual_multiplier);
   auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
   switch (s.placement) {
@@ -452,7 +451,8 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
           },
           {x})[0];
     } else {
-      x = layer(l, x, step, trace);
+      // Moved in: without a tape, the layer's input is freed as soon as the layer is done with it.
+      x = layer(l, std::move(x), step, trace);
     }
     emit(fmt::format("layers.{}.out", l), x);
   }

@@ -81,7 +81,7 @@ class DecoderModel {
  private:
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
-  Tensor layer(int64_t layer, const Tensor& x, const Step& step, const Trace& trace);
+  Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);

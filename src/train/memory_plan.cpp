@@ -301,6 +301,7 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
   // Parameters: f32 master copies, one tensor each (a tied output matrix is the embedding). For
   // the backward's moments below, the gradients that do not exist yet at each of them.
   const ParamGroups groups = group_parameters(s, p);
+  if (in.adapter_parameters > 0) p.parameters.add(in.adapter_parameters);  // the adapter's own tensors
   const bool all_trainable =
       in.trainable_parameters < 0 || in.trainable_parameters >= p.parameter_count;
   p.trainable_count =
@@ -346,6 +347,13 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       p.activations += largest_layer;
     } else {
       p.activations += layers;
+    }
+    if (in.adapter_activations_per_token > 0) {
+      // Spread over the layers like the rest; with checkpointing one layer's share is live.
+      const int64_t per_token = in.gradient_checkpointing
+                                    ? (in.adapter_activations_per_token + s.num_layers - 1) / s.num_layers
+                                    : in.adapter_activations_per_token;
+      p.activations.add(d.N * per_token);
     }
 
     // The backward's peak is at one of these moments. Each has its transients (the workspace) and

@@ -41,6 +41,11 @@ struct MemoryPlanInput {
   // as gradient checkpointing (TrainOptions::gradient_checkpointing, being added) is to work;
   // not yet measured against it.
   bool gradient_checkpointing = false;
+  // A PEFT adapter's own tensors (LoRA A/B pairs, modules_to_save copies: elements, f32) and what
+  // its forward adds to the tape per token (LoRA on a linear layer of width out at rank r keeps
+  // x·Aᵀ [r], B·(x·Aᵀ) [out], its scaled copy and the sum with the base output: r + 3·out).
+  int64_t adapter_parameters = 0;
+  int64_t adapter_activations_per_token = 0;
 };
 
 // Bytes of a group of tensors as the allocator hands them out: each rounded up to its 256-byte

@@ -67,7 +67,15 @@ MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<
   in.optimizer = PlanOptimizer::AdamW;
   in.gradient_accumulation_steps = o.grad_accum;
   in.gradient_checkpointing = o.gradient_checkpointing;
-  if (o.adapter) in.trainable_parameters = o.adapter->trainable_count();  // LoRA: the adapter alone
+  if (o.adapter) {  // LoRA: the adapter alone trains; its tensors and forward add to the base's
+    in.trainable_parameters = o.adapter->trainable_count();
+    in.adapter_parameters = o.adapter->trainable_count();
+    for (const auto& m : o.adapter->modules()) {
+      const int64_t out = m.B.dim(0);
+      in.adapter_activations_per_token += m.rank + 3 * out;
+      if (m.embedding) in.adapter_parameters += m.A.numel();  // the transposed copy of A it looks up
+    }
+  }
   return plan_memory(spec, in);
 }
 
