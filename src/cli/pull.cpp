@@ -28,7 +28,8 @@ int run(const PullArgs& a) {
   VKF_REQUIRE(!snap.files.empty(), "{}: no file matches --include {}", repo.display(), fmt::join(a.include, " "));
   int64_t bytes = 0;
   for (const auto& f : snap.files) bytes += static_cast<int64_t>(std::filesystem::file_size(snap.dir / f));
-  std::fprintf(stderr, "%s: %zu files, %s, commit %s%s\n", repo.display().c_str(), snap.files.size(),
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: %zu files, %s, commit %s%s\n", repo.display().c_str(), snap.files.size(),
                hub::human_bytes(bytes).c_str(), snap.commit.c_str(), snap.from_cache ? " (from the cache)" : "");
   std::printf("%s\n", snap.dir.string().c_str());
   return 0;
@@ -42,7 +43,7 @@ void add_pull_command(CLI::App& app, int& exit_code) {
   c->add_option("repo", a.repo, "org/name or org/name@revision (branch, tag or commit)")->required();
   c->add_option("--include", a.include, "only files matching this glob (repeatable; '*' crosses folders)");
   c->add_flag("--dataset", a.dataset, "a dataset repository (same as datasets/org/name)");
-  c->add_flag("--quiet,-q", a.quiet, "no progress output");
+  c->add_flag("--quiet,-q", a.quiet, "no progress or summary output (the folder is still printed)");
   c->footer("Environment: HF_ENDPOINT, HF_HOME, HF_HUB_CACHE, HF_TOKEN (or $HF_HOME/token), HF_HUB_OFFLINE=1.");
   c->callback([&exit_code] { exit_code = run(a); });
 }

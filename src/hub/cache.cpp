@@ -215,7 +215,7 @@ std::vector<std::string> Cache::list_snapshot(const RepoRef& repo, const std::st
   if (!fs::is_directory(dir)) return out;
   for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
     if (it->is_directory() && !it->is_symlink()) continue;
-    const std::string rel = fs::relative(it->path(), dir).generic_string();
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
     if (rel.find("/.") != std::string::npos || rel.front() == '.') continue;  // temporaries
     out.push_back(rel);
   }

@@ -53,6 +53,7 @@ struct Answer {
   HttpResponse resp;
   Failure failure = Failure::None;
   std::string message;  // what went wrong, for errors
+  std::string url;      // the URL that answered, after relative redirects
 };
 
 std::string describe(const HttpResponse& r) {
@@ -95,7 +96,9 @@ Answer request(HttpRequest req) {
       req.url = resolve_url(req.url, loc);
       continue;
     }
-    return classify(std::move(r));
+    Answer a = classify(std::move(r));
+    a.url = req.url;
+    return a;
   }
   fail("{}: more than 10 redirects", req.url);
 }
@@ -149,7 +152,7 @@ Answer head(const Settings& s, const RepoRef& repo, const std::string& file, Met
   meta.etag = normalize_etag(!r.header("x-linked-etag").empty() ? r.header("x-linked-etag") : r.header("etag"));
   const std::string size = !r.header("x-linked-size").empty() ? r.header("x-linked-size") : r.header("content-length");
   meta.size = size.empty() ? -1 : std::atoll(size.c_str());
-  meta.location = r.status >= 300 && r.status < 400 ? r.header("location") : req.url;
+  meta.location = r.status >= 300 && r.status < 400 ? r.header("location") : a.url;
   VKF_REQUIRE(!meta.commit.empty() && !meta.etag.empty() && meta.size >= 0,
               "{}: {} answered without X-Repo-Commit, ETag or size headers; HF_ENDPOINT={} does not look like a "
               "Hugging Face Hub", repo.display(), req.url, s.endpoint);
