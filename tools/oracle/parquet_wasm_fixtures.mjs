@@ -4,11 +4,13 @@
 // delta encodings arrow-rs uses for v2, snappy/gzip/zstd, several row groups and pages, nulls,
 // list<struct> "messages", list<string>, int64/double/bool columns).
 //
-//   NODE_PATH=~/.cache/vkformer/npm/node_modules node tools/oracle/parquet_wasm_fixtures.mjs OUT_DIR
+//   NODE_PATH=~/.cache/vkformer/npm/node_modules node tools/oracle/parquet_wasm_fixtures.mjs \
+//       tests/fixtures/parquet/arrow_rs
 //
 // needs the npm packages parquet-wasm and apache-arrow (scripts/setup.sh installs them). Writes
-// OUT_DIR/<variant>.parquet and OUT_DIR/expected.json ({"rows": [...], "files": [...]}). The same
-// inputs give the same bytes, so the committed files can be regenerated and compared.
+// OUT_DIR/<variant>.parquet, OUT_DIR/expected.json ({"rows": [...], "files": [...]}) and
+// OUT_DIR/../train/pattern.parquet. The same inputs give the same bytes, so the committed files can
+// be regenerated and compared (npm install parquet-wasm@0.8.0 apache-arrow@21 into NODE_PATH first).
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -91,6 +93,14 @@ for (const [cname, codec] of Object.entries(compressions)) {
     }
   }
 }
+// A training set for tests/cli/hub_train.sh: a "text" column of the cycle t3 .. t9 (fully
+// predictable after one token), snappy, dictionary-encoded, as push_to_hub writes train splits.
+const pattern = Array.from({ length: 60 }, (_, r) => Array.from({ length: 40 }, (_, k) => `t${3 + ((r + k) % 7)}`).join(' '));
+const patternTable = new arrow.Table({ text: arrow.vectorFromArray(pattern, utf8()) });
+fs.mkdirSync(path.join(out, '..', 'train'), { recursive: true });
+fs.writeFileSync(path.join(out, '..', 'train', 'pattern.parquet'), pq.writeParquet(
+  pq.Table.fromIPCStream(arrow.tableToIPC(patternTable, 'stream')),
+  new pq.WriterPropertiesBuilder().setCompression(pq.Compression.SNAPPY).build()));
 // JSON has no 64-bit integers in JS: ids stay within 2^53, so plain numbers are exact.
 fs.writeFileSync(path.join(out, 'expected.json'), JSON.stringify({ writer: 'arrow-rs via parquet-wasm 0.8.0', files, rows }, null, 0) + '\n');
 console.log(`wrote ${files.length} files and expected.json to ${out}`);
