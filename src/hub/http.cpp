@@ -95,6 +95,7 @@ HttpResponse http_request(const HttpRequest& req) {
   if (rc != CURLE_OK && !x.aborted) {
     resp.transport_error = curl_easy_strerror(rc);
     resp.partial = rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR || rc == CURLE_OPERATION_TIMEDOUT;
+    resp.no_connection = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_PROXY;
   } else if (x.aborted) {
     resp.transport_error = "aborted";
   }

@@ -20,6 +20,7 @@ struct HttpResponse {
   std::string body;                            // when no sink was given
   std::string transport_error;                 // "" when the exchange completed
   bool partial = false;                        // the body ended before its announced length
+  bool no_connection = false;                  // the host could not be resolved or connected to
   std::string header(const std::string& name) const;
 };
 

@@ -43,8 +43,10 @@ void backoff(int attempt, const HttpResponse& r) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
+// Worth another try: a broken or stalled transfer, 429, 5xx. A host that cannot be resolved or
+// connected to is not (huggingface_hub does not retry those either): offline is answered at once.
 bool transient(const HttpResponse& r) {
-  return !r.transport_error.empty() || r.status == 429 || r.status >= 500;
+  return (!r.transport_error.empty() && !r.no_connection) || r.status == 429 || r.status >= 500;
 }
 
 enum class Failure { None, Unreachable, NotFound, Denied, Other };
