@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
+  libssl-dev zlib1g-dev libzstd-dev libsnappy-dev
   libgtest-dev libbenchmark-dev
   python3 python3-jinja2 fortunes-min
 )

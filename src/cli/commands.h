@@ -15,5 +15,6 @@ void add_train_command(CLI::App& app, int& exit_code);
 void add_tokenizer_command(CLI::App& app, int& exit_code);  // tokenizer train
 void add_tokenize_command(CLI::App& app, int& exit_code);
 void add_lora_command(CLI::App& app, int& exit_code);  // lora merge
+void add_pull_command(CLI::App& app, int& exit_code);
 
 }  // namespace vkf::cli

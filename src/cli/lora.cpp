@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "core/autograd.h"
+#include "hub/resolve.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "models/registry.h"
@@ -46,8 +47,8 @@ models::DecoderModel untied(const models::DecoderModel& m) {
 
 int run_merge(const MergeArgs& a) {
   autograd::NoGradScope no_grad;
-  auto model = models::DecoderModel::load(a.model);
-  auto adapter = peft::LoraAdapter::load(model, a.adapter);
+  auto model = models::DecoderModel::load(hub::resolve_path(a.model, hub::Need::Model));
+  auto adapter = peft::LoraAdapter::load(model, hub::resolve_path(a.adapter, hub::Need::Adapter));
   const auto& spec = model.spec();
   // On a tied model, merging into either the embedding or the head would change both; the
   // adapter changes only one of them, so the merged model gets its own head.

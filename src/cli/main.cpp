@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   vkf::cli::add_tokenizer_command(app, exit_code);
   vkf::cli::add_tokenize_command(app, exit_code);
   vkf::cli::add_lora_command(app, exit_code);
+  vkf::cli::add_pull_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "hub/resolve.h"
 #include "peft/lora.h"
 #include "vk/error.h"
 
@@ -15,8 +16,10 @@ bool is_adapter_folder(const std::string& dir) {
   return fs::exists(fs::path(dir) / "adapter_config.json") && !fs::exists(fs::path(dir) / "config.json");
 }
 
-LoadedModel load_for_inference(const std::string& model, const std::vector<std::string>& adapters,
+LoadedModel load_for_inference(const std::string& model_arg, const std::vector<std::string>& adapters,
                                const std::string& active, bool disable) {
+  // Any folder may be a Hub reference org/name[@rev]: resolved through the shared cache.
+  const std::string model = hub::resolve_path(model_arg, hub::Need::Adapter);
   std::string base = model;
   std::vector<std::string> specs = adapters;
   std::string tokenizer_dir = model;
@@ -25,7 +28,7 @@ LoadedModel load_for_inference(const std::string& model, const std::vector<std::
     VKF_REQUIRE(!cfg.base_model_name_or_path.empty(),
                 "{}: an adapter folder whose adapter_config.json names no base_model_name_or_path; pass "
                 "--model BASE_DIR --adapter {}", model, model);
-    base = cfg.base_model_name_or_path;
+    base = hub::resolve_path(cfg.base_model_name_or_path, hub::Need::Model);  // usually a Hub id, as peft writes it
     VKF_REQUIRE(fs::is_directory(base), "{}: base_model_name_or_path '{}' is not a folder here; pass "
                 "--model BASE_DIR --adapter {}", model, base, model);
     specs.insert(specs.begin(), model);
@@ -42,7 +45,7 @@ LoadedModel load_for_inference(const std::string& model, const std::vector<std::
     } else {
       name = unnamed++ == 0 ? "default" : fmt::format("adapter{}", unnamed - 1);
     }
-    out.model.add_adapter(name, peft::LoraAdapter::load(out.model, dir));
+    out.model.add_adapter(name, peft::LoraAdapter::load(out.model, hub::resolve_path(dir, hub::Need::Adapter)));
   }
   if (!active.empty()) out.model.set_active_adapter(active);
   out.model.set_adapters_enabled(!disable);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/launch.h"
+#include "hub/resolve.h"
 #include "models/decoder.h"
 #include "peft/lora.h"
 #include "train/parity.h"
@@ -64,10 +65,10 @@ int run(const ParityArgs& a) {
     train::ParityOptions opt;
     opt.steps = a.steps;
     opt.adamw = {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
-    auto model = models::DecoderModel::load(a.model);
+    auto model = models::DecoderModel::load(hub::resolve_path(a.model, hub::Need::Model));
     std::shared_ptr<peft::LoraAdapter> adapter;
     if (!a.adapter.empty()) {
-      adapter = peft::LoraAdapter::load(model, a.adapter);
+      adapter = peft::LoraAdapter::load(model, hub::resolve_path(a.adapter, hub::Need::Adapter));
       model.add_adapter("default", adapter);
     }
     const auto batch = train::load_parity_batch(a.batch);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "hub/resolve.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
 #include "vk/error.h"
@@ -21,7 +22,7 @@ struct TokenizeArgs {
 };
 
 int run_tokenize(const TokenizeArgs& a) {
-  const Tokenizer tok = Tokenizer::load(a.path);
+  const Tokenizer tok = Tokenizer::load(hub::resolve_path(a.path, hub::Need::Tokenizer));
   std::string line;
   size_t n = 0;
   while (std::getline(std::cin, line)) {
@@ -62,7 +63,7 @@ void add_tokenize_command(CLI::App& app, int& exit_code) {
       "tokenize",
       "Encode JSON strings from stdin to id arrays (or decode id arrays with --decode), one JSON "
       "value per line, with a Hugging Face tokenizer");
-  cmd->add_option("--tokenizer", args->path, "A model folder or a tokenizer.json file")->required();
+  cmd->add_option("--tokenizer", args->path, "A model folder, a tokenizer.json file, or a Hub repository org/name[@rev]")->required();
   cmd->add_flag("--no-special", args->no_special,
                 "Encode without the post-processor's special tokens; with --decode, skip special "
                 "tokens");

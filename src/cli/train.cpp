@@ -19,6 +19,8 @@
 
 #include "cli/commands.h"
 #include "cli/train_peft.h"
+#include "cli/data_args.h"
+#include "hub/resolve.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "models/registry.h"
@@ -39,6 +41,7 @@ struct TrainArgs {
   bool estimate_memory = false;
   train::TrainOptions opt;
   PeftArgs peft;
+  train::DataOptions data_options;  // --split and the column options
 };
 
 // Weights as transformers' _init_weights: normal(0, initializer_range) for matrices and
@@ -77,6 +80,8 @@ int run(TrainArgs& a) {
   VKF_REQUIRE(a.model.empty() != a.config.empty(), "train: give --model DIR, or --config config.json with --tokenizer");
   VKF_REQUIRE(!a.out.empty() || a.estimate_memory, "train: --out DIR is required (the output folder)");
   if (!a.max_memory.empty()) a.opt.max_memory = train::parse_byte_size(a.max_memory, "--max-memory");
+  a.model = hub::resolve_path(a.model, hub::Need::Model);  // a Hub reference org/name[@rev] -> the cache
+  a.tokenizer = hub::resolve_path(a.tokenizer, hub::Need::Tokenizer);
   const fs::path tok_dir = !a.tokenizer.empty() ? fs::path(a.tokenizer) : fs::path(a.model);
   const Tokenizer tokenizer = fs::is_directory(tok_dir) ? Tokenizer::from_folder(tok_dir) : Tokenizer::from_file(tok_dir);
   // The architecture alone (config.json) is enough to plan memory, so a run that cannot fit stops
@@ -92,7 +97,7 @@ int run(TrainArgs& a) {
     VKF_REQUIRE(!a.opt.resume_from.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", a.out);
   }
 
-  train::DataOptions d;
+  train::DataOptions d = a.data_options;
   d.max_length = a.max_length;
   d.packing = !a.no_packing;
   if (auto eos = tokenizer.token_to_id(tokenizer.eos_token()); eos && !tokenizer.eos_token().empty()) d.eos_id = *eos;
@@ -197,7 +202,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--model", a.model, "Hugging Face model folder to fine-tune");
   c->add_option("--config", a.config, "config.json to train from scratch (with --tokenizer)");
   c->add_option("--tokenizer", a.tokenizer, "tokenizer folder or tokenizer.json (default: --model)");
-  c->add_option("--data", a.data, "training text: .txt, .jsonl (text | prompt+completion | messages) or a folder")->required();
+  c->add_option("--data", a.data, "training data: .txt, .jsonl, .json, .csv, .parquet (text | prompt+completion | "
+                "messages), a folder, or a Hub dataset org/name[@rev]")->required();
+  add_data_options(c, a.data_options);
   c->add_option("--eval-data", a.eval_data, "evaluation data (same formats)");
   c->add_option("--eval-fraction", a.eval_fraction, "hold out this fraction of the sequences for evaluation");
   c->add_option("--out", a.out, "output folder (Hugging Face format); not needed with --estimate-memory");

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/records.h"
 #include "tokenizer/chat_template.h"
 #include "vk/error.h"
 
@@ -54,7 +56,7 @@ void load_file(const fs::path& file, const Tokenizer& t, const DataOptions& o, s
     if (o.eos_id >= 0) append(e, {o.eos_id}, true);
     if (!e.ids.empty()) out.push_back(std::move(e));
   };
-  if (file.extension() != ".jsonl" && file.extension() != ".json") {
+  if (!data::is_record_file(file.string())) {
     std::stringstream ss;
     ss << in.rdbuf();
     Example e;
@@ -62,50 +64,44 @@ void load_file(const fs::path& file, const Tokenizer& t, const DataOptions& o, s
     finish(std::move(e));
     return;
   }
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", file.string(), n);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      fail("{}: not valid JSON ({})", where, e.what());
-    }
-    VKF_REQUIRE(j.is_object(), "{}: each line must be a JSON object", where);
+  const auto col = [](const std::string& given, const char* fallback) { return given.empty() ? std::string(fallback) : given; };
+  const std::string text = col(o.text_column, "text"), prompt = col(o.prompt_column, "prompt"),
+                    completion = col(o.completion_column, "completion"), messages = col(o.messages_column, "messages");
+  // Which layout: the one whose columns were named, else the first whose columns are present.
+  const bool named_text = !o.text_column.empty(), named_pc = !o.prompt_column.empty() || !o.completion_column.empty(),
+             named_messages = !o.messages_column.empty();
+  VKF_REQUIRE(named_text + named_pc + named_messages <= 1,
+              "give one of --text-column, --prompt-column/--completion-column, --messages-column");
+  data::read_records(file.string(), {text, prompt, completion, messages}, [&](json&& j, const std::string& where) {
+    auto str = [&](const std::string& c) -> std::string {
+      VKF_REQUIRE(j.contains(c), "{}: no column \"{}\" (the record has: {})", where, c, j.dump().substr(0, 200));
+      VKF_REQUIRE(j[c].is_string(), "{}: \"{}\" must be a string, not {}", where, c, j[c].type_name());
+      return j[c].get<std::string>();
+    };
     Example e;
-    if (j.contains("text")) {
-      VKF_REQUIRE(j["text"].is_string(), "{}: \"text\" must be a string", where);
-      append(e, t.encode(j["text"].get<std::string>(), true), true);
-    } else if (j.contains("prompt") && j.contains("completion")) {
-      VKF_REQUIRE(j["prompt"].is_string() && j["completion"].is_string(),
-                  "{}: \"prompt\" and \"completion\" must be strings", where);
-      append(e, t.encode(j["prompt"].get<std::string>(), true), false);
-      append(e, t.encode(j["completion"].get<std::string>(), false), true);
-    } else if (j.contains("messages")) {
-      e = from_messages(j["messages"], t, where);
+    const bool use_text = named_text || (!named_pc && !named_messages && j.contains(text) && !j[text].is_null());
+    const bool use_pc = named_pc || (!named_text && !named_messages && !use_text && j.contains(prompt) && j.contains(completion));
+    if (use_text) {
+      append(e, t.encode(str(text), true), true);
+    } else if (use_pc) {
+      append(e, t.encode(str(prompt), true), false);
+      append(e, t.encode(str(completion), false), true);
+    } else if (named_messages || j.contains(messages)) {
+      VKF_REQUIRE(j.contains(messages), "{}: no column \"{}\"", where, messages);
+      e = from_messages(j[messages], t, where);
     } else {
-      fail("{}: expected \"text\", \"prompt\" + \"completion\", or \"messages\"", where);
+      fail("{}: expected \"{}\", \"{}\" + \"{}\", or \"{}\" (name others with --text-column, --prompt-column, "
+           "--completion-column or --messages-column)", where, text, prompt, completion, messages);
     }
     finish(std::move(e));
-  }
+  });
 }
 
 }  // namespace
 
 std::vector<Example> load_documents(const std::string& path, const Tokenizer& t, const DataOptions& o) {
   std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path)) {
-      const auto ext = e.path().extension();
-      if (e.is_regular_file() && (ext == ".txt" || ext == ".jsonl" || ext == ".json")) files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-    VKF_REQUIRE(!files.empty(), "{}: no .txt or .jsonl files in this folder", path);
-  } else {
-    VKF_REQUIRE(fs::exists(path), "{}: no such file or folder", path);
-    files.push_back(path);
-  }
+  for (const auto& f : data::resolve_data(path, o.split)) files.push_back(f);
   std::vector<Example> docs;
   for (const auto& f : files) load_file(f, t, o, docs);
   VKF_REQUIRE(!docs.empty(), "{}: no training text found", path);
