@@ -99,7 +99,7 @@ function(vkf_add_shaders target shader_dir)
       set(spv ${gen_dir}/${name}.spv)
       set(cpp ${gen_dir}/${name}.spv.cpp)
       add_custom_command(
-        OUTPUT ${cpp}
+        OUTPUT ${spv} ${cpp}  # the .spv first: glslc's depfile names it as the target
         COMMAND ${GLSLC} --target-env=vulkan1.3 -O -I ${shader_dir} ${defs} -MD -MF ${spv}.d
                 ${src} -o ${spv}
         COMMAND ${SPIRV_VAL} --target-env vulkan1.3 ${spv}
