@@ -6,6 +6,7 @@ Layout served: ROOT/{models,datasets}/<org>/<name>/<branch>/<files>. Each branch
 hash is derived from its content. Endpoints (as huggingface_hub uses them):
 
   GET  /api/{models,datasets}/<org>/<name>/revision/<rev>[?blobs=true]   {"sha", "siblings": [...]}
+  GET  /api/{models,datasets}/<org>/<name>/tree/<rev>[/<path>]           [{"type", "oid", "size", "path", "lfs"}]
   HEAD|GET /[datasets/]<org>/<name>/resolve/<rev>/<path>
         regular file: 200, ETag "<git blob sha1>", X-Repo-Commit, Content-Length
         LFS file (.safetensors, .parquet, .bin or >= --lfs-size bytes): 302 to the storage server
@@ -168,6 +169,8 @@ def main():
             if state["api_failures"] > 0:
                 state["api_failures"] -= 1
                 return self.reply(503, {"Retry-After": "0"}, b"busy")
+            if len(parts) >= 5 and parts[0] in ("models", "datasets") and parts[3] == "tree":
+                return self.tree(parts[0], "/".join(parts[1:3]), parts[4], "/".join(parts[5:]))
             if len(parts) < 5 or parts[0] not in ("models", "datasets") or parts[3] != "revision":
                 return self.error(404, "NotFound", "no such route")
             kind, repo, rev = parts[0], "/".join(parts[1:3]), "/".join(parts[4:])
@@ -190,6 +193,29 @@ def main():
             body = json.dumps({"id": repo, "sha": commit, "siblings": siblings}).encode()
             self.reply(200, {"Content-Type": "application/json"}, body)
 
+        def tree(self, kind, repo, rev, prefix):
+            # huggingface_hub's snapshot_download lists files here (recursive, one page).
+            commit, files = repos.revision(kind, repo, rev)
+            if commit is None or not self.allowed(repo):
+                return self.error(401, "RepoNotFound", "Repository not found")
+            if files is None:
+                return self.error(404, "RevisionNotFound", "Invalid rev id: " + rev)
+            entries, dirs = [], set()
+            for path in sorted(files):
+                if prefix and not path.startswith(prefix.rstrip("/") + "/"):
+                    continue
+                data = files[path]
+                parent = path.rsplit("/", 1)[0] if "/" in path else ""
+                while parent and parent not in dirs:
+                    dirs.add(parent)
+                    entries.append({"type": "directory", "oid": git_sha1(parent.encode()), "size": 0, "path": parent})
+                    parent = parent.rsplit("/", 1)[0] if "/" in parent else ""
+                e = {"type": "file", "oid": git_sha1(data), "size": len(data), "path": path}
+                if repos.is_lfs(path, data):
+                    e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                entries.append(e)
+            self.reply(200, {"Content-Type": "application/json"}, json.dumps(entries).encode())
+
         def resolve(self, kind, repo, rev, path):
             commit, files = repos.revision(kind, repo, rev)
             if commit is None or not self.allowed(repo):
@@ -202,7 +228,7 @@ def main():
             if repos.is_lfs(path, data):
                 sha = hashlib.sha256(data).hexdigest()
                 with lock:
-                    repos.blobs[sha] = (data, path)
+                    repos.blobs[sha] = (data, path, commit)
                 pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (sha.encode(), len(data))
                 loc = "http://127.0.0.1:%d/lfs/%s?name=%s" % (storage_port[0], sha, urllib.parse.quote(path))
                 return self.reply(302, {"Location": loc, "X-Repo-Commit": commit, "X-Linked-Etag": '"%s"' % sha,
@@ -211,6 +237,9 @@ def main():
 
     class StorageHandler(Handler):
         server_name = "storage"
+
+        def do_HEAD(self):  # huggingface_hub follows the redirect with HEAD for the size
+            self.do_GET()
 
         def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
@@ -221,7 +250,7 @@ def main():
                 entry = repos.blobs.get(sha)
             if entry is None:
                 return self.error(404, "NotFound", "no such blob")
-            data, path = entry
+            data, path, commit = entry
             if path in args.corrupt:
                 data = bytes([data[0] ^ 0xFF]) + data[1:]
             start = 0
@@ -232,11 +261,14 @@ def main():
                     return self.reply(416, {"Content-Range": "bytes */%d" % len(data)})
             body = data[start:]
             status = 206 if start > 0 else 200
-            headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
+            # The Hub's metadata headers too: a client that follows the redirect reads them here.
+            headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
+                       "X-Repo-Commit": commit, "ETag": '"%s"' % sha, "X-Linked-Etag": '"%s"' % sha,
+                       "X-Linked-Size": str(len(data))}
             if status == 206:
                 headers["Content-Range"] = "bytes %d-%d/%d" % (start, len(data) - 1, len(data))
             with lock:
-                halfway = fail_halfway.get(path, 0) > 0
+                halfway = self.command == "GET" and fail_halfway.get(path, 0) > 0
                 if halfway:
                     fail_halfway[path] -= 1
             if halfway:  # announce the whole body, send half, drop the connection

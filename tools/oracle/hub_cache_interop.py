@@ -33,6 +33,11 @@ def layout(cache):
             rel = os.path.relpath(p, cache)
             if rel.startswith(".locks") or n.endswith(".lock"):
                 continue
+            # huggingface_hub >= 1.x also writes a CACHEDIR.TAG marker and trees/<commit>.json (its
+            # cache of the file listing, rebuilt when absent); vkformer writes neither, and step 2
+            # shows huggingface_hub reading a cache without them.
+            if rel == "CACHEDIR.TAG" or "/trees/" in rel:
+                continue
             out[rel] = ("link", os.readlink(p)) if os.path.islink(p) else ("file", open(p, "rb").read())
     return out
 
