@@ -31,6 +31,18 @@ struct GemmPush {
   float alpha, beta;
 };
 
+struct SplitKPush {
+  uint64_t partial, c, bias;
+  uint32_t m, n, s;
+  uint32_t c_rs, c_cs;
+  uint32_t bias_rs, bias_cs;
+  float alpha, beta;
+};
+
+// Split-K: 0 lets the heuristic decide (Fast math mode only), a positive value forces that many
+// chunks where K divides evenly (tests), -1 disables it.
+int64_t g_split_k = 0;
+
 struct ColsumPush {
   uint64_t src, dst;
   uint32_t r, n;
@@ -154,6 +166,49 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
       }
     }
   }
+}
+
+// How many K-chunks to split a single product into (1: none). A product with few output tiles and
+// a long K (a weight gradient: [out, in] summed over every token) leaves most compute units idle;
+// split, each chunk's partial product runs as one batch entry of the tiled kernel and a second
+// pass sums the partials in a fixed order. Only in Fast math mode: Precise keeps one ordered sum.
+int64_t split_k_chunks(const MatDesc& c, int64_t k) {
+  if (c.batch != 1 || g_split_k < 0) return 1;
+  if (g_split_k > 0) return k % g_split_k == 0 ? g_split_k : 1;
+  if (math_mode() != MathMode::Fast || vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU) return 1;
+  const Tile tile = pick_tile(1, c.rows, c.cols);
+  const int64_t groups = int64_t{div_up(c.rows, tile.bm())} * int64_t{div_up(c.cols, tile.bn())};
+  int64_t chunks = 1;
+  // Enough workgroups for a few per compute unit, chunks of at least 512 along K, K divisible.
+  while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 && chunks < 32) chunks *= 2;
+  return chunks;
+}
+
+void dispatch_split_k(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                      const Tensor& bias, int64_t bias_stride, int64_t chunks, const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols, kc = a.cols / chunks;
+  // Chunk s of A is columns [s*kc, (s+1)*kc) and of B rows [s*kc, (s+1)*kc): batch entries.
+  const MatDesc ac{a.t, chunks, m, kc, kc * a.cs, a.rs, a.cs};
+  const MatDesc bc{b.t, chunks, kc, n, kc * b.rs, b.rs, b.cs};
+  Tensor partial = Tensor::empty({chunks, m, n});
+  const MatDesc pc{partial, chunks, m, n, m * n, n, 1};
+  check_extent(ac, "split-K A");
+  check_extent(bc, "split-K B");
+  dispatch_tiled(ac, bc, pc, 1.0f, 0.0f, Tensor(), 0, cost);
+  SplitKPush push{};
+  push.partial = partial.address();
+  push.c = byte_address(c.t, 0);
+  push.bias = bias.defined() ? bias.address() : 0;
+  push.m = static_cast<uint32_t>(m);
+  push.n = static_cast<uint32_t>(n);
+  push.s = static_cast<uint32_t>(chunks);
+  push.c_rs = stride_u32(c.rs, m);
+  push.c_cs = stride_u32(c.cs, n);
+  push.bias_rs = 0;
+  push.bias_cs = static_cast<uint32_t>(bias_stride);
+  push.alpha = alpha;
+  push.beta = beta;
+  launch("matmul_splitk_reduce", push, grid_1d(m * n, 256), {&partial, &bias, &c.t}, {&c.t});
 }
 
 // a is [M <= 8, K]. bias_rs/bias_cs index the bias by output row or column (the swapped form of
@@ -299,6 +354,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     // C^T = b^T a^T: the bias runs along the rows of the transposed output.
     dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
                     0, cost);
+  } else if (const int64_t chunks = split_k_chunks(c, a.cols); chunks > 1) {
+    dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);
   } else {
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
   }
@@ -350,6 +407,8 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
   pass(src.t, 0, ld, rows, chunk, partial, checked_u32(n, "column count"), 0.0f);
   pass(partial, 0, static_cast<uint32_t>(n), chunks, chunks, dst, 0, beta);
 }
+
+void set_split_k(int64_t chunks) { g_split_k = chunks; }
 
 void set_tile_choice(TileChoice choice) {
   g_tile_choice = choice;

@@ -53,6 +53,9 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta);
 // (for benchmarks and tuning).
 enum class TileChoice { Auto, Medium, Large };
 void set_tile_choice(TileChoice choice);
+// Split-K (see matmul_kernels.cpp): 0 = by heuristic (Fast math mode on GPUs), N > 0 = force N
+// chunks where K divides evenly (tests), -1 = never.
+void set_split_k(int64_t chunks);
 TileChoice tile_choice();
 // Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger
 // grids are split into several dispatches. Lowered by tests to exercise the split cheaply.

@@ -504,6 +504,37 @@ TEST(Matmul, EveryTileSize) {
   }
 }
 
+// Split-K (a product's K cut into chunks computed as batch entries, then summed in order): forced
+// here on every transpose combination, with alpha, beta and a bias, into a strided output.
+TEST(Matmul, SplitK) {
+  Rng rng(14);
+  struct Restore {
+    ~Restore() { ops::detail::set_split_k(0); }
+  } restore;
+  for (int64_t chunks : {2, 4}) {
+    ops::detail::set_split_k(chunks);
+    for (int t = 0; t < 4; ++t) {
+      check_forward(rng, {}, {1, 37, 61, 64, (t & 1) != 0, (t & 2) != 0, false});
+      ref::MatmulShape s{1, 29, 35, 96, (t & 1) != 0, (t & 2) != 0, false};
+      const auto a = test::as_f32(rng.uniform(s.a_size()));
+      const auto b = test::as_f32(rng.uniform(s.b_size()));
+      const auto bias = test::as_f32(rng.uniform(s.n));
+      const auto before = test::as_f32(rng.uniform(s.m * (s.n + 5)));
+      Tensor wide = test::to_gpu(before, {s.m, s.n + 5});
+      matmul_into(test::to_gpu(a, a_shape({}, s)), test::to_gpu(b, b_shape({}, s)), s.trans_a, s.trans_b,
+                  wide.slice(1, 2, 2 + s.n), 0.5f, 0.75f, test::to_gpu(bias, {s.n}));
+      const auto prod = ref::matmul(a, b, s);
+      std::vector<double> want = before;
+      for (int64_t m = 0; m < s.m; ++m)
+        for (int64_t n = 0; n < s.n; ++n) {
+          double& w = want[m * (s.n + 5) + 2 + n];
+          w = 0.5 * prod[m * s.n + n] + 0.75 * w + bias[n];
+        }
+      test::expect_close(wide, want, atol_for(s.k) * 2, kRtol, describe(s) + " split-K " + std::to_string(chunks));
+    }
+  }
+}
+
 // Grids past the per-dimension workgroup limit are split into several dispatches. The limit is
 // lowered to 2 so that small problems split along every dimension of every kernel.
 TEST(Matmul, GridsBeyondOneDispatch) {
