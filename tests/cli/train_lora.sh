@@ -28,6 +28,15 @@ log=$("$bin" train --model "$work/model" --data "$work/train.txt" --out "$work/l
       --learning-rate 2e-2 --warmup-steps 2 --eval-fraction 0.1 --logging-steps 10 --seed 7) ||
   fail "LoRA train exited $?: $log"
 grep -q "trainable params: 4096 || all params: 10320 || trainable%: 39.6899" <<<"$log" || fail "trainable count: $log"
+# The memory plan of a LoRA run (base + adapter tensors, the adapter's extra activations) bounds the
+# measured peak of live tensors, within 1.2x.
+python3 - "$log" <<'PY' || fail "LoRA memory plan vs measured peak: $(grep '^memory' <<<"$log")"
+import re, sys
+units = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+m = re.search(r"memory: peak ([\d.]+) (\w+) of live tensors \(planned ([\d.]+) (\w+)\)", sys.argv[1])
+peak, plan = float(m[1]) * units[m[2]], float(m[3]) * units[m[4]]
+sys.exit(0 if peak <= plan <= 1.2 * peak else 1)
+PY
 first=$(grep -o "^step 1/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
 last=$(grep -o "^step 40/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
 [ -n "$first" ] && [ -n "$last" ] || fail "missing log lines: $log"
