@@ -103,6 +103,8 @@ const Case kCases[] = {
     {"noncausal_7_of_37", 2, 7, 37, 4, 2, 10, false, 0, 0, Pad::kNone, 1},
     {"more_queries_than_keys", 1, 9, 5, 2, 1, 8, true, 0, 0, Pad::kNone, 1},
     {"d256_softcap50", 1, 19, 19, 2, 1, 256, true, 0, 50, Pad::kNone, 8},
+    // Soft-capping and a window through the register-tiled kernels (head_dim <= 64).
+    {"t41_softcap5_window9_d40_gqa", 2, 41, 41, 6, 2, 40, true, 9, 5, Pad::kRight, 3},
 };
 
 TEST(Attention, ForwardMatchesReference) {
