@@ -95,8 +95,6 @@ Plan make_plan(const models::ArchSpec& spec, const LoraConfig& c) {
       lm.alpha = c.alpha_for(m.name);
       lm.scaling = static_cast<float>(c.scaling_for(m.name));
       lm.dropout = static_cast<float>(c.lora_dropout);
-      // peft layouts: linear A [r, in], B [out, r]; embedding A [r, vocab], B [dim, r].
-      lm.A = Tensor();
       p.lora.push_back(lm);
     }
     if (save) {
@@ -121,12 +119,10 @@ Plan make_plan(const models::ArchSpec& spec, const LoraConfig& c) {
   return p;
 }
 
-Shape a_shape(const LoraModule& m, const ModuleInfo& info) {
-  return m.embedding ? Shape{m.rank, info.in} : Shape{m.rank, info.in};
-}
-Shape b_shape(const LoraModule& m, const ModuleInfo& info) {
-  return m.embedding ? Shape{info.out, m.rank} : Shape{info.out, m.rank};
-}
+// peft's layouts, one formula for both kinds since ModuleInfo's in/out are the embedding's vocab
+// and dim: linear A [r, in], B [out, r]; embedding A [r, vocab], B [dim, r].
+Shape a_shape(const LoraModule& m, const ModuleInfo& info) { return {m.rank, info.in}; }
+Shape b_shape(const LoraModule& m, const ModuleInfo& info) { return {info.out, m.rank}; }
 
 const ModuleInfo& info_of(const std::vector<ModuleInfo>& mods, const std::string& name) {
   for (const auto& m : mods)
