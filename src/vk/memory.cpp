@@ -38,14 +38,19 @@ uint32_t Allocator::memory_type(MemoryKind kind) const {
        kind == MemoryKind::Device ? "device" : "host-visible staging");
 }
 
+// VK_EXT_memory_budget's figures for every heap (only called when the extension is enabled).
+VkPhysicalDeviceMemoryBudgetPropertiesEXT Allocator::query_budget() const {
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  p2.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(physical_, &p2);
+  return budget;
+}
+
 uint64_t Allocator::available_bytes(MemoryKind kind) const {
   const uint32_t heap = props_.memoryTypes[memory_type(kind)].heapIndex;
   if (memory_budget_) {
-    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-    VkPhysicalDeviceMemoryProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
-    p2.pNext = &budget;
-    vkGetPhysicalDeviceMemoryProperties2(physical_, &p2);
+    const VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = query_budget();
     const uint64_t b = budget.heapBudget[heap], u = budget.heapUsage[heap];
     return b > u ? b - u : 0;
   }
@@ -216,11 +221,7 @@ DeviceCapacity Allocator::capacity() const {
   DeviceCapacity c;
   c.heap_bytes = props_.memoryHeaps[heap].size;
   if (memory_budget_) {
-    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-    VkPhysicalDeviceMemoryProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
-    p2.pNext = &budget;
-    vkGetPhysicalDeviceMemoryProperties2(physical_, &p2);
+    const VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = query_budget();
     // A driver may leave the budget at 0 for a heap it does not track; then only the size counts.
     if (budget.heapBudget[heap] > 0) {
       c.budget_bytes = budget.heapBudget[heap];

@@ -121,6 +121,7 @@ class Allocator {
   void destroy_block(Block* block);
   uint32_t memory_type(MemoryKind kind) const;
   uint64_t available_bytes(MemoryKind kind) const;
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT query_budget() const;
 
   VkPhysicalDevice physical_;
   VkDevice device_;
