@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `vkformer lora merge` on peft-made adapters: the merged folder's logits (vkformer dump) equal the
 # base + adapter logits within fp32 rounding, for an untied model with modules_to_save, a tied model
-# whose lm_head copy forces an untied merged head, and embedding LoRA on a tied model; unmerge
-# restores the base; an adapter on a wrong base is a clear error.
+# whose lm_head copy forces an untied merged head, and embedding LoRA or an embedding copy on a tied
+# model; unmerge restores the base; an adapter on a wrong base is a clear error.
 set -u
 bin="$1"
 root="$(cd "$(dirname "$0")/../fixtures/peft" && pwd)"
@@ -25,7 +25,7 @@ assert len(a) == len(b) and len(a) > 0
 print(max(abs(x - y) for x, y in zip(a, b)))
 PY
 }
-for case in llama_save cohere_save gemma_embedding; do
+for case in llama_save cohere_save gemma_embedding gemma_save_embed; do
   fx="$root/$case"
   log=$("$bin" lora merge --model "$fx" --adapter "$fx/adapter" --out "$out/$case" 2>&1) || fail "$case: merge exited $?: $log"
   "$bin" dump --model "$fx" --adapter "$fx/adapter" --batch "$fx/batch.safetensors" --out "$out/$case.adapter.st" >/dev/null || fail "$case: dump with adapter"

@@ -63,6 +63,13 @@ CASES["gemma_embedding"] = ("gemma", dict(r=4, lora_alpha=8,
 CASES["qwen2_layers"] = ("qwen2", dict(r=2, lora_alpha=4, target_modules=["q_proj", "k_proj", "down_proj"],
                                        layers_to_transform=[1], layers_pattern="layers"),
                          "layers_to_transform [1] with layers_pattern")
+# Appended (seeds come from the position in this table: keep earlier cases where they are).
+CASES["llama_save_embed"] = ("llama", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           modules_to_save=["embed_tokens"]),
+                             "modules_to_save on the embedding (untied head)")
+CASES["gemma_save_embed"] = ("gemma", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           modules_to_save=["embed_tokens"]),
+                             "modules_to_save on the embedding of a tied model (the head keeps the base matrix)")
 
 
 def file_name(mem_name):
