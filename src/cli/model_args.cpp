@@ -12,9 +12,12 @@
 namespace vkf::cli {
 namespace fs = std::filesystem;
 
-bool is_adapter_folder(const std::string& dir) {
+namespace {
+// A peft adapter folder given as --model: adapter_config.json and no config.json of its own.
+bool is_adapter_only_folder(const std::string& dir) {
   return fs::exists(fs::path(dir) / "adapter_config.json") && !fs::exists(fs::path(dir) / "config.json");
 }
+}  // namespace
 
 LoadedModel load_for_inference(const std::string& model_arg, const std::vector<std::string>& adapters,
                                const std::string& active, bool disable) {
@@ -23,7 +26,7 @@ LoadedModel load_for_inference(const std::string& model_arg, const std::vector<s
   std::string base = model;
   std::vector<std::string> specs = adapters;
   std::string tokenizer_dir = model;
-  if (is_adapter_folder(model)) {
+  if (is_adapter_only_folder(model)) {
     const auto cfg = peft::LoraConfig::from_file((fs::path(model) / "adapter_config.json").string());
     VKF_REQUIRE(!cfg.base_model_name_or_path.empty(),
                 "{}: an adapter folder whose adapter_config.json names no base_model_name_or_path; pass "

@@ -21,7 +21,4 @@ struct LoadedModel {
 LoadedModel load_for_inference(const std::string& model, const std::vector<std::string>& adapters,
                                const std::string& active = "", bool disable = false);
 
-// True when `dir` is a peft adapter folder (adapter_config.json, no config.json).
-bool is_adapter_folder(const std::string& dir);
-
 }  // namespace vkf::cli

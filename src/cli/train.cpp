@@ -125,7 +125,7 @@ int run(TrainArgs& a) {
   // Full training is planned from config.json before any weight is read. A LoRA run trains only
   // its adapter, whose size is known once the adapter is set up on the loaded model.
   const bool lora = !a.peft.peft.empty() ||
-                    (!a.opt.resume_from.empty() && fs::exists(fs::path(a.opt.resume_from) / "adapter_config.json"));
+                    (!a.opt.resume_from.empty() && train::is_adapter_folder(a.opt.resume_from));
   if (!lora) {
     const train::MemoryPlan plan = train::plan_training_memory(spec, sequences, a.opt);
     if (a.estimate_memory) {

@@ -76,12 +76,10 @@ Storage::Storage(uint64_t nbytes) : bytes(nbytes) {
     ctx.stream().synchronize();
     alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
   }
-  ctx.allocator().track_tensor_bytes(static_cast<int64_t>(nbytes));
 }
 
 Storage::~Storage() {
   if (!vk::Context::exists()) return;
-  vk::Context::get().allocator().track_tensor_bytes(-static_cast<int64_t>(bytes));
   vk::Context::get().stream().release(alloc);
 }
 

@@ -153,11 +153,6 @@ void DecoderModel::add_adapter(const std::string& name, std::shared_ptr<nn::Modu
   if (active_.empty()) active_ = name;
 }
 
-void DecoderModel::remove_adapter(const std::string& name) {
-  VKF_REQUIRE(adapters_.erase(name) == 1, "no adapter named '{}' is loaded", name);
-  if (active_ == name) active_ = adapters_.empty() ? "" : adapters_.begin()->first;
-}
-
 void DecoderModel::set_active_adapter(const std::string& name) {
   if (!adapters_.contains(name)) {
     std::string have;
@@ -168,18 +163,6 @@ void DecoderModel::set_active_adapter(const std::string& name) {
 }
 
 void DecoderModel::set_adapters_enabled(bool on) { adapters_enabled_ = on; }
-
-std::shared_ptr<nn::ModuleAdapter> DecoderModel::adapter(const std::string& name) const {
-  auto it = adapters_.find(name);
-  VKF_REQUIRE(it != adapters_.end(), "no adapter named '{}' is loaded", name);
-  return it->second;
-}
-
-std::vector<std::string> DecoderModel::adapter_names() const {
-  std::vector<std::string> out;
-  for (const auto& [n, a] : adapters_) out.push_back(n);
-  return out;
-}
 
 const nn::ModuleAdapter* DecoderModel::effective_adapter() const {
   return adapters_enabled_ && !active_.empty() ? adapters_.at(active_).get() : nullptr;

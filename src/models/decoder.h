@@ -56,13 +56,10 @@ class DecoderModel {
   // modules_to_save copies replace base weights) unless adapters are disabled, as peft's
   // set_adapter / disable_adapter do. Adding the first adapter makes it active.
   void add_adapter(const std::string& name, std::shared_ptr<nn::ModuleAdapter> adapter);
-  void remove_adapter(const std::string& name);
   void set_active_adapter(const std::string& name);
   void set_adapters_enabled(bool on);
   bool adapters_enabled() const { return adapters_enabled_; }
   const std::string& active_adapter_name() const { return active_; }  // "" when none
-  std::shared_ptr<nn::ModuleAdapter> adapter(const std::string& name) const;
-  std::vector<std::string> adapter_names() const;
   // The adapter forward() applies now (null when none is active or adapters are disabled).
   const nn::ModuleAdapter* effective_adapter() const;
 

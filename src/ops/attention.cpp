@@ -77,10 +77,11 @@ bool use_fast_kernels(const Dims& dims, const AttentionOptions& opts) {
   // Dropout of the probabilities lives in the plain kernels only.
   return !plain_forced && math_mode() == MathMode::Fast && dims.d <= kFastMaxHeadDim && opts.dropout_p == 0;
 }
-// Query rows per workgroup of the fast forward: 64 needs ~41 KiB of shared memory, 32 fits 32 KiB.
-uint32_t fast_forward_rows() {
-  return vk::Context::get().info().max_shared_memory >= 42u * 1024u ? 64u : 32u;
-}
+// Every fast kernel has a variant for ~41 KiB of shared memory (NVIDIA's 48 KiB) and a smaller one
+// that fits 32 KiB (lavapipe).
+bool large_shared_memory() { return vk::Context::get().info().max_shared_memory >= 42u * 1024u; }
+// Query rows per workgroup of the fast forward: 64 with large shared memory, else 32.
+uint32_t fast_forward_rows() { return large_shared_memory() ? 64u : 32u; }
 constexpr int64_t kMaxGroups = 65535;  // per grid dimension on every device we target
 
 // Index of the smallest variant whose padded head dim holds d.
@@ -201,10 +202,10 @@ struct SavedForward {
 };
 
 // The fast backward kernels: 32 queries (dq) / 32 keys (dk, dv) per workgroup; the other tile
-// side is 32 where shared memory allows ~41 KiB, else 16.
+// side is 32 with large shared memory, else 16.
 constexpr uint32_t kFastBwdRows = 32;
 const char* fast_bwd_suffix(bool dq) {
-  const bool big = vk::Context::get().info().max_shared_memory >= 42u * 1024u;
+  const bool big = large_shared_memory();
   return dq ? (big ? "_k32" : "_k16") : (big ? "_q32" : "_q16");
 }
 

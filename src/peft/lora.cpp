@@ -99,8 +99,7 @@ Plan make_plan(const models::ArchSpec& spec, const LoraConfig& c) {
     }
     if (save) {
       for (const auto& k : c.modules_to_save)
-        if (m.name.size() >= k.size() && m.name.compare(m.name.size() - k.size(), k.size(), k) == 0)
-          saved_keys_used.insert(k);
+        if (saved_by_key(m.name, k)) saved_keys_used.insert(k);
       for (const auto& param : m.params) {
         Shape s = m.kind == ModuleInfo::Norm ? Shape{m.in}
                   : m.kind == ModuleInfo::Embedding ? Shape{m.in, m.out} : Shape{m.out, m.in};
@@ -154,16 +153,23 @@ Tensor filled(const Shape& s, Draw& d, const std::string& how, double param) {
 }  // namespace
 
 const LoraModule* LoraAdapter::find(const std::string& module) const {
-  for (const auto& m : modules_)
-    if (m.module == module) return &m;
-  return nullptr;
+  const auto it = by_module_.find(module);
+  return it == by_module_.end() ? nullptr : &modules_[it->second];
 }
 
-void LoraAdapter::plan(const models::DecoderModel& model) {
+std::vector<Shape> LoraAdapter::plan(const models::DecoderModel& model) {
   Plan p = make_plan(model.spec(), config_);
   modules_ = std::move(p.lora);
+  // Every projection of every forward asks for its module by name.
+  by_module_.clear();
+  for (size_t i = 0; i < modules_.size(); ++i) by_module_[modules_[i].module] = i;
   saved_.clear();
-  for (const auto& [name, shape] : p.saved) saved_.push_back({name, Tensor()});
+  std::vector<Shape> saved_shapes;
+  for (const auto& [name, shape] : p.saved) {
+    saved_.push_back({name, Tensor()});
+    saved_shapes.push_back(shape);
+  }
+  return saved_shapes;
 }
 
 void LoraAdapter::index_parameters() {
@@ -225,7 +231,7 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const models::DecoderModel& model
          "safe_serialization=True (adapter_model.safetensors)", dir);
   std::shared_ptr<LoraAdapter> a(new LoraAdapter());
   a->config_ = LoraConfig::from_file((root / "adapter_config.json").string());
-  a->plan(model);
+  const std::vector<Shape> saved_shapes = a->plan(model);
   io::SafetensorsFile f(weights.string());
   const auto mods = model_modules(model.spec());
   std::set<std::string> used;
@@ -256,14 +262,8 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const models::DecoderModel& model
                   "same base model", weights.string(), base_key);
     }
   }
-  const auto shapes = models::DecoderModel::parameter_shapes(model.spec());
-  for (auto& [name, t] : a->saved_) {
-    Shape s;
-    for (const auto& [n, sh] : shapes)
-      if (n == name) s = sh;
-    if (s.empty()) s = {model.spec().vocab_size, model.spec().hidden_size};  // tied head copy
-    t = take(peft_key(name), s);
-  }
+  for (size_t i = 0; i < a->saved_.size(); ++i)
+    a->saved_[i].second = take(peft_key(a->saved_[i].first), saved_shapes[i]);
   for (const auto& e : f.entries()) {
     VKF_REQUIRE(used.contains(e.name), "{}: tensor '{}' does not belong to this adapter config on a {} "
                 "model (a different base model, or an unsupported peft feature)", weights.string(), e.name,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -75,13 +76,15 @@ class LoraAdapter : public nn::ModuleAdapter {
 
  private:
   LoraAdapter() = default;
-  // Builds the module list (shapes, ranks, scalings) for the model; tensors unset.
-  void plan(const models::DecoderModel& model);
+  // Builds the module list (ranks, scalings) for the model, tensors unset; returns the shapes of
+  // the modules_to_save copies, in saved_ order.
+  std::vector<Shape> plan(const models::DecoderModel& model);
   void index_parameters();
   const LoraModule* find(const std::string& module) const;
 
   LoraConfig config_;
   std::vector<LoraModule> modules_;
+  std::unordered_map<std::string, size_t> by_module_;  // module name -> index in modules_
   std::vector<std::pair<std::string, Tensor>> saved_;  // modules_to_save: base param name -> copy
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> merged_originals_;  // base weights replaced by merge

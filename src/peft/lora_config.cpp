@@ -20,6 +20,10 @@ bool name_matches_key(const std::string& name, const std::string& key) {
                          name[name.size() - key.size() - 1] == '.');
 }
 
+bool saved_by_key(const std::string& module, const std::string& key) {
+  return module.size() >= key.size() && module.compare(module.size() - key.size(), key.size(), key) == 0;
+}
+
 bool regex_full_match(const std::string& pattern, const std::string& text, const std::string& where) {
   std::shared_ptr<const tok::Regex> re;
   try {
@@ -239,7 +243,7 @@ bool LoraConfig::saves(const std::string& module) const {
   // peft matches modules_to_save by a plain suffix: "norm" takes input_layernorm, q_norm and
   // model.norm alike (checked against peft 0.21's saved files).
   for (const auto& k : modules_to_save)
-    if (module.size() >= k.size() && module.compare(module.size() - k.size(), k.size(), k) == 0) return true;
+    if (saved_by_key(module, k)) return true;
   return false;
 }
 

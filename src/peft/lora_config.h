@@ -70,6 +70,8 @@ struct LoraConfig {
 // granite, smollm3); they use the same q_proj/v_proj default.
 std::vector<std::string> default_target_modules(const std::string& model_type);
 
+// peft's modules_to_save rule: the module name ends with the key (no dot boundary).
+bool saved_by_key(const std::string& module, const std::string& key);
 // peft's list rule: name == key or name ends with "." + key.
 bool name_matches_key(const std::string& name, const std::string& key);
 // Full match of a Python-style regex (PCRE2).

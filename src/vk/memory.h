@@ -58,11 +58,6 @@ struct MemoryStats {
   uint64_t device_bytes_in_use = 0;
   uint64_t device_bytes_reserved = 0;
   uint64_t peak_device_bytes_in_use = 0;
-  // Bytes of tensors alive now, and their peak. Unlike device_bytes_in_use, which drops only once
-  // the GPU has finished with freed memory, this drops when the owner lets go (track_tensor_bytes),
-  // so it measures what a computation keeps alive independently of when work is submitted.
-  uint64_t live_tensor_bytes = 0;
-  uint64_t peak_live_tensor_bytes = 0;
 };
 
 // Device (not staging) memory, in bytes as allocated (sizes rounded up to the 256-byte alignment).
@@ -98,16 +93,7 @@ class Allocator {
   Allocation allocate(uint64_t bytes, MemoryKind kind);
   void free(const Allocation& allocation);
   const MemoryStats& stats() const { return stats_; }
-  void reset_peak() {
-    stats_.peak_device_bytes_in_use = stats_.device_bytes_in_use;
-    stats_.peak_live_tensor_bytes = stats_.live_tensor_bytes;
-  }
-  // Called by tensor storage on creation (+bytes) and destruction (-bytes).
-  void track_tensor_bytes(int64_t delta) {
-    stats_.live_tensor_bytes += static_cast<uint64_t>(delta);  // wraps back for negative deltas
-    if (stats_.live_tensor_bytes > stats_.peak_live_tensor_bytes)
-      stats_.peak_live_tensor_bytes = stats_.live_tensor_bytes;
-  }
+  void reset_peak() { stats_.peak_device_bytes_in_use = stats_.device_bytes_in_use; }
 
   // Accounting for memory planning (see DeviceMemoryStats). The owner of a device allocation
   // calls released() when it gives the allocation up, before the deferred free().

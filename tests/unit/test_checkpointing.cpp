@@ -202,15 +202,14 @@ TEST(DecoderCheckpointing, PeakLiveMemoryIsLower) {
   c["intermediate_size"] = 128;
   auto m = make_model(c);
   const Batch b = make_batch(2, 96, 40, 11);
-  auto& alloc = vk::Context::get().allocator();
   uint64_t peak[2];
   for (int mode = 0; mode < 2; ++mode) {
     m.set_gradient_checkpointing(mode == 1);
     for (const auto& t : m.parameters()) t.zero_grad();
-    alloc.reset_peak();
-    const uint64_t base = alloc.stats().live_tensor_bytes;
+    vk::reset_memory_peak();
+    const uint64_t base = vk::memory_stats().live_bytes;
     train_step(m, b, nullptr);
-    peak[mode] = alloc.stats().peak_live_tensor_bytes - base;
+    peak[mode] = vk::memory_stats().peak_live_bytes - base;
   }
   // The plain forward keeps every layer's activations until the backward pass; checkpointing keeps
   // one [B, T, H] input per layer plus one layer's activations at a time.
