@@ -431,14 +431,14 @@ Snapshot Hub::snapshot(const RepoRef& repo, const FileSelector& select, const Fe
   snap.files = select ? select(names) : names;
   cache_.write_ref(repo, listing.commit);
   int64_t total = 0;
-  std::vector<const FileInfo*> todo;
+  std::vector<const FileInfo*> to_fetch;
   for (const auto& f : snap.files) {
     for (const auto& info : listing.files)
-      if (info.path == f) todo.push_back(&info);
+      if (info.path == f) to_fetch.push_back(&info);
   }
-  for (const FileInfo* f : todo) total += std::max<int64_t>(0, f->size);
-  Progress progress(static_cast<int>(todo.size()), total, o.quiet);
-  for (const FileInfo* f : todo) fetch(settings_, cache_, repo, listing.commit, *f, o, progress, nullptr);
+  for (const FileInfo* f : to_fetch) total += std::max<int64_t>(0, f->size);
+  Progress progress(static_cast<int>(to_fetch.size()), total, o.quiet);
+  for (const FileInfo* f : to_fetch) fetch(settings_, cache_, repo, listing.commit, *f, o, progress, nullptr);
   progress.done();
   return snap;
 }
