@@ -41,6 +41,22 @@ MathMode& mode_slot() {
 void set_math_mode(MathMode mode) { mode_slot() = mode; }
 MathMode math_mode() { return mode_slot(); }
 
+namespace {
+MatmulPrecision initial_matmul_precision() {
+  const char* v = std::getenv("VKF_PRECISION");
+  if (!v || !*v || std::string(v) == "fp32") return MatmulPrecision::F32;
+  VKF_REQUIRE(std::string(v) == "f16", "VKF_PRECISION='{}': use 'fp32' or 'f16'", v);
+  return MatmulPrecision::F16;
+}
+MatmulPrecision& precision_slot() {
+  static MatmulPrecision precision = initial_matmul_precision();
+  return precision;
+}
+}  // namespace
+
+void set_matmul_precision(MatmulPrecision precision) { precision_slot() = precision; }
+MatmulPrecision matmul_precision() { return precision_slot(); }
+
 // The module to run: in precise mode, its "_precise" build (double-precision exp/log/rsqrt and
 // accumulators, see shaders/precise_math.glsl) where one exists and the device has fp64.
 static const std::string& resolve_module(const std::string& module) {

@@ -21,6 +21,15 @@ enum class MathMode { Fast, Precise };
 void set_math_mode(MathMode mode);
 MathMode math_mode();
 
+// Operand precision of matrix products. F32: fp32 operands (parity, the default). F16: operands
+// rounded to f16 and products accumulated in fp32 -- mixed precision, `--precision f16`: tensor
+// cores through VK_NV_cooperative_matrix where the device has them, and elsewhere the fp32 tiled
+// kernel rounding each staged operand to f16, so the numerics can be tested on any device.
+// Tensors stay f32 in memory either way. Default from VKF_PRECISION=fp32|f16 (fp32).
+enum class MatmulPrecision { F32, F16 };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+
 struct Grid {
   uint32_t x = 1, y = 1, z = 1;
 };
