@@ -61,6 +61,9 @@ void Stream::begin(Batch& b) {
     vkCmdResetQueryPool(b.cmd, b.queries, 0, kQueriesPerBatch);
   }
   b.commands = 0;
+  b.limit = in_flight_.empty() ? kFirstBatchCommands
+                               : std::min(last_batch_limit_ * 2, kCommandsPerBatch);
+  last_batch_limit_ = b.limit;
   b.timed.clear();
   b.recording = true;
 }
@@ -136,7 +139,7 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
     full_barrier();
   }
   ++dispatches_total_;
-  if (++b.commands >= kCommandsPerBatch) submit();
+  if (++b.commands >= b.limit) submit();
 }
 
 void Stream::copy(const Allocation& src, uint64_t src_offset, const Allocation& dst,
@@ -148,7 +151,7 @@ void Stream::copy(const Allocation& src, uint64_t src_offset, const Allocation& 
   hazard({&r, 1}, {&w, 1});
   VkBufferCopy region{src.offset + src_offset, dst.offset + dst_offset, bytes};
   vkCmdCopyBuffer(b.cmd, src.buffer(), dst.buffer(), 1, &region);
-  if (++b.commands >= kCommandsPerBatch) submit();
+  if (++b.commands >= b.limit) submit();
 }
 
 void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32_t pattern) {
@@ -158,7 +161,7 @@ void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32
   BufferRange w{dst.block_id(), dst.offset + offset, bytes};
   hazard({}, {&w, 1});
   vkCmdFillBuffer(b.cmd, dst.buffer(), dst.offset + offset, bytes, pattern);
-  if (++b.commands >= kCommandsPerBatch) submit();
+  if (++b.commands >= b.limit) submit();
 }
 
 void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset, uint64_t bytes) {

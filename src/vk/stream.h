@@ -84,6 +84,7 @@ class Stream {
     std::vector<Allocation> to_free;
     std::vector<std::pair<std::string, DispatchCost>> timed;  // label per timestamp pair
     uint32_t commands = 0;
+    uint32_t limit = 0;  // submitted once it holds this many commands
     bool recording = false;
   };
   Batch& current();
@@ -106,7 +107,12 @@ class Stream {
   std::map<std::string, KernelProfile> profile_;
   uint64_t dispatches_total_ = 0;
   uint64_t barriers_total_ = 0;
+  // Batch sizes: a batch begun while the GPU is idle (after a synchronize, e.g. the per-step loss
+  // read) is submitted after kFirstBatchCommands so the GPU starts at once; each following batch
+  // doubles, up to kCommandsPerBatch, which keeps submissions rare once the GPU is busy.
+  static constexpr uint32_t kFirstBatchCommands = 16;
   static constexpr uint32_t kCommandsPerBatch = 512;
+  uint32_t last_batch_limit_ = kFirstBatchCommands;
 };
 
 }  // namespace vkf::vk
