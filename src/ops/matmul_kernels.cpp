@@ -4,7 +4,6 @@
 #include "ops/matmul_kernels.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <thread>
 
@@ -61,16 +60,6 @@ struct Tile {
 constexpr Tile kMedium{4, 4, 16}, kLarge{8, 8, 8};
 
 TileChoice g_tile_choice = TileChoice::Auto;
-
-// Double-buffered shared slices in the tiled kernel (one barrier per slice instead of two).
-// VKF_MATMUL_DOUBLE_BUFFER=0|1 selects it, for measuring both on a device; off by default.
-bool tiled_double_buffer() {
-  static const bool on = [] {
-    const char* v = std::getenv("VKF_MATMUL_DOUBLE_BUFFER");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
 
 uint64_t byte_address(const Tensor& t, int64_t element_offset) {
   return t.address() + static_cast<uint64_t>(element_offset) * 4;
@@ -159,8 +148,7 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
   const int64_t m = c.rows, n = c.cols;
   const Tile tile = pick_tile(c.batch, m, n);
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans,
-                                      tiled_double_buffer()};
+  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans};
   const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(),
                 nstep = g_max_groups * tile.bn();
   bool first = true;

@@ -8,9 +8,7 @@
 // A reads are two broadcast addresses and the B reads 16 consecutive vec4s, free of bank
 // conflicts. Global loads pick the thread order that walks each operand's contiguous dimension,
 // so they coalesce for every transpose combination; the next slice is fetched into registers
-// while the current one is multiplied. With DOUBLE_BUFFER the shared slices alternate between two
-// buffers, so a slice costs one barrier instead of two (the store of slice i+1 goes to the buffer
-// nobody reads while slice i is multiplied).
+// while the current one is multiplied.
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
@@ -26,7 +24,6 @@ layout(constant_id = 1) const uint TN = 4;   // micro-tile columns per thread, a
 layout(constant_id = 2) const uint BK = 16;  // k-depth of a slice; BM*BK and BN*BK multiples of 256
 layout(constant_id = 3) const bool TRANS_A = false;
 layout(constant_id = 4) const bool TRANS_B = false;
-layout(constant_id = 5) const bool DOUBLE_BUFFER = false;
 
 const uint BM = TY * TM;
 const uint BN = TX * TN;
@@ -40,11 +37,8 @@ const uint SB = BN + 4;
 const uint LA = BM * BK / LOCAL_SIZE;  // elements of A each thread loads per slice
 const uint LB = BN * BK / LOCAL_SIZE;
 
-const uint NBUF = DOUBLE_BUFFER ? 2 : 1;
-const uint A_SLICE = BK * SA / 4;  // vec4s per buffered slice
-const uint B_SLICE = BK * SB / 4;
-shared vec4 As[NBUF * A_SLICE];
-shared vec4 Bs[NBUF * B_SLICE];
+shared vec4 As[BK * SA / 4];
+shared vec4 Bs[BK * SB / 4];
 
 #include "matmul_push.glsl"
 
@@ -79,20 +73,6 @@ float load_b(uint base, uint k, uint n) {
   return p.b.v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
 }
 
-// Stores the prefetched slice (this thread's elements) into shared buffer `buf`.
-void stage_slice(float ra[LA], float rb[LB], uint tid, uint buf) {
-  [[unroll]] for (uint l = 0; l < LA; ++l) {
-    uint mm, kk;
-    a_coords(l * LOCAL_SIZE + tid, mm, kk);
-    As[buf * A_SLICE + kk * (SA / 4) + mm / 4][mm % 4] = ra[l];
-  }
-  [[unroll]] for (uint l = 0; l < LB; ++l) {
-    uint kk, nn;
-    b_coords(l * LOCAL_SIZE + tid, kk, nn);
-    Bs[buf * B_SLICE + kk * (SB / 4) + nn / 4][nn % 4] = rb[l];
-  }
-}
-
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint tx = tid % TX, ty = tid / TX;
@@ -116,17 +96,19 @@ void main() {
     rb[l] = load_b(bbase, kk, n0 + nn);
   }
 
-  uint buf = 0;
-  if (DOUBLE_BUFFER) {
-    stage_slice(ra, rb, tid, 0);
-    barrier();
-  }
   for (uint k0 = 0; k0 < p.K; k0 += BK) {
-    if (!DOUBLE_BUFFER) {
-      barrier();  // everyone is done reading the previous slice
-      stage_slice(ra, rb, tid, 0);
-      barrier();
+    barrier();  // everyone is done reading the previous slice
+    [[unroll]] for (uint l = 0; l < LA; ++l) {
+      uint mm, kk;
+      a_coords(l * LOCAL_SIZE + tid, mm, kk);
+      As[kk * (SA / 4) + mm / 4][mm % 4] = ra[l];
     }
+    [[unroll]] for (uint l = 0; l < LB; ++l) {
+      uint kk, nn;
+      b_coords(l * LOCAL_SIZE + tid, kk, nn);
+      Bs[kk * (SB / 4) + nn / 4][nn % 4] = rb[l];
+    }
+    barrier();
 
     const uint k1 = k0 + BK;
     if (k1 < p.K) {
@@ -142,21 +124,13 @@ void main() {
       }
     }
 
-    const uint ao = buf * A_SLICE, bo = buf * B_SLICE;
     [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
       vec4 av[GM], bv[GN];
-      [[unroll]] for (uint g = 0; g < GM; ++g) av[g] = As[ao + kk * (SA / 4) + g * 16 + ty];
-      [[unroll]] for (uint h = 0; h < GN; ++h) bv[h] = Bs[bo + kk * (SB / 4) + h * 16 + tx];
+      [[unroll]] for (uint g = 0; g < GM; ++g) av[g] = As[kk * (SA / 4) + g * 16 + ty];
+      [[unroll]] for (uint h = 0; h < GN; ++h) bv[h] = Bs[kk * (SB / 4) + h * 16 + tx];
       [[unroll]] for (uint g = 0; g < GM; ++g)
         [[unroll]] for (uint r = 0; r < 4; ++r)
           [[unroll]] for (uint h = 0; h < GN; ++h) acc[g * 4 + r][h] += VACC4(av[g][r]) * VACC4(bv[h]);
-    }
-
-    if (DOUBLE_BUFFER && k1 < p.K) {
-      // The other buffer was last read in the previous slice, before the last barrier.
-      buf ^= 1;
-      stage_slice(ra, rb, tid, buf);
-      barrier();
     }
   }
 
