@@ -1,7 +1,8 @@
 // The memory planner against measurement: real training steps (forward, backward, clipping,
-// AdamW) of small models of several shapes and architectures, and forward-only passes, each
-// compared with the plan's total tensor bytes; plus the plan's arithmetic where nothing here can
-// measure it (gradient checkpointing, a trainable subset), the fit check's error and size parsing.
+// AdamW) of small models of several shapes and architectures (two also in mixed precision, which
+// the same plan must bound), and forward-only passes, each compared with the plan's total tensor
+// bytes; plus the plan's arithmetic where nothing here can measure it (gradient checkpointing, a
+// trainable subset), the fit check's error and size parsing.
 //
 // The measured figure is the allocator's peak of live tensor bytes (vk::memory_stats), which
 // counts every tensor from its allocation to its release, rounded as the allocator rounds, so the
