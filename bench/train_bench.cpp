@@ -1,18 +1,37 @@
-// Training throughput of vkformer on the model shapes of bench/torch_train_bench.py: a Llama model
-// built in memory (random weights), batches of random token ids, and full training steps —
-// forward, causal-LM loss, backward, AdamW — timed after a warm-up. Prints tokens/s, step time and
-// peak device memory, as one JSON line per row (for bench/train_compare.sh) and a readable line;
-// with --profile, the kernels that cost most (GPU timestamps), with achieved TFLOP/s or GB/s
-// against the device's roofline.
+// Training benchmarks of vkformer, two modes.
 //
-//   train_bench [--shape 135m|1b|tiny] [--batch 8] [--seq 1024] [--steps 10] [--warmup 3]
-//               [--profile] [--top 20] [--peak-tflops 67] [--peak-gbps 4300] [--device N]
+// Throughput (default): on the model shapes of bench/torch_train_bench.py, a Llama model built in
+// memory (random weights), batches of random token ids, and full training steps — forward,
+// causal-LM loss, backward, AdamW; with --precision f16 also the loss scaler's check and unscale
+// (train/optimizer_step.h) — timed after a warm-up. Prints tokens/s, step time and peak device
+// memory, as one JSON line per row (for bench/train_compare.sh) and a readable line; with
+// --profile, the kernels that cost most (GPU timestamps), with achieved TFLOP/s or GB/s against
+// the device's roofline.
+//
+//   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
+//               [--steps 10] [--warmup 3] [--profile] [--top 20] [--peak-tflops 67]
+//               [--peak-gbps 4300] [--device N]
+//
+// Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
+// from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
+// order), so a run can be compared step by step with another framework on the very same data
+// (bench/mixed_curve.py): AdamW (betas 0.9/0.999, eps 1e-8, no decay on biases and norm weights,
+// as transformers' Trainer), a warmup + schedule learning rate, clipping, and in f16 dynamic loss
+// scaling with the Trainer's semantics. Writes one JSON line per step to --loss-log.
+//
+//   train_bench --model DIR --tokens FILE --batch B --seq T --steps N --lr X [--precision f16]
+//               [--lr-scheduler-type cosine] [--lr-warmup-steps W] [--weight-decay D]
+//               [--max-grad-norm C] --loss-log FILE
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,106 +43,249 @@
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/optim.h"
+#include "train/optimizer_step.h"
+#include "train/trainer.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
 using namespace vkf;
 
-int main(int argc, char** argv) {
-  CLI::App app("vkformer training throughput on fixed model shapes");
-  std::string shape = "135m";
+namespace {
+
+struct Args {
+  std::string shape = "135m", precision = "fp32";
   int64_t batch = 8, seq = 1024;
   int steps = 10, warmup = 3, top = 20;
   bool profile = false;
   double peak_tflops = 67, peak_gbps = 4300;
   int device = -1;
-  app.add_option("--shape", shape, "135m, 1b or tiny")->capture_default_str();
-  app.add_option("--batch", batch, "sequences per step")->capture_default_str();
-  app.add_option("--seq", seq, "tokens per sequence")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_flag("--profile", profile, "per-kernel GPU time of the timed steps");
-  app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
-  app.add_option("--peak-tflops", peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
-  app.add_option("--peak-gbps", peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
-  app.add_option("--device", device, "Vulkan device index");
+  // Loss-curve mode.
+  std::string model, tokens, loss_log, schedule = "cosine";
+  double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
+  int64_t lr_warmup_steps = 0;
+};
+
+// Labels: the next token (the last position of each row ignored), as the shifted HF loss compares.
+std::vector<int32_t> next_token_labels(const std::vector<int32_t>& ids, int64_t batch, int64_t seq) {
+  std::vector<int32_t> shifted(ids.size(), -100);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t + 1 < seq; ++t)
+      shifted[static_cast<size_t>(b * seq + t)] = ids[static_cast<size_t>(b * seq + t + 1)];
+  return shifted;
+}
+
+// Forward, mean causal-LM loss over batch * (seq - 1) tokens, backward seeded by `update`
+// (the loss scale in f16); returns the loss sum on the device.
+Tensor forward_backward(models::DecoderModel& model, const Tensor& input, const Tensor& labels, int64_t batch,
+                        int64_t seq, const train::OptimizerStep& update) {
+  const int64_t V = model.spec().vocab_size;
+  autograd::Tape tape;
+  Tensor loss_sum, loss;
+  {
+    autograd::TapeScope scope(tape);
+    const Tensor logits = model.forward(input, {});
+    loss_sum = ops::cross_entropy_parts(logits.reshape({batch * seq, V}), labels).loss_sum;
+    loss = ops::scale(loss_sum, static_cast<float>(1.0 / static_cast<double>(batch * (seq - 1))));
+  }
+  tape.backward(loss, update.backward_seed());
+  return loss_sum;
+}
+
+std::optional<train::GradScalerConfig> loss_scaling(MatmulPrecision p) {
+  if (p == MatmulPrecision::F16) return train::GradScalerConfig{};
+  return std::nullopt;
+}
+
+int run_throughput(const Args& a, MatmulPrecision precision) {
+  int64_t n_params = 0;
+  models::DecoderModel model = bench::make_model(a.shape, n_params);
+  const models::ArchSpec& spec = model.spec();
+  model.set_requires_grad(true);
+  ops::AdamW opt(model.parameters(), {1e-4, 0.9, 0.999, 1e-8, 0.0});
+  train::ScheduleConfig sc;
+  sc.type = "constant";
+  sc.learning_rate = 1e-4;
+  sc.total_steps = a.warmup + a.steps;
+  const train::LrSchedule schedule(sc);
+  // No clipping, as bench/torch_train_bench.py.
+  train::OptimizerStep update(opt, schedule, 0.0, loss_scaling(precision));
+  const int64_t batch = a.batch, seq = a.seq;
+  std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
+  uint64_t x = 12345;
+  for (auto& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(spec.vocab_size));
+  }
+  const Tensor input = Tensor::from_host_i32(ids, {batch, seq});
+  const Tensor labels = Tensor::from_host_i32(next_token_labels(ids, batch, seq), {batch * seq});
+  const double counted = static_cast<double>(batch * (seq - 1));
+  auto& stream = vk::stream();
+  int64_t step_number = 0;
+  // The step's figures (loss, norm, overflow flag) are read every step, as vkformer train does:
+  // it bounds how far the host runs ahead of the GPU (and so the memory that freed-but-queued
+  // tensors hold).
+  auto step = [&] {
+    update.record(++step_number, forward_backward(model, input, labels, batch, seq, update));
+    return update.finish();
+  };
+  for (int i = 0; i < a.warmup; ++i) step();
+  auto& alloc = vk::Context::get().allocator();
+  alloc.reset_peak();
+  if (a.profile) stream.set_profiling(true);
+  double loss = 0;
+  int skipped = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.steps; ++i) {
+    const train::StepOutcome out = step();
+    loss = out.loss_sum / counted;
+    skipped += out.skipped;
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.steps;
+  const double tps = static_cast<double>(batch * seq) / sec;
+  const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
+  const auto& info = vk::Context::get().info();
+  const char* pname = train::precision_name(precision);
+  fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"{}\",\"batch\":{},\"seq\":{},"
+             "\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},\"loss\":{:.4f},"
+             "\"skipped_steps\":{},\"device\":\"{}\"}}\n",
+             a.shape, pname, batch, seq, n_params, sec * 1e3, tps, peak_gib, loss, skipped, info.name);
+  std::fprintf(stderr, "vkformer %s %s params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB loss=%.3f\n",
+               a.shape.c_str(), pname, static_cast<double>(n_params) / 1e6, static_cast<long long>(batch),
+               static_cast<long long>(seq), sec * 1e3, tps, peak_gib, loss);
+  if (a.profile) {
+    auto prof = stream.profile();
+    std::sort(prof.begin(), prof.end(), [](const auto& l, const auto& r) { return l.total_ms > r.total_ms; });
+    double total = 0;
+    for (const auto& p : prof) total += p.total_ms;
+    std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / a.steps, sec * 1e3);
+    std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share", "TFLOP/s",
+                 "GB/s", "of roofline");
+    for (size_t i = 0; i < prof.size() && static_cast<int>(i) < a.top; ++i) {
+      const auto& p = prof[i];
+      const double s = p.total_ms / 1e3;
+      const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
+      const double roof = std::max(tf / a.peak_tflops, gb / a.peak_gbps);
+      std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
+                   p.total_ms / a.steps,
+                   static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(a.steps)),
+                   100 * p.total_ms / total, tf, gb, 100 * roof);
+    }
+  }
+  return 0;
+}
+
+// The token file's batches: int32 little-endian, [count, batch, seq].
+std::vector<int32_t> read_tokens(const std::string& path, int64_t batch, int64_t seq, int64_t steps) {
+  std::ifstream in(path, std::ios::binary);
+  VKF_REQUIRE(in, "--tokens {}: cannot open", path);
+  const uint64_t bytes = std::filesystem::file_size(path);
+  const uint64_t per_batch = static_cast<uint64_t>(batch * seq) * 4;
+  VKF_REQUIRE(bytes % per_batch == 0,
+              "--tokens {}: {} bytes is not a whole number of batches of {} x {} int32 tokens ({} bytes each); "
+              "check --batch and --seq against the file",
+              path, bytes, batch, seq, per_batch);
+  VKF_REQUIRE(bytes / per_batch >= static_cast<uint64_t>(steps),
+              "--tokens {}: {} batches of {} x {} for --steps {}", path, bytes / per_batch, batch, seq, steps);
+  std::vector<int32_t> ids(static_cast<size_t>(per_batch / 4 * static_cast<uint64_t>(steps)));
+  in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
+  VKF_REQUIRE(in, "--tokens {}: read failed", path);
+  return ids;
+}
+
+int run_loss_curve(const Args& a, MatmulPrecision precision) {
+  VKF_REQUIRE(!a.loss_log.empty(), "train_bench --model: --loss-log FILE is required (per-step losses)");
+  VKF_REQUIRE(a.batch > 0 && a.seq > 1 && a.steps > 0, "train_bench: --batch, --seq > 1 and --steps must be positive");
+  models::DecoderModel model = models::DecoderModel::load(a.model);
+  const int64_t V = model.spec().vocab_size;
+  const std::vector<int32_t> ids = read_tokens(a.tokens, a.batch, a.seq, a.steps);
+  for (size_t i = 0; i < ids.size(); ++i)
+    VKF_REQUIRE(ids[i] >= 0 && ids[i] < V, "--tokens {}: token {} at position {} is outside the vocabulary [0, {})",
+                a.tokens, ids[i], i, V);
+  model.set_requires_grad(true);
+  std::vector<double> wd;
+  for (const auto& n : model.parameter_names()) wd.push_back(train::decays(n) ? a.weight_decay : 0.0);
+  ops::AdamW opt(model.parameters(), {a.lr, 0.9, 0.999, 1e-8, a.weight_decay}, wd);
+  train::ScheduleConfig sc;
+  sc.type = a.schedule;
+  sc.learning_rate = a.lr;
+  sc.total_steps = a.steps;
+  sc.warmup_steps = a.lr_warmup_steps;
+  const train::LrSchedule schedule(sc);
+  train::OptimizerStep update(opt, schedule, a.max_grad_norm, loss_scaling(precision));
+  std::ofstream log(a.loss_log, std::ios::trunc);
+  VKF_REQUIRE(log, "--loss-log {}: cannot write", a.loss_log);
+  const size_t per_batch = static_cast<size_t>(a.batch * a.seq);
+  const double counted = static_cast<double>(a.batch * (a.seq - 1));
+  int64_t skipped = 0;
+  double loss = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= a.steps; ++step) {
+    const std::vector<int32_t> batch_ids(ids.begin() + static_cast<std::ptrdiff_t>((step - 1) * per_batch),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(step * per_batch));
+    const Tensor input = Tensor::from_host_i32(batch_ids, {a.batch, a.seq});
+    const Tensor labels = Tensor::from_host_i32(next_token_labels(batch_ids, a.batch, a.seq), {a.batch * a.seq});
+    update.record(step, forward_backward(model, input, labels, a.batch, a.seq, update));
+    const train::StepOutcome out = update.finish();
+    loss = out.loss_sum / counted;
+    skipped += out.skipped;
+    nlohmann::json line{{"step", step}, {"loss", loss}, {"lr", out.lr}, {"grad_norm", out.grad_norm}};
+    if (precision == MatmulPrecision::F16) line.update({{"loss_scale", out.loss_scale}, {"skipped", out.skipped}});
+    log << line.dump() << "\n";
+    if (step == 1 || step % 50 == 0 || step == a.steps) {
+      std::fprintf(stderr, "step %lld/%d loss %.4f lr %.3e grad_norm %.3f%s\n", static_cast<long long>(step),
+                   a.steps, loss, out.lr, out.grad_norm,
+                   precision == MatmulPrecision::F16
+                       ? fmt::format(" loss_scale {:g} skipped {}", out.loss_scale, skipped).c_str()
+                       : "");
+    }
+  }
+  log.flush();
+  VKF_REQUIRE(log, "--loss-log {}: write failed", a.loss_log);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("{{\"tool\":\"vkformer\",\"mode\":\"loss_curve\",\"precision\":\"{}\",\"steps\":{},\"final_loss\":{:.5f},"
+             "\"skipped_steps\":{},\"seconds\":{:.1f},\"device\":\"{}\"}}\n",
+             train::precision_name(precision), a.steps, loss, skipped, sec, vk::Context::get().info().name);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("vkformer training benchmarks: throughput on fixed shapes, or a loss curve on a token file");
+  Args a;
+  app.add_option("--shape", a.shape, "135m, 1b or tiny (throughput mode)")->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32 or f16 (mixed precision with dynamic loss scaling)")
+      ->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences per step")->capture_default_str();
+  app.add_option("--seq", a.seq, "tokens per sequence")->capture_default_str();
+  app.add_option("--steps", a.steps, "timed steps (loss-curve mode: steps to train)")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed steps first (throughput mode)")->capture_default_str();
+  app.add_flag("--profile", a.profile, "per-kernel GPU time of the timed steps");
+  app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
+  app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
+  app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
+  app.add_option("--device", a.device, "Vulkan device index");
+  app.add_option("--model", a.model, "loss-curve mode: Hugging Face model folder to train");
+  app.add_option("--tokens", a.tokens, "loss-curve mode: int32 token file of [steps, batch, seq] batches");
+  app.add_option("--loss-log", a.loss_log, "loss-curve mode: per-step JSON lines written here");
+  app.add_option("--lr", a.lr, "loss-curve mode: peak learning rate")->capture_default_str();
+  app.add_option("--lr-scheduler-type", a.schedule, "loss-curve mode: constant, linear, cosine, ...")->capture_default_str();
+  app.add_option("--lr-warmup-steps", a.lr_warmup_steps, "loss-curve mode: linear warmup steps")->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay, "loss-curve mode: AdamW weight decay (not on biases and norms)")
+      ->capture_default_str();
+  app.add_option("--max-grad-norm", a.max_grad_norm, "loss-curve mode: gradient clipping (<= 0: off)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (device >= 0) vk::Context::select_device(device);
+    if (a.device >= 0) vk::Context::select_device(a.device);
     set_math_mode(MathMode::Fast);
-    int64_t n_params = 0;
-    models::DecoderModel model = bench::make_model(shape, n_params);
-    const models::ArchSpec& spec = model.spec();
-    model.set_requires_grad(true);
-    ops::AdamW opt(model.parameters(), {1e-4, 0.9, 0.999, 1e-8, 0.0});
-    std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
-    uint64_t x = 12345;
-    for (auto& id : ids) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(spec.vocab_size));
+    const MatmulPrecision precision = train::parse_precision(a.precision, "--precision");
+    set_matmul_precision(precision);
+    if (!a.model.empty() || !a.tokens.empty()) {
+      VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
+      return run_loss_curve(a, precision);
     }
-    const Tensor input = Tensor::from_host_i32(ids, {batch, seq});
-    // Labels: the next token (the last position ignored), as the shifted HF loss compares.
-    std::vector<int32_t> shifted(ids.size(), -100);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t + 1 < seq; ++t)
-        shifted[static_cast<size_t>(b * seq + t)] = ids[static_cast<size_t>(b * seq + t + 1)];
-    const Tensor labels = Tensor::from_host_i32(shifted, {batch * seq});
-    const float inv_count = 1.0f / static_cast<float>(batch * (seq - 1));
-    auto& stream = vk::stream();
-    auto step = [&] {
-      autograd::Tape tape;
-      Tensor loss;
-      {
-        autograd::TapeScope scope(tape);
-        const Tensor logits = model.forward(input, {});
-        loss = ops::scale(ops::cross_entropy_parts(logits.reshape({batch * seq, spec.vocab_size}), labels).loss_sum,
-                          inv_count);
-      }
-      tape.backward(loss);
-      opt.step();
-      opt.zero_grad();
-      return loss;
-    };
-    for (int i = 0; i < warmup; ++i) step().item();
-    auto& alloc = vk::Context::get().allocator();
-    alloc.reset_peak();
-    if (profile) stream.set_profiling(true);
-    // The loss is read every step, as vkformer train does: it bounds how far the host runs ahead
-    // of the GPU (and so the memory that freed-but-queued tensors hold).
-    float loss = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) loss = step().item();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-    const double tps = static_cast<double>(batch * seq) / sec;
-    const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
-    const auto& info = vk::Context::get().info();
-    fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"fp32\",\"batch\":{},\"seq\":{},"
-               "\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},\"loss\":{:.4f},"
-               "\"device\":\"{}\"}}\n",
-               shape, batch, seq, n_params, sec * 1e3, tps, peak_gib, loss, info.name);
-    std::fprintf(stderr, "vkformer %s fp32 params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB loss=%.3f\n",
-                 shape.c_str(), static_cast<double>(n_params) / 1e6, static_cast<long long>(batch),
-                 static_cast<long long>(seq), sec * 1e3, tps, peak_gib, loss);
-    if (profile) {
-      auto prof = stream.profile();
-      std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.total_ms > b.total_ms; });
-      double total = 0;
-      for (const auto& p : prof) total += p.total_ms;
-      std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / steps, sec * 1e3);
-      std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share",
-                   "TFLOP/s", "GB/s", "of roofline");
-      for (size_t i = 0; i < prof.size() && static_cast<int>(i) < top; ++i) {
-        const auto& p = prof[i];
-        const double s = p.total_ms / 1e3;
-        const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
-        const double roof = std::max(tf / peak_tflops, gb / peak_gbps);
-        std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
-                     p.total_ms / steps, static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(steps)),
-                     100 * p.total_ms / total, tf, gb, 100 * roof);
-      }
-    }
-    return 0;
+    return run_throughput(a, precision);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_bench: error: %s\n", e.what());
     return 1;

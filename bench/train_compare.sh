@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call, both tools, same GPU: vkformer's train_bench and PyTorch's torch_train_bench.py on the
-# 135M and 1B shapes (batch 8 x 1024), printing each row and the ratio vkformer / PyTorch.
+# 135M and 1B shapes (batch 8 x 1024), printing each row and the ratio vkformer / PyTorch: fp32
+# against fp32, and mixed precision (vkformer --precision f16 with loss scaling) against PyTorch's
+# bf16 autocast.
 #   bench/train_compare.sh TRAIN_BENCH_BINARY OUT_JSONL [shape ...]
 set -u -o pipefail
 bin="$1"
@@ -11,7 +13,10 @@ shapes=("$@")
 here="$(cd "$(dirname "$0")" && pwd)"
 : > "$out"
 for s in "${shapes[@]}"; do
-  "$bin" --shape "$s" --batch 8 --seq 1024 --steps 10 --warmup 3 | grep '^{' >> "$out" || echo "vkformer $s failed"
+  for p in fp32 f16; do
+    "$bin" --shape "$s" --precision "$p" --batch 8 --seq 1024 --steps 10 --warmup 3 | grep '^{' >> "$out" ||
+      echo "vkformer $s $p failed"
+  done
   for p in fp32 bf16; do
     python3 "$here/torch_train_bench.py" --shape "$s" --precision "$p" | grep '^{' >> "$out" || echo "pytorch $s $p failed"
   done

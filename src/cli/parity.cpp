@@ -59,6 +59,8 @@ int run(const ParityArgs& a) {
   // Parity is about accuracy: double-precision transcendental functions and accumulators where
   // the device has fp64 (see core/launch.h).
   set_math_mode(MathMode::Precise);
+  // The contract is fp32 end to end: matrix products stay fp32 whatever VKF_PRECISION says.
+  set_matmul_precision(MatmulPrecision::F32);
   if (a.fixture.empty()) {
     VKF_REQUIRE(!a.model.empty() && !a.batch.empty() && !a.out.empty(),
                 "parity needs --model DIR --batch FILE --out FILE (or --fixture DIR)");

@@ -3,7 +3,8 @@
 // (config.json, model.safetensors, tokenizer files, generation_config.json) that transformers
 // loads. Option names follow transformers' TrainingArguments, with dashes. With --peft lora (see
 // train_peft.cpp) it trains a LoRA adapter instead and writes a peft adapter folder
-// (adapter_config.json, adapter_model.safetensors, tokenizer files).
+// (adapter_config.json, adapter_model.safetensors, tokenizer files). --precision f16 trains in
+// mixed precision with dynamic loss scaling (train/optimizer_step.h).
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -13,9 +14,11 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/train_peft.h"
@@ -25,6 +28,7 @@
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "tokenizer/tokenizer.h"
+#include "train/optimizer_step.h"
 #include "train/trainer.h"
 #include "vk/error.h"
 
@@ -38,6 +42,7 @@ struct TrainArgs {
   int64_t max_length = 512;
   bool no_packing = false;
   std::string max_memory;    // a size, e.g. 2GiB
+  std::string precision;     // fp32 | f16; empty: VKF_PRECISION or fp32
   bool estimate_memory = false;
   train::TrainOptions opt;
   PeftArgs peft;
@@ -64,6 +69,36 @@ models::DecoderModel init_from_config(const std::string& config_path, uint64_t s
   return models::DecoderModel(std::move(spec), std::move(params));
 }
 
+// Tests only: VKF_TEST_LOSS_SCALING="init_scale=X,growth_interval=N,overflow_at=S1:S2:..." sets
+// the loss scaler's configuration and injects inf gradients at the given global steps, so the
+// skip/backoff/growth paths run on any device in a few steps.
+void apply_test_loss_scaling(train::TrainOptions& o) {
+  const char* env = std::getenv("VKF_TEST_LOSS_SCALING");
+  if (!env || !*env) return;
+  std::stringstream all(env);
+  std::string item;
+  while (std::getline(all, item, ',')) {
+    const size_t eq = item.find('=');
+    VKF_REQUIRE(eq != std::string::npos, "VKF_TEST_LOSS_SCALING: '{}' is not key=value", item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      if (key == "init_scale") {
+        o.loss_scaling.init_scale = std::stod(value);
+      } else if (key == "growth_interval") {
+        o.loss_scaling.growth_interval = std::stoll(value);
+      } else if (key == "overflow_at") {
+        std::stringstream steps(value);
+        std::string s;
+        while (std::getline(steps, s, ':')) o.inject_overflow_at.insert(std::stoll(s));
+      } else {
+        fail("VKF_TEST_LOSS_SCALING: unknown key '{}' (init_scale, growth_interval, overflow_at)", key);
+      }
+    } catch (const std::logic_error&) {
+      fail("VKF_TEST_LOSS_SCALING: '{}' is not a number", value);
+    }
+  }
+}
+
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop.store(true); }
 
@@ -80,6 +115,8 @@ int run(TrainArgs& a) {
   VKF_REQUIRE(a.model.empty() != a.config.empty(), "train: give --model DIR, or --config config.json with --tokenizer");
   VKF_REQUIRE(!a.out.empty() || a.estimate_memory, "train: --out DIR is required (the output folder)");
   if (!a.max_memory.empty()) a.opt.max_memory = train::parse_byte_size(a.max_memory, "--max-memory");
+  a.opt.precision = a.precision.empty() ? matmul_precision() : train::parse_precision(a.precision, "--precision");
+  apply_test_loss_scaling(a.opt);
   a.model = hub::resolve_path(a.model, hub::Need::Model);  // a Hub reference org/name[@rev] -> the cache
   a.tokenizer = hub::resolve_path(a.tokenizer, hub::Need::Tokenizer);
   const fs::path tok_dir = !a.tokenizer.empty() ? fs::path(a.tokenizer) : fs::path(a.model);
@@ -223,6 +260,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--adam-beta2", a.opt.beta2, "AdamW beta2")->capture_default_str();
   c->add_option("--adam-epsilon", a.opt.eps, "AdamW epsilon")->capture_default_str();
   c->add_option("--max-grad-norm", a.opt.max_grad_norm, "gradient clipping (<= 0: off)")->capture_default_str();
+  c->add_option("--precision", a.precision,
+                "fp32 (default; or VKF_PRECISION) or f16: mixed precision, f16 matrix products with fp32 "
+                "accumulation, f32 weights and optimizer state, dynamic loss scaling (as --fp16 in transformers)");
   c->add_option("--logging-steps", a.opt.logging_steps, "log every N steps")->capture_default_str();
   c->add_option("--eval-steps", a.opt.eval_steps, "evaluate every N steps (and at the end)")->capture_default_str();
   c->add_option("--seed", a.opt.seed, "seed of shuffling, initialization and dropout masks")->capture_default_str();

@@ -86,7 +86,8 @@ std::vector<double> check_params(const char* op, const std::vector<Tensor>& para
 }  // namespace
 
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t) {
+                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t,
+                  const StepGate& gate) {
   const char* op = "adamw_update";
   check_config(config);
   VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
@@ -95,6 +96,15 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
   check_state(op, "exp_avg_sq", exp_avg_sq, param);
   VKF_REQUIRE(t >= 1, "{}: the step number t must be >= 1, got {}", op, t);
   const Tensor g = contiguous_grad(op, grad, param);
+  const bool gated = gate.found_inf.defined();
+  if (gated) {
+    VKF_REQUIRE(gate.found_inf.dtype() == DType::F32 && gate.found_inf.numel() == 1,
+                "{}: the gate's found_inf must be a one-element f32 tensor, got {} of shape {}", op,
+                dtype_name(gate.found_inf.dtype()), shape_str(gate.found_inf.shape()));
+  }
+  VKF_REQUIRE(std::isfinite(gate.grad_multiplier) && gate.grad_multiplier > 0.0f,
+              "{}: the gradient multiplier must be finite and positive, got {}", op,
+              gate.grad_multiplier);
   const int64_t n = param.numel();
   if (n == 0) return;
 
@@ -107,15 +117,18 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
   const float lerp_weight = static_cast<float>(1.0 - config.beta1);
   const bool from_grad = !(std::fabs(lerp_weight) < 0.5f);
   struct {
-    uint64_t param, grad, exp_avg, exp_avg_sq;
+    uint64_t param, grad, exp_avg, exp_avg_sq, found_inf;
     uint32_t n;
     float decay, lerp_coeff;
     uint32_t lerp_from_grad;
-    float beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+    float beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, grad_multiplier;
+    uint32_t gated;
   } push{param.address(),
          g.address(),
          exp_avg.address(),
          exp_avg_sq.address(),
+         // Ungated, the kernel never reads it; a valid address all the same.
+         gated ? gate.found_inf.address() : g.address(),
          static_cast<uint32_t>(n),
          static_cast<float>(1.0 - config.lr * config.weight_decay),
          from_grad ? lerp_weight - 1.0f : lerp_weight,
@@ -124,9 +137,12 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
          static_cast<float>(1.0 - config.beta2),
          static_cast<float>(std::sqrt(bc2)),
          static_cast<float>(config.eps),
-         static_cast<float>(-step_size)};
+         static_cast<float>(-step_size),
+         gate.grad_multiplier,
+         gated ? 1u : 0u};
   const double elems = static_cast<double>(n);
-  launch("adamw", push, grid_1d(n, kLocal), {&param, &g, &exp_avg, &exp_avg_sq},
+  launch("adamw", push, grid_1d(n, kLocal),
+         {&param, &g, &exp_avg, &exp_avg_sq, gated ? &gate.found_inf : nullptr},
          {&param, &exp_avg, &exp_avg_sq}, {}, {12.0 * elems, 28.0 * elems});
 }
 
@@ -144,22 +160,33 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double>
   }
 }
 
-void AdamW::step() {
+void AdamW::step(const StepGate& gate) {
   autograd::NoGradScope no_grad;
   VKF_REQUIRE(param_steps_.size() == params_.size() && exp_avg_.size() == params_.size() &&
                   exp_avg_sq_.size() == params_.size(),
               "AdamW: state lists ({} steps, {} exp_avg, {} exp_avg_sq) do not match the {} "
               "parameters",
               param_steps_.size(), exp_avg_.size(), exp_avg_sq_.size(), params_.size());
+  last_stepped_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor grad = params_[i].grad();
     if (!grad.defined()) continue;
     AdamWConfig c = config_;
     c.weight_decay = weight_decay_[i];
-    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1);
+    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1, gate);
     ++param_steps_[i];
+    last_stepped_.push_back(i);
   }
   ++steps_;
+  last_step_countable_ = true;
+}
+
+void AdamW::uncount_last_step() {
+  VKF_REQUIRE(last_step_countable_, "AdamW: uncount_last_step() without a step() since the last one");
+  for (size_t i : last_stepped_) --param_steps_[i];
+  last_stepped_.clear();
+  --steps_;
+  last_step_countable_ = false;
 }
 
 void AdamW::zero_grad() {
@@ -174,6 +201,7 @@ void AdamW::set_lr(double lr) {
 void AdamW::set_step_count(int64_t steps) {
   VKF_REQUIRE(steps >= 0, "AdamW: step count must be >= 0, got {}", steps);
   steps_ = steps;
+  last_step_countable_ = false;
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

@@ -23,10 +23,21 @@ struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
 
+// Mixed precision with dynamic loss scaling (train/optimizer_step.h): how an update sees its
+// gradient and whether the device skips it. The default changes nothing.
+struct StepGate {
+  // A one-element f32 device tensor (GradScaler's found_inf): where it holds a nonzero value when
+  // the update runs, the update leaves the parameter and its state bit for bit as they were.
+  Tensor found_inf;
+  // Gradients are multiplied by this before use (1 / loss scale when nothing unscaled them).
+  float grad_multiplier = 1.0f;
+};
+
 // One AdamW step of one tensor, in place: param, exp_avg and exp_avg_sq (contiguous f32, same
 // shape as grad) are updated for step number t >= 1 (1 on the first step).
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t);
+                  const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t,
+                  const StepGate& gate = {});
 
 // AdamW over a list of parameters (contiguous f32 tensors, each listed once), with zero-initialized
 // moments. step() updates each parameter that has a gradient and skips the others, as torch does;
@@ -38,7 +49,10 @@ class AdamW {
   AdamW(std::vector<Tensor> params, AdamWConfig config);
   AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double> weight_decay);
 
-  void step();
+  void step(const StepGate& gate = {});
+  // For a gated step() that the device skipped (its found_inf was set): puts the step numbers
+  // back as they were before it, as torch's GradScaler never calls optimizer.step() on overflow.
+  void uncount_last_step();
   void zero_grad();  // drops every parameter's gradient (torch's set_to_none)
   void set_lr(double lr);  // for schedules; takes effect at the next step()
   double lr() const { return config_.lr; }
@@ -57,6 +71,8 @@ class AdamW {
   std::vector<Tensor> params_, exp_avg_, exp_avg_sq_;
   std::vector<double> weight_decay_;
   std::vector<int64_t> param_steps_;
+  std::vector<size_t> last_stepped_;  // the parameters the last step() updated
+  bool last_step_countable_ = false;  // a step() that uncount_last_step() may take back
   AdamWConfig config_;
   int64_t steps_ = 0;
 };

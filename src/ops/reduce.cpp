@@ -1,6 +1,7 @@
 // Deterministic sums and norms (see reduce.h). Kernels: reduce_sum.comp (sums over chosen
 // dimensions of a strided tensor), reduce_flat.comp (the two levels of a sum over contiguous
-// data) and scale_by_scalar.comp (scaling by a factor read from device memory).
+// data), grad_overflow_norm.comp (the same two levels with GradScaler's inf/nan check) and
+// scale_by_scalar.comp (scaling by a factor read from device memory).
 #include "ops/reduce.h"
 
 #include <cmath>
@@ -126,6 +127,30 @@ Tensor flat_sum(const Tensor& x, Finish finish, float divisor) {
   return out;
 }
 
+// A list of gradients scaled in place: non-empty, f32, contiguous, each listed once.
+void check_gradient_list(const char* op, const std::vector<Tensor>& grads) {
+  VKF_REQUIRE(!grads.empty(), "{}: the list of gradients is empty", op);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string arg = "grads[" + std::to_string(i) + "]";
+    check_f32(grads[i], op, arg.c_str());
+    VKF_REQUIRE(grads[i].is_contiguous(),
+                "{}: grads[{}] of shape {} is a non-contiguous view; gradients are "
+                "scaled in place and must be contiguous",
+                op, i, shape_str(grads[i].shape()));
+    for (size_t j = 0; j < i; ++j)
+      VKF_REQUIRE(!(grads[j].same_storage(grads[i]) && grads[j].offset() == grads[i].offset()),
+                  "{}: grads[{}] and grads[{}] are the same tensor; each gradient "
+                  "must appear once or it would be scaled twice",
+                  op, j, i);
+  }
+}
+
+// 1 / S must be a positive finite number (S itself may be huge: 2^16 by default).
+void check_inv_scale(const char* op, float inv_scale) {
+  VKF_REQUIRE(std::isfinite(inv_scale) && inv_scale > 0.0f,
+              "{}: inv_scale is {}; expected 1 / loss scale, a positive finite number", op, inv_scale);
+}
+
 int normalize_dim(int dim, int rank, const char* op) {
   const int d = dim < 0 ? dim + rank : dim;
   VKF_REQUIRE(rank > 0 && d >= 0 && d < rank,
@@ -134,15 +159,16 @@ int normalize_dim(int dim, int rank, const char* op) {
   return d;
 }
 
-// out[i] = in[i] * factor(s0, s1) over contiguous tensors (see scale_by_scalar.comp).
+// out[i] = in[i] * factor(s0, s1) over contiguous tensors (see scale_by_scalar.comp); mode 2
+// unscales by inv_scale first.
 void scale_by_scalar(uint32_t mode, const Tensor& s0, const Tensor& s1, const Tensor& in,
-                     const Tensor& out, float max_norm) {
+                     const Tensor& out, float max_norm, float inv_scale = 1.0f) {
   struct {
     uint64_t s0, s1, in, out;
     uint32_t n;
-    float max_norm;
+    float max_norm, inv_scale;
   } push{s0.address(), s1.address(), in.address(), out.address(),
-         checked_u32(in.numel(), "element count"), max_norm};
+         checked_u32(in.numel(), "element count"), max_norm, inv_scale};
   const double n = static_cast<double>(in.numel());
   launch("scale_by_scalar", push, grid_1d(in.numel(), kLocal), {&s0, &s1, &in}, {&out}, {mode},
          {n, 8.0 * n});
@@ -258,24 +284,65 @@ Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
 Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm) {
   VKF_REQUIRE(!std::isnan(max_norm) && max_norm >= 0.0f,
               "clip_grad_norm_: max_norm is {}; expected a non-negative number", max_norm);
-  VKF_REQUIRE(!grads.empty(), "clip_grad_norm_: the list of gradients is empty");
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const std::string arg = "grads[" + std::to_string(i) + "]";
-    check_f32(grads[i], "clip_grad_norm_", arg.c_str());
-    VKF_REQUIRE(grads[i].is_contiguous(),
-                "clip_grad_norm_: grads[{}] of shape {} is a non-contiguous view; gradients are "
-                "scaled in place and must be contiguous",
-                i, shape_str(grads[i].shape()));
-    for (size_t j = 0; j < i; ++j)
-      VKF_REQUIRE(!(grads[j].same_storage(grads[i]) && grads[j].offset() == grads[i].offset()),
-                  "clip_grad_norm_: grads[{}] and grads[{}] are the same tensor; each gradient "
-                  "must appear once or it would be scaled twice",
-                  j, i);
-  }
+  check_gradient_list("clip_grad_norm_", grads);
   autograd::NoGradScope no_grad;
   Tensor norm = global_l2_norm(grads);
   for (const Tensor& g : grads) scale_by_scalar(0, norm, norm, g, g, max_norm);
   return norm;
+}
+
+Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale) {
+  const char* op = "grad_norm_and_overflow";
+  check_gradient_list(op, grads);
+  check_inv_scale(op, inv_scale);
+  autograd::NoGradScope no_grad;
+  int64_t parts = 0;
+  for (const Tensor& g : grads) parts += (g.numel() + kChunk - 1) / kChunk;
+  // [0, parts): sums of squares per chunk; [parts, 2 parts): the chunks' inf/nan flags.
+  Tensor partial = Tensor::empty({2 * parts}, DType::F32);
+  struct {
+    uint64_t in, out;
+    uint32_t n, chunk, out_offset, flag_offset;
+    float inv_scale;
+  } push{};
+  push.out = partial.address();
+  push.chunk = checked_u32(kChunk, "chunk");
+  push.flag_offset = checked_u32(parts, "chunk count");
+  push.inv_scale = inv_scale;
+  int64_t offset = 0;
+  for (const Tensor& g : grads) {  // each non-empty (checked above)
+    const int64_t n = g.numel();
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    push.in = g.address();
+    push.n = checked_u32(n, "element count");
+    push.out_offset = checked_u32(offset, "offset");
+    const double elems = static_cast<double>(n);
+    launch("grad_overflow_norm", push, grid_1d(chunks, 1), {&g}, {&partial}, {0u},
+           {3.0 * elems, 4.0 * elems});
+    offset += chunks;
+  }
+  Tensor out = Tensor::empty({2}, DType::F32);
+  push.in = partial.address();
+  push.out = out.address();
+  push.n = checked_u32(parts, "chunk count");
+  push.chunk = push.n;
+  push.out_offset = 0;
+  launch("grad_overflow_norm", push, Grid{1, 1, 1}, {&partial}, {&out}, {1u},
+         {2.0 * static_cast<double>(parts), 8.0 * static_cast<double>(parts)});
+  return out;
+}
+
+void unscale_and_clip_(const std::vector<Tensor>& grads, float inv_scale, const Tensor& norm,
+                       float max_norm) {
+  const char* op = "unscale_and_clip_";
+  VKF_REQUIRE(!std::isnan(max_norm) && max_norm >= 0.0f,
+              "{}: max_norm is {}; expected a non-negative number", op, max_norm);
+  check_gradient_list(op, grads);
+  check_inv_scale(op, inv_scale);
+  VKF_REQUIRE(norm.defined() && norm.dtype() == DType::F32 && norm.numel() == 1,
+              "{}: norm must be a one-element f32 tensor", op);
+  autograd::NoGradScope no_grad;
+  for (const Tensor& g : grads) scale_by_scalar(2, norm, norm, g, g, max_norm, inv_scale);
 }
 
 }  // namespace vkf::ops

@@ -34,4 +34,18 @@ Tensor global_l2_norm(const std::vector<Tensor>& tensors);
 // device memory. Gradients must be contiguous. Not recorded by autodiff.
 Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm);
 
+// Mixed precision with dynamic loss scaling (torch.amp.GradScaler), for gradients of a loss
+// scaled by S. One read of every gradient gives a [2] tensor: [0] the L2 norm of the unscaled
+// gradients g * inv_scale (inv_scale = 1/S), as clip_grad_norm_ measures them after
+// GradScaler.unscale_, and [1] found_inf: 1 when any element of any g is inf or NaN, else 0.
+// Gradients must be non-empty contiguous f32; nothing is modified. Not recorded by autodiff.
+Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale);
+
+// GradScaler.unscale_ then clip_grad_norm_ in one pass, in place: every g becomes
+// (g * inv_scale) * min(1, max_norm / (norm + 1e-6)), the two products rounded separately as
+// torch's two in-place multiplies are, with `norm` (a one-element device tensor, e.g. element 0
+// of grad_norm_and_overflow's result) read on the GPU. Not recorded by autodiff.
+void unscale_and_clip_(const std::vector<Tensor>& grads, float inv_scale, const Tensor& norm,
+                       float max_norm);
+
 }  // namespace vkf::ops

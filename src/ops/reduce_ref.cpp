@@ -58,4 +58,23 @@ double clip_grad_norm(std::vector<std::vector<double>>& grads, double max_norm) 
   return total;
 }
 
+GradCheck grad_norm_and_overflow(const std::vector<std::vector<double>>& grads, double inv_scale) {
+  GradCheck r;
+  double s = 0.0;
+  for (const auto& g : grads) {
+    for (double v : g) {
+      if (!std::isfinite(v)) r.found_inf = true;
+      s += (v * inv_scale) * (v * inv_scale);
+    }
+  }
+  r.norm = std::sqrt(s);
+  return r;
+}
+
+double unscale_and_clip(std::vector<std::vector<double>>& grads, double inv_scale, double max_norm) {
+  for (auto& g : grads)
+    for (double& v : g) v *= inv_scale;
+  return clip_grad_norm(grads, max_norm);
+}
+
 }  // namespace vkf::ref

@@ -13,6 +13,11 @@
 // and sum separately rounded. What can still differ is sqrt and division: Vulkan does not require
 // them correctly rounded (lavapipe rounds them correctly; torch's CPU sqrt, MKL's, is itself off
 // by an ulp now and then).
+// Mixed precision (train/optimizer_step.h): the gradient is first multiplied by grad_multiplier
+// (GradScaler's 1 / scale when nothing unscaled it before; exactly 1 otherwise, which changes no
+// bit), and with `gated` set, a nonzero found_inf (written by grad_overflow_norm.comp) makes the
+// kernel leave the parameter and both moments untouched: torch's GradScaler skips the whole
+// optimizer.step() on overflow, decided here on the device so the host need not wait for it.
 #version 460
 #include "common.glsl"
 #include "exact_fma.glsl"
@@ -24,6 +29,7 @@ layout(push_constant, std430) uniform Push {
   F32Buf grad;
   F32Buf exp_avg;
   F32Buf exp_avg_sq;
+  F32Buf found_inf;      // read only when gated != 0
   uint n;
   float decay;           // 1 - lr * weight_decay
   float lerp_coeff;      // w = 1 - beta1 when |w| < 0.5, else w - 1 (torch's lerp from the end)
@@ -33,12 +39,15 @@ layout(push_constant, std430) uniform Push {
   float bc2_sqrt;        // sqrt(1 - beta2^t)
   float eps;
   float neg_step_size;   // -lr / (1 - beta1^t)
+  float grad_multiplier; // 1, or 1 / loss scale
+  uint gated;            // 1: skip the update when found_inf.v[0] != 0
 } p;
 
 void main() {
   uint i = flat_invocation(LOCAL_SIZE);
   if (i >= p.n) return;
-  float g = p.grad.v[i];
+  if (p.gated != 0u && p.found_inf.v[0] != 0.0) return;
+  precise float g = p.grad.v[i] * p.grad_multiplier;
   float m = p.exp_avg.v[i];
   float v = p.exp_avg_sq.v[i];
   precise float param = p.param.v[i] * p.decay;

@@ -5,6 +5,10 @@
 //     reciprocal(t) * max_norm in torch), clamped so that a NaN norm stays visible as torch.clamp
 //     keeps it, and applied always (in place: out = in).
 //   MODE 1 (ratio): c = s0 / s1, or 0 when s1 == 0: the gradient g / norm of an L2 norm.
+//   MODE 2 (unscale + clip): out = (in * inv_scale) * c, c as in MODE 0 with s0 the norm of the
+//     unscaled gradients: GradScaler.unscale_ followed by clip_grad_norm_, each product rounded
+//     on its own as torch rounds its two in-place multiplies (inv_scale is a power of two, so the
+//     first is exact unless it leaves the normal range).
 #version 460
 #include "common.glsl"
 #define LOCAL_SIZE 256
@@ -19,18 +23,25 @@ layout(push_constant, std430) uniform Push {
   F32Buf out_;
   uint n;
   float max_norm;
+  float inv_scale;  // MODE 2
 } p;
 
 void main() {
   uint i = flat_invocation(LOCAL_SIZE);
   if (i >= p.n) return;
   float c;
-  if (MODE == 0) {
+  if (MODE == 0 || MODE == 2) {
     c = (1.0 / (p.s0.v[0] + 1e-6)) * p.max_norm;
     c = c > 1.0 ? 1.0 : c;
   } else {
     float d = p.s1.v[0];
     c = d == 0.0 ? 0.0 : p.s0.v[0] / d;
   }
-  p.out_.v[i] = p.in_.v[i] * c;
+  if (MODE == 2) {
+    precise float unscaled = p.in_.v[i] * p.inv_scale;
+    precise float clipped = unscaled * c;
+    p.out_.v[i] = clipped;
+  } else {
+    p.out_.v[i] = p.in_.v[i] * c;
+  }
 }

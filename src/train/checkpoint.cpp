@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "io/safetensors.h"
@@ -82,6 +83,12 @@ void load_adapter_weights(const std::string& dir, models::DecoderModel& model, p
   }
 }
 
+// JSON has no inf or NaN: nlohmann writes them as null (the grad_norm of a step skipped for
+// inf/nan gradients), and null reads back as NaN.
+double number_or_nan(const json& v) {
+  return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+}
+
 }  // namespace
 
 bool is_adapter_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "adapter_config.json"); }
@@ -105,12 +112,18 @@ std::string save_checkpoint(const std::string& root, const models::DecoderModel&
   io::write_safetensors((tmp / "optimizer.safetensors").string(), state);
   test_pause();
   json log = json::array();
-  for (const auto& l : s.log) log.push_back({{"step", l.step}, {"loss", l.loss}, {"lr", l.lr}, {"grad_norm", l.grad_norm}});
-  const json j = {{"step", s.step},           {"optimizer_steps", opt.step_count()},
-                  {"param_steps", opt.param_steps()}, {"lr", opt.lr()},
-                  {"order", s.order},         {"cursor", s.cursor},
-                  {"rng", s.rng},             {"dropout_seed", s.dropout_seed},
-                  {"dropout_offset", s.dropout_offset}, {"log_history", log}};
+  for (const auto& l : s.log) {
+    json e = {{"step", l.step}, {"loss", l.loss}, {"lr", l.lr}, {"grad_norm", l.grad_norm}};
+    if (l.loss_scale > 0) e.update({{"loss_scale", l.loss_scale}, {"skipped", l.skipped}});
+    log.push_back(std::move(e));
+  }
+  json j = {{"step", s.step},           {"optimizer_steps", opt.step_count()},
+            {"param_steps", opt.param_steps()}, {"lr", opt.lr()},
+            {"order", s.order},         {"cursor", s.cursor},
+            {"rng", s.rng},             {"dropout_seed", s.dropout_seed},
+            {"dropout_offset", s.dropout_offset}, {"log_history", log},
+            {"precision", s.precision}};
+  if (s.grad_scaler) j.update({{"grad_scaler", s.grad_scaler->to_json()}, {"skipped_steps", s.skipped_steps}});
   write_text(tmp / "trainer_state.json", j.dump(1) + "\n");
   // The rename is the commit point: before it the old checkpoint is the newest complete one.
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
@@ -181,9 +194,22 @@ TrainerState load_checkpoint(const std::string& dir, models::DecoderModel& model
     s.dropout_seed = j.at("dropout_seed").get<uint64_t>();
     s.dropout_offset = j.at("dropout_offset").get<uint64_t>();
   }
-  for (const auto& l : j.at("log_history"))
-    s.log.push_back({l.at("step").get<int64_t>(), l.at("loss").get<double>(), l.at("lr").get<double>(),
-                     l.at("grad_norm").get<double>()});
+  for (const auto& l : j.at("log_history")) {
+    StepLog e{l.at("step").get<int64_t>(), number_or_nan(l.at("loss")), l.at("lr").get<double>(),
+              number_or_nan(l.at("grad_norm"))};
+    e.loss_scale = l.value("loss_scale", 0.0);
+    e.skipped = l.value("skipped", false);
+    s.log.push_back(e);
+  }
+  s.precision = j.value("precision", std::string("fp32"));
+  VKF_REQUIRE(s.precision == "fp32" || s.precision == "f16", "{}: precision '{}' is neither fp32 nor f16",
+              state_file.string(), s.precision);
+  if (s.precision == "f16") {
+    VKF_REQUIRE(j.contains("grad_scaler") && j.contains("skipped_steps"),
+                "{}: an f16 checkpoint without grad_scaler and skipped_steps", state_file.string());
+    s.grad_scaler = GradScaler::from_json(j.at("grad_scaler"), state_file.string());
+    s.skipped_steps = j.at("skipped_steps").get<int64_t>();
+  }
   return s;
 }
 

@@ -1,7 +1,7 @@
 // Training checkpoints: model parameters and AdamW state (safetensors) plus the trainer state
-// (JSON: step, data order and cursor, RNG and dropout-stream state, loss history), written into a
-// temporary folder and renamed into place, so a process killed at any moment leaves the previous
-// checkpoint intact.
+// (JSON: step, data order and cursor, RNG and dropout-stream state, loss history, precision and the
+// loss scaler's state of a mixed-precision run), written into a temporary folder and renamed into
+// place, so a process killed at any moment leaves the previous checkpoint intact.
 // Only the newest `keep` checkpoints are kept. Resuming restores everything, so N steps + resume +
 // N steps equals 2N steps bit for bit. A LoRA run's checkpoint holds the adapter in peft's files
 // (adapter_config.json + adapter_model.safetensors) instead of the model, and its optimizer state
@@ -9,18 +9,22 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "models/decoder.h"
 #include "ops/optim.h"
 #include "peft/lora.h"
+#include "train/grad_scaler.h"
 
 namespace vkf::train {
 
 struct StepLog {
   int64_t step;
   double loss, lr, grad_norm;
+  double loss_scale = 0;  // mixed precision: the scale the step ran with (0: fp32)
+  bool skipped = false;   // mixed precision: inf/nan gradients, no update
 };
 
 struct TrainerState {
@@ -34,6 +38,12 @@ struct TrainerState {
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
   std::vector<StepLog> log;
+  // The run's precision ("fp32" or "f16"; checkpoints written before precision existed: "fp32"),
+  // and in f16 the loss scaler's state and how many steps it skipped (the learning-rate schedule
+  // counts only the others).
+  std::string precision = "fp32";
+  std::optional<GradScaler> grad_scaler;
+  int64_t skipped_steps = 0;
 };
 
 // Writes <root>/checkpoint-<step>; removes older checkpoints beyond `keep` (0 keeps all). With an

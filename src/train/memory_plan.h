@@ -14,6 +14,12 @@
 // tests/unit/test_memory_plan.cpp checks it against the measured peak of live tensor bytes of
 // real training steps.
 //
+// Mixed precision (--precision f16) plans the same bytes: tensors stay f32 in memory (master
+// weights, gradients, AdamW state, activations), the loss scale travels in push constants and one
+// scalar seed, and the loss scaler's inf/nan check adds one float per 4096 gradient elements
+// beside clipping's partial sums, allocated after backward has released the activations, far
+// below the backward peak (tests/unit/test_memory_plan.cpp measures an f16 run too).
+//
 // What the plan does not cover: memory a tensor releases is returned to the allocator only once
 // the GPU has finished the commands queued before (vk::Stream::release), so while the GPU lags
 // behind the host, device memory in use exceeds live tensor bytes (see DeviceMemoryStats).

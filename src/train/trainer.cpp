@@ -18,8 +18,8 @@
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/optim.h"
-#include "ops/reduce.h"
 #include "train/causal_lm.h"
+#include "train/optimizer_step.h"
 #include "vk/error.h"
 #include "vk/memory.h"
 
@@ -55,6 +55,18 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
   b.mask = Tensor::from_host_i32(mask, {B, TT});
   return b;
 }
+
+// Sets the matrix-product precision for a run and restores the previous one after it.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(MatmulPrecision p) : before_(matmul_precision()) { set_matmul_precision(p); }
+  ~PrecisionScope() { set_matmul_precision(before_); }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  MatmulPrecision before_;
+};
 
 }  // namespace
 
@@ -115,6 +127,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   ScheduleConfig sc = o.schedule;
   sc.total_steps = total;
   const LrSchedule schedule(sc);
+  const PrecisionScope precision(o.precision);
+  const bool mixed = o.precision == MatmulPrecision::F16;
 
   // Before anything of the run is allocated: say what it needs, and stop here if it cannot fit.
   const MemoryPlan plan = plan_training_memory(model.spec(), train_set, o);
@@ -142,6 +156,15 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   std::vector<double> wd;
   for (const auto& n : names) wd.push_back(decays(n) ? o.weight_decay : 0.0);
   ops::AdamW opt(params, {sc.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay}, wd);
+  OptimizerStep update(opt, schedule, o.max_grad_norm,
+                       mixed ? std::optional<GradScalerConfig>(o.loss_scaling) : std::nullopt);
+  update.inject_overflow_at(o.inject_overflow_at);
+  if (log && mixed) {
+    log(fmt::format("mixed precision: f16 matrix products with fp32 accumulation, f32 weights and AdamW state; "
+                    "dynamic loss scaling from {:g} (growth x{:g} every {} clean steps, x{:g} on inf/nan)",
+                    o.loss_scaling.init_scale, o.loss_scaling.growth_factor, o.loss_scaling.growth_interval,
+                    o.loss_scaling.backoff_factor));
+  }
   std::mt19937_64 rng(o.seed);
   std::vector<size_t> order(train_set.size());
   std::iota(order.begin(), order.end(), 0);
@@ -155,6 +178,11 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     const std::string dir = o.resume_from == "auto" ? latest_checkpoint(o.output_dir) : o.resume_from;
     VKF_REQUIRE(!dir.empty(), "--resume-from-checkpoint auto: no checkpoint in {}", o.output_dir);
     const TrainerState st = load_checkpoint(dir, model, opt, o.adapter.get());
+    VKF_REQUIRE(st.precision == precision_name(o.precision),
+                "{}: the checkpoint was written by a --precision {} run; resume it with --precision {} (a "
+                "resumed run continues the same arithmetic and loss-scaler state)",
+                dir, st.precision, st.precision);
+    update.restore(st.skipped_steps, st.grad_scaler);
     VKF_REQUIRE(st.order.size() == order.size(),
                 "{}: the checkpoint was made on {} sequences, this data has {}", dir, st.order.size(), order.size());
     order.assign(st.order.begin(), st.order.end());
@@ -177,6 +205,9 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     st.dropout_seed = dropout_stream.seed;
     st.dropout_offset = dropout_stream.offset;
     st.log = result.log;
+    st.precision = precision_name(o.precision);
+    if (update.scaler()) st.grad_scaler = *update.scaler();
+    st.skipped_steps = update.skipped_steps();
     const std::string dir = save_checkpoint(o.output_dir, model, opt, st, o.save_total_limit, o.adapter.get());
     if (log) log(fmt::format("checkpoint {}", dir));
   };
@@ -208,6 +239,7 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     }
     VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
     Tensor loss_sum;  // summed on the GPU; read once per step
+    const Tensor seed = update.backward_seed();  // the loss scale in mixed precision
     for (const Batch& b : micro) {
       if (b.counted == 0) continue;
       autograd::Tape tape;
@@ -223,31 +255,33 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
         // Mean over every counted token of the whole accumulated step.
         scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(counted)));
       }
-      tape.backward(scaled);
+      tape.backward(scaled, seed);
       loss_sum = loss_sum.defined() ? ops::add(loss_sum, part_sum) : part_sum;
     }
-    std::vector<Tensor> grads;  // clipping covers exactly the trained tensors
-    for (const Tensor& p : params)
-      if (p.grad().defined()) grads.push_back(p.grad());
-    double grad_norm = 0;
-    if (o.max_grad_norm > 0) grad_norm = ops::clip_grad_norm_(grads, static_cast<float>(o.max_grad_norm)).item();
-    const double lr = schedule.lr_at(step);
-    opt.set_lr(lr);
-    opt.step();
-    opt.zero_grad();
-    const double loss = loss_sum.item() / static_cast<double>(counted);
-    result.log.push_back({step, loss, lr, grad_norm});
+    update.record(step, loss_sum);
+    const StepOutcome out = update.finish();
+    const double loss = out.loss_sum / static_cast<double>(counted);
+    const double lr = out.lr, grad_norm = out.grad_norm;
+    result.log.push_back({step, loss, lr, grad_norm, out.loss_scale, out.skipped});
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double tps = elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0.0;
     const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(total - step);
     if (metrics) {
-      metrics << nlohmann::json{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                                {"tokens_per_s", tps}}.dump() << "\n" << std::flush;
+      nlohmann::json m{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", tps}};
+      if (mixed) m.update({{"loss_scale", out.loss_scale}, {"skipped", out.skipped}});
+      metrics << m.dump() << "\n" << std::flush;
     }
     if (o.on_progress) o.on_progress({step, total, loss, lr, grad_norm, tps, eta});
+    // A skipped step is always logged (transformers' Trainer only shows it as a nan/inf grad_norm).
+    if (log && out.skipped) {
+      log(fmt::format("step {}/{}  inf/nan gradients: update skipped, loss scale {:g} -> {:g} ({} skipped so far)",
+                      step, total, out.loss_scale, update.scaler()->scale(), update.skipped_steps()));
+    }
     if (log && (step % std::max<int64_t>(1, o.logging_steps) == 0 || step == 1 || step == total)) {
-      log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s", step, total, loss,
-                      lr, grad_norm, tps));
+      const std::string scaling =
+          mixed ? fmt::format("  loss_scale {:g}  skipped {}", update.scaler()->scale(), update.skipped_steps()) : "";
+      log(fmt::format("step {}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}{}  {:.0f} tok/s", step, total, loss,
+                      lr, grad_norm, scaling, tps));
     }
     const bool stopping = o.stop && o.stop->load();
     if (o.save_steps > 0 && (step % o.save_steps == 0 || step == total)) checkpoint(step);

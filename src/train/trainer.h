@@ -9,19 +9,25 @@
 // The model's dropout (config.json probabilities) is on in training forwards only, drawn from a
 // stream seeded by --seed whose position is checkpointed, so runs are reproducible and resumes
 // bitwise exact.
+// Mixed precision (TrainOptions::precision = F16): matrix products with f16 operands and fp32
+// accumulation, f32 master weights, gradients and AdamW state, and dynamic loss scaling with
+// transformers' Trainer semantics (see optimizer_step.h); the scaler's state is checkpointed.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/launch.h"
 #include "models/decoder.h"
 #include "peft/lora.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/grad_scaler.h"
 #include "train/memory_plan.h"
 #include "train/schedule.h"
 
@@ -55,13 +61,19 @@ struct TrainOptions {
   // Device memory the run may plan on, in bytes (0: what the device has); a run whose memory plan
   // needs more stops before the first step (see memory_plan.h).
   uint64_t max_memory = 0;
+  // Matrix-product precision for the run (set for its duration, then restored). F16 trains with
+  // dynamic loss scaling configured by loss_scaling (torch.amp.GradScaler's defaults).
+  MatmulPrecision precision = MatmulPrecision::F32;
+  GradScalerConfig loss_scaling;
+  // Tests only: global steps whose gradients get an inf injected after the backward pass.
+  std::set<int64_t> inject_overflow_at;
   // Set (e.g. by a SIGINT handler) to stop after the current step with a checkpoint written.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const Progress&)> on_progress;
 };
 
 struct TrainResult {
-  std::vector<StepLog> log;
+  std::vector<StepLog> log;     // every step, skipped ones (mixed precision) included
   std::vector<std::pair<int64_t, double>> eval;  // (step, eval loss)
   double final_eval_loss = -1;  // -1 when there is no eval set
   bool interrupted = false;     // stopped early through `stop`

@@ -1,7 +1,8 @@
 // The memory planner against measurement: real training steps (forward, backward, clipping,
-// AdamW) of small models of several shapes and architectures, and forward-only passes, each
-// compared with the plan's total tensor bytes; plus the plan's arithmetic where nothing here can
-// measure it (gradient checkpointing, a trainable subset), the fit check's error and size parsing.
+// AdamW) of small models of several shapes and architectures (two also in mixed precision, which
+// the same plan must bound), and forward-only passes, each compared with the plan's total tensor
+// bytes; plus the plan's arithmetic where nothing here can measure it (gradient checkpointing, a
+// trainable subset), the fit check's error and size parsing.
 //
 // The measured figure is the allocator's peak of live tensor bytes (vk::memory_stats), which
 // counts every tensor from its allocation to its release, rounded as the allocator rounds, so the
@@ -96,7 +97,7 @@ struct Case {
 
 // Measured peak of live tensor bytes over two training steps (the second has every buffer of a
 // steady step: AdamW state, gradients made and dropped again), from before the model exists.
-uint64_t measure_training(const Case& c) {
+uint64_t measure_training(const Case& c, MatmulPrecision precision = MatmulPrecision::F32) {
   vk::stream().synchronize();
   const uint64_t base = vk::memory_stats().live_bytes, held_base = vk::memory_stats().held_bytes;
   vk::reset_memory_peak();
@@ -109,6 +110,7 @@ uint64_t measure_training(const Case& c) {
     o.batch_size = c.batch;
     o.grad_accum = c.accum;
     o.schedule.learning_rate = 1e-3;
+    o.precision = precision;
     train::train(model, data, {}, o);
   }
   vk::stream().synchronize();
@@ -162,6 +164,17 @@ TEST(MemoryPlan, TrainingEstimateBoundsTheMeasuredPeak) {
   for (const Case& c : training_cases()) {
     SCOPED_TRACE(c.name);
     const uint64_t measured = measure_training(c);
+    expect_within_bound(c, plan_for(c, true), measured);
+  }
+}
+
+// Mixed precision keeps every tensor f32 and adds only the loss scaler's small check buffers after
+// backward: the same plan must bound it (with clipping, the default, and with accumulation).
+TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinTheSamePlan) {
+  const auto cases = training_cases();
+  for (const Case& c : {cases[0], cases[6]}) {
+    SCOPED_TRACE(c.name);
+    const uint64_t measured = measure_training(c, MatmulPrecision::F16);
     expect_within_bound(c, plan_for(c, true), measured);
   }
 }

@@ -1,0 +1,93 @@
+// The part of a training step that mixed precision changes, shared by train() and
+// bench/train_bench: what seeds the backward pass, and everything between the backward pass and
+// the next step (gradient clipping, the loss scaler's check and unscaling, AdamW, and reading the
+// step's figures back).
+//
+// fp32: the backward pass is seeded with 1; clip_grad_norm_ (when max_grad_norm > 0), AdamW.
+// f16 (mixed precision, `--precision f16`): dynamic loss scaling as transformers' Trainer does it
+// with fp16 (torch.amp.GradScaler through accelerate):
+//   - the backward pass is seeded with the scale S instead of 1 (exactly the gradients of S * loss);
+//   - one pass over the gradients gives the norm of the unscaled gradients and found_inf
+//     (ops::grad_norm_and_overflow); unscaling is fused into clipping, which comes after it as
+//     accelerate's clip_grad_norm_ unscales first (ops::unscale_and_clip_), or, with clipping off,
+//     into AdamW as a gradient multiplier;
+//   - AdamW is gated by found_inf on the device: on overflow no parameter or moment changes.
+// The host does not wait mid-step: record() packs [loss sum, grad norm, found_inf] into one small
+// device tensor, and finish() reads it with the step's single download (the loss read that
+// bounds how far the host runs ahead). On a skipped step it then does what the Trainer does:
+// AdamW's step numbers stay where they were (optimizer.step() never ran), the learning-rate
+// schedule does not advance (lr_for() of later steps lags by the skipped count, as Trainer steps
+// its scheduler only when optimizer_step_was_skipped is false), the global step does advance, and
+// S is halved; after growth_interval clean steps S doubles.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/launch.h"
+#include "core/tensor.h"
+#include "ops/optim.h"
+#include "train/grad_scaler.h"
+#include "train/schedule.h"
+
+namespace vkf::train {
+
+// "fp32" or "f16" (the value of `option`, named in the error) -> the precision; and back.
+MatmulPrecision parse_precision(const std::string& value, const std::string& option);
+const char* precision_name(MatmulPrecision precision);
+
+struct StepOutcome {
+  double loss_sum = 0;    // the step's summed loss (the caller divides by its token count)
+  double grad_norm = 0;   // of the unscaled gradients before clipping; 0 in fp32 without clipping
+  double lr = 0;          // the learning rate the step used (or would have)
+  float loss_scale = 0;   // S the step ran with; 0 in fp32
+  bool skipped = false;   // inf/nan gradients: no update
+};
+
+class OptimizerStep {
+ public:
+  // `loss_scaling` given: mixed precision with that scaler configuration; absent: fp32.
+  // `opt` and `schedule` must outlive this object.
+  OptimizerStep(ops::AdamW& opt, const LrSchedule& schedule, double max_grad_norm,
+                std::optional<GradScalerConfig> loss_scaling);
+
+  bool mixed() const { return scaler_.has_value(); }
+  // The seed of this step's backward passes: undefined in fp32 (ones), S as a scalar tensor in
+  // mixed precision.
+  Tensor backward_seed() const;
+  // The learning rate of global step `step` (1-based): the schedule's, counted in steps that
+  // updated the model.
+  double lr_for(int64_t step) const;
+
+  // Records the update of global step `step` after its backward passes (the gradients are
+  // those of the optimizer's parameters), then drops the gradients. loss_sum: a device scalar
+  // read back with the rest.
+  void record(int64_t step, const Tensor& loss_sum);
+  // Reads the recorded step's figures (waits for the GPU) and settles the host side.
+  StepOutcome finish();
+
+  // State for checkpoints.
+  int64_t skipped_steps() const { return skipped_steps_; }
+  const GradScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  void restore(int64_t skipped_steps, const std::optional<GradScaler>& scaler);
+
+  // Fault injection for tests: at these global steps, one element of the first gradient is set to
+  // +inf after the backward pass, as an f16 overflow would leave it.
+  void inject_overflow_at(std::set<int64_t> steps) { inject_at_ = std::move(steps); }
+
+ private:
+  ops::AdamW& opt_;
+  const LrSchedule& schedule_;
+  double max_grad_norm_;
+  std::optional<GradScaler> scaler_;
+  int64_t skipped_steps_ = 0;
+  std::set<int64_t> inject_at_;
+  Tensor figures_;  // [3]: loss sum, grad norm, found_inf (of the recorded step)
+  double lr_ = 0;
+  float scale_used_ = 0;
+};
+
+}  // namespace vkf::train
