@@ -3,10 +3,11 @@
 // sizes that do not divide the rows (and exceed them), a logit scale and a soft-cap, both label
 // dtypes; the reference backward against finite differences; the GPU op against the unfused
 // GPU composition (matmul, scale, softcap, cross_entropy_parts); a gradient for the weight alone
-// or the hidden states alone; no tape; determinism; the automatic chunk size; bad input. Then the
-// training micro-batch (train::backward_micro_batch) on small models, tied and untied, with a
-// soft-cap and a logit scale: every parameter's gradient through the fused loss against the
-// unfused one; and LoRA, which keeps the fused loss unless it adapts the head.
+// or the hidden states alone; no tape; accumulation; the weight gradient handed to the tape
+// without a copy; determinism; the automatic chunk size; bad input. Then the training
+// micro-batch (train::backward_micro_batch) on small models, tied and untied, with a soft-cap
+// and a logit scale: every parameter's gradient through the fused loss against the unfused one;
+// and LoRA, which keeps the fused loss unless it adapts the head.
 #include <cmath>
 #include <limits>
 
@@ -24,7 +25,9 @@
 #include "test_util.h"
 #include "train/causal_lm.h"
 #include "train/trainer.h"
+#include "vk/context.h"
 #include "vk/error.h"
+#include "vk/memory.h"
 
 namespace vkf {
 namespace {
@@ -226,6 +229,41 @@ TEST(LinearCrossEntropy, AccumulatesIntoAnExistingGradient) {
   std::vector<double> sum = want.dw;
   for (double& g : sum) g *= 1.5;
   test::expect_close(w.grad(), sum, 2e-6, 1e-5, "dW after two backwards");
+}
+
+// The weight gradient made in the forward becomes the weight's gradient as it is: a later
+// backward that adds to it (here a linear layer sharing the weight, as a tied embedding does)
+// writes into it in place instead of copying [V, H] first.
+TEST(LinearCrossEntropy, HandsTheWeightGradientOverWithoutACopy) {
+  Rng rng(37);
+  const Case c{"", 5, 64, 4096, 0, 1.0f, 0.0f, {}};
+  const Inputs in = random_inputs(rng, c);
+  const auto x2 = test::as_f32(rng.normal(c.hidden, 1.0));
+  Tensor h = test::to_gpu(in.h, {c.rows, c.hidden}), w = test::to_gpu(in.w, {c.vocab, c.hidden});
+  w.set_requires_grad(true);
+  autograd::Tape tape;
+  Tensor loss;
+  {
+    autograd::TapeScope scope(tape);
+    // Recorded first, so its backward runs after the fused loss has handed over dW.
+    const Tensor shared_use = ops::sum(ops::linear(test::to_gpu(x2, {1, c.hidden}), w));
+    loss = ops::add(ops::linear_cross_entropy(h, w, labels_tensor(in.labels, DType::I32)).loss_sum,
+                    shared_use);
+  }
+  vk::stream().synchronize();
+  vk::reset_memory_peak();
+  const uint64_t before = vk::memory_stats().live_bytes;
+  tape.backward(loss);
+  const uint64_t weight_bytes = static_cast<uint64_t>(c.vocab * c.hidden * 4);
+  EXPECT_LT(vk::memory_stats().peak_live_bytes - before, weight_bytes / 4)
+      << "the backward allocated a second weight-sized gradient";
+  // dW of the loss plus, for sum(x2·Wᵀ), x2 in every row.
+  auto want = ref::linear_cross_entropy(in.h, in.w, c.rows, c.hidden, c.vocab, in.labels, 1.0, 0.0,
+                                        kIgnore, 1.0)
+                  .dw;
+  for (int64_t v = 0; v < c.vocab; ++v)
+    for (int64_t k = 0; k < c.hidden; ++k) want[v * c.hidden + k] += x2[k];
+  test::expect_close(w.grad(), want, 2e-6, 1e-5, "dW");
 }
 
 TEST(LinearCrossEntropy, IsDeterministic) {
