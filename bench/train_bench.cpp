@@ -6,10 +6,13 @@
 // (train/optimizer_step.h) — timed after a warm-up. Prints tokens/s, step time and peak device
 // memory, as one JSON line per row (for bench/train_compare.sh) and a readable line; with
 // --profile, the kernels that cost most (GPU timestamps), with achieved TFLOP/s or GB/s against
-// the device's roofline.
+// the device's roofline. The loss is fused with the LM head (ops::linear_cross_entropy) unless
+// --loss unfused; --loss both times the two in one run, and --check first compares one step's
+// loss and gradients of the two paths from the same weights (PASS/FAIL by relative L2 difference).
 //
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
-//               [--steps 10] [--warmup 3] [--profile] [--top 20] [--peak-tflops 67]
+//               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
+//               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
 //               [--peak-gbps 4300] [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
@@ -41,8 +44,10 @@
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "ops/elementwise.h"
-#include "ops/loss.h"
+#include "ops/linear_cross_entropy.h"
 #include "ops/optim.h"
+#include "ops/reduce.h"
+#include "train/causal_lm.h"
 #include "train/optimizer_step.h"
 #include "train/trainer.h"
 #include "vk/context.h"
@@ -59,6 +64,9 @@ struct Args {
   bool profile = false;
   double peak_tflops = 67, peak_gbps = 4300;
   int device = -1;
+  std::string loss_path = "fused";
+  bool check = false;
+  uint64_t chunk_mib = 0;
   // Loss-curve mode.
   std::string model, tokens, loss_log, schedule = "cosine";
   double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -74,21 +82,59 @@ std::vector<int32_t> next_token_labels(const std::vector<int32_t>& ids, int64_t 
   return shifted;
 }
 
-// Forward, mean causal-LM loss over batch * (seq - 1) tokens, backward seeded by `update`
-// (the loss scale in f16); returns the loss sum on the device.
+// Forward, mean causal-LM loss over batch * (seq - 1) tokens (the head fused with the loss or
+// not), backward seeded by `update` (the loss scale in f16); returns the loss sum on the device.
 Tensor forward_backward(models::DecoderModel& model, const Tensor& input, const Tensor& labels, int64_t batch,
-                        int64_t seq, const train::OptimizerStep& update) {
-  const int64_t V = model.spec().vocab_size;
+                        int64_t seq, const train::OptimizerStep& update,
+                        train::HeadLoss how = train::HeadLoss::Fused) {
   autograd::Tape tape;
   Tensor loss_sum, loss;
   {
     autograd::TapeScope scope(tape);
-    const Tensor logits = model.forward(input, {});
-    loss_sum = ops::cross_entropy_parts(logits.reshape({batch * seq, V}), labels).loss_sum;
+    loss_sum = train::causal_lm_loss_parts(model, input, {}, labels, how).loss_sum;
     loss = ops::scale(loss_sum, static_cast<float>(1.0 / static_cast<double>(batch * (seq - 1))));
   }
   tape.backward(loss, update.backward_seed());
   return loss_sum;
+}
+
+// One batch through the fused and the unfused loss from the same weights: the loss and every
+// parameter's gradient, compared by relative L2 difference. Returns whether they agree.
+bool check_fused_loss(models::DecoderModel& model, ops::AdamW& opt, const train::OptimizerStep& update,
+                      const Tensor& input, const Tensor& labels, const Args& a) {
+  std::vector<Tensor> grads[2];
+  double losses[2];
+  for (int path = 0; path < 2; ++path) {
+    const train::HeadLoss how = path == 0 ? train::HeadLoss::Fused : train::HeadLoss::Unfused;
+    losses[path] = forward_backward(model, input, labels, a.batch, a.seq, update, how).item();
+    for (const Tensor& p : model.parameters()) grads[path].push_back(p.grad());
+    opt.zero_grad();
+  }
+  autograd::NoGradScope no_grad;
+  double worst = 0;
+  std::string worst_name;
+  const auto& pnames = model.parameter_names();
+  std::fprintf(stderr, "\ncheck: fused vs unfused loss, one step from the same weights\n");
+  std::fprintf(stderr, "  %-40s %14s %14s %10s\n", "quantity", "fused", "unfused", "rel diff");
+  const double loss_diff = std::abs(losses[0] - losses[1]) / std::abs(losses[1]);
+  std::fprintf(stderr, "  %-40s %14.6f %14.6f %10.2e\n", "loss sum", losses[0], losses[1], loss_diff);
+  for (size_t i = 0; i < pnames.size(); ++i) {
+    const double x = ops::global_l2_norm({grads[0][i]}).item();
+    const double y = ops::global_l2_norm({grads[1][i]}).item();
+    const double d = ops::global_l2_norm({ops::sub(grads[0][i], grads[1][i])}).item() / std::max(y, 1e-30);
+    if (d > worst) worst = d, worst_name = pnames[i];
+    if (i == 0 || i + 1 == pnames.size() || pnames[i] == model.spec().names.lm_head)
+      std::fprintf(stderr, "  grad %-35s %14.6e %14.6e %10.2e\n", pnames[i].c_str(), x, y, d);
+  }
+  std::fprintf(stderr, "  worst gradient: %s, rel diff %.2e\n", worst_name.c_str(), worst);
+  // fp32 summation order gives ~1e-6; f16 operands (both paths round alike) more. In f16 the
+  // gradients carry the loss scale on both paths alike.
+  const bool ok = loss_diff < 1e-4 && worst < 1e-3;
+  std::fprintf(stderr, "check: %s\n\n", ok ? "PASS" : "FAIL");
+  fmt::print("{{\"tool\":\"vkformer\",\"check\":\"fused_loss\",\"shape\":\"{}\",\"loss_rel_diff\":{:.3e},"
+             "\"grad_worst_rel_diff\":{:.3e},\"pass\":{}}}\n",
+             a.shape, loss_diff, worst, ok);
+  return ok;
 }
 
 std::optional<train::GradScalerConfig> loss_scaling(MatmulPrecision p) {
@@ -121,54 +167,68 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
   const double counted = static_cast<double>(batch * (seq - 1));
   auto& stream = vk::stream();
   int64_t step_number = 0;
-  // The step's figures (loss, norm, overflow flag) are read every step, as vkformer train does:
-  // it bounds how far the host runs ahead of the GPU (and so the memory that freed-but-queued
-  // tensors hold).
-  auto step = [&] {
-    update.record(++step_number, forward_backward(model, input, labels, batch, seq, update));
-    return update.finish();
-  };
-  for (int i = 0; i < a.warmup; ++i) step();
+  if (a.check && !check_fused_loss(model, opt, update, input, labels, a)) return 2;
   auto& alloc = vk::Context::get().allocator();
-  alloc.reset_peak();
-  if (a.profile) stream.set_profiling(true);
-  double loss = 0;
-  int skipped = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.steps; ++i) {
-    const train::StepOutcome out = step();
-    loss = out.loss_sum / counted;
-    skipped += out.skipped;
-  }
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.steps;
-  const double tps = static_cast<double>(batch * seq) / sec;
-  const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
   const auto& info = vk::Context::get().info();
   const char* pname = train::precision_name(precision);
-  fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"{}\",\"batch\":{},\"seq\":{},"
-             "\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},\"loss\":{:.4f},"
-             "\"skipped_steps\":{},\"device\":\"{}\"}}\n",
-             a.shape, pname, batch, seq, n_params, sec * 1e3, tps, peak_gib, loss, skipped, info.name);
-  std::fprintf(stderr, "vkformer %s %s params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB loss=%.3f\n",
-               a.shape.c_str(), pname, static_cast<double>(n_params) / 1e6, static_cast<long long>(batch),
-               static_cast<long long>(seq), sec * 1e3, tps, peak_gib, loss);
-  if (a.profile) {
-    auto prof = stream.profile();
-    std::sort(prof.begin(), prof.end(), [](const auto& l, const auto& r) { return l.total_ms > r.total_ms; });
-    double total = 0;
-    for (const auto& p : prof) total += p.total_ms;
-    std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / a.steps, sec * 1e3);
-    std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share", "TFLOP/s",
-                 "GB/s", "of roofline");
-    for (size_t i = 0; i < prof.size() && static_cast<int>(i) < a.top; ++i) {
-      const auto& p = prof[i];
-      const double s = p.total_ms / 1e3;
-      const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
-      const double roof = std::max(tf / a.peak_tflops, gb / a.peak_gbps);
-      std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
-                   p.total_ms / a.steps,
-                   static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(a.steps)),
-                   100 * p.total_ms / total, tf, gb, 100 * roof);
+  const char* names[] = {"fused", "unfused"};
+  for (int path = 0; path < 2; ++path) {
+    if (a.loss_path != "both" && a.loss_path != names[path]) continue;
+    const train::HeadLoss how = path == 0 ? train::HeadLoss::Fused : train::HeadLoss::Unfused;
+    // The step's figures (loss, norm, overflow flag) are read every step, as vkformer train does:
+    // it bounds how far the host runs ahead of the GPU (and so the memory that freed-but-queued
+    // tensors hold).
+    auto step = [&] {
+      update.record(++step_number, forward_backward(model, input, labels, batch, seq, update, how));
+      return update.finish();
+    };
+    for (int i = 0; i < a.warmup; ++i) step();
+    stream.synchronize();
+    alloc.reset_peak();
+    vk::reset_memory_peak();
+    if (a.profile) stream.set_profiling(true);
+    double loss = 0;
+    int skipped = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < a.steps; ++i) {
+      const train::StepOutcome out = step();
+      loss = out.loss_sum / counted;
+      skipped += out.skipped;
+    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.steps;
+    const double tps = static_cast<double>(batch * seq) / sec;
+    const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
+    const double live_gib = static_cast<double>(vk::memory_stats().peak_live_bytes) / (1ull << 30);
+    fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"{}\",\"head_loss\":\"{}\",\"batch\":{},"
+               "\"seq\":{},\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},"
+               "\"peak_live_gib\":{:.2f},\"loss\":{:.4f},\"skipped_steps\":{},\"device\":\"{}\"}}\n",
+               a.shape, pname, names[path], batch, seq, n_params, sec * 1e3, tps, peak_gib, live_gib, loss, skipped,
+               info.name);
+    std::fprintf(stderr,
+                 "vkformer %s %s %s loss params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB "
+                 "(live tensors %.2fGiB) loss=%.3f\n",
+                 a.shape.c_str(), pname, names[path], static_cast<double>(n_params) / 1e6,
+                 static_cast<long long>(batch), static_cast<long long>(seq), sec * 1e3, tps, peak_gib, live_gib, loss);
+    if (a.profile) {
+      auto prof = stream.profile();
+      stream.set_profiling(false);
+      std::sort(prof.begin(), prof.end(), [](const auto& l, const auto& r) { return l.total_ms > r.total_ms; });
+      double total = 0;
+      for (const auto& p : prof) total += p.total_ms;
+      std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / a.steps, sec * 1e3);
+      std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share", "TFLOP/s",
+                   "GB/s", "of roofline");
+      for (size_t i = 0; i < prof.size() && static_cast<int>(i) < a.top; ++i) {
+        const auto& p = prof[i];
+        const double s = p.total_ms / 1e3;
+        const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
+        const double roof = std::max(tf / a.peak_tflops, gb / a.peak_gbps);
+        std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
+                     p.total_ms / a.steps,
+                     static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(a.steps)),
+                     100 * p.total_ms / total, tf, gb, 100 * roof);
+      }
+      std::fprintf(stderr, "\n");
     }
   }
   return 0;
@@ -260,6 +320,11 @@ int main(int argc, char** argv) {
   app.add_option("--seq", a.seq, "tokens per sequence")->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps (loss-curve mode: steps to train)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first (throughput mode)")->capture_default_str();
+  app.add_option("--loss", a.loss_path, "fused (the head fused with the loss), unfused or both")
+      ->check(CLI::IsMember({"fused", "unfused", "both"}))
+      ->capture_default_str();
+  app.add_flag("--check", a.check, "compare one step's loss and gradients of the fused and unfused loss first");
+  app.add_option("--loss-chunk-mib", a.chunk_mib, "fused loss: logits chunk budget in MiB (0: default 256)");
   app.add_flag("--profile", a.profile, "per-kernel GPU time of the timed steps");
   app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
   app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
@@ -281,6 +346,7 @@ int main(int argc, char** argv) {
     set_math_mode(MathMode::Fast);
     const MatmulPrecision precision = train::parse_precision(a.precision, "--precision");
     set_matmul_precision(precision);
+    ops::set_linear_cross_entropy_chunk_bytes(a.chunk_mib << 20);
     if (!a.model.empty() || !a.tokens.empty()) {
       VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
       return run_loss_curve(a, precision);

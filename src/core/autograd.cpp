@@ -54,7 +54,7 @@ void Tape::clear() {
 GradSlot& Tape::slot_for(const Tensor& t) { return slots_[t.impl()]; }
 
 // Leaves keep their gradient on the tensor; intermediates in the tape's slot map.
-void Tape::accumulate(const Tensor& t, const Tensor& g) {
+void Tape::accumulate(const Tensor& t, const Tensor& g, bool owned) {
   VKF_REQUIRE(g.shape() == t.shape(), "backward produced a gradient of shape {} for a tensor of shape {}",
               shape_str(g.shape()), shape_str(t.shape()));
   TensorImpl* impl = t.impl();
@@ -69,10 +69,11 @@ void Tape::accumulate(const Tensor& t, const Tensor& g) {
     exclusive = s.exclusive;
   }
   Tensor result;
+  owned = owned && g.is_contiguous();
   if (!current.defined()) {
     if (g.is_contiguous()) {
-      result = g;  // shared with whoever produced g: never modified in place from here
-      exclusive = false;
+      result = g;  // unless owned, shared with whoever produced g: never modified in place
+      exclusive = owned;
     } else {
       result = g.contiguous();
       exclusive = true;
@@ -80,6 +81,10 @@ void Tape::accumulate(const Tensor& t, const Tensor& g) {
   } else if (exclusive) {
     detail::add_inplace(current, g);
     result = current;
+  } else if (owned) {
+    detail::add_inplace(g, current);
+    result = g;
+    exclusive = true;
   } else {
     result = detail::add(current, g);
     exclusive = true;
@@ -120,6 +125,13 @@ bool GradContext::needs_grad(size_t input) const {
 void GradContext::add_grad(size_t input, const Tensor& g) {
   if (!needs_grad(input) || !g.defined()) return;
   tape_.accumulate(inputs_[input], g);
+}
+
+void GradContext::add_grad_owned(size_t input, Tensor&& g) {
+  const Tensor mine = std::move(g);
+  if (!needs_grad(input) || !mine.defined()) return;
+  // A handle kept elsewhere would see in-place additions: treat the gradient as shared then.
+  tape_.accumulate(inputs_[input], mine, mine.impl_ptr().use_count() == 1);
 }
 
 GradTarget GradContext::grad_target(size_t input) {

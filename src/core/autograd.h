@@ -39,6 +39,10 @@ class GradContext {
   const Tensor& grad_output(size_t i) const { return grad_outputs_.at(i); }
   bool needs_grad(size_t input) const;
   void add_grad(size_t input, const Tensor& g);
+  // add_grad for a contiguous gradient the caller hands over (its last handle, moved in; no other
+  // tensor views its storage): where the input has no gradient yet, g becomes it and may later be
+  // added to in place, so a large gradient made ahead of time is never copied.
+  void add_grad_owned(size_t input, Tensor&& g);
   GradTarget grad_target(size_t input);
 
  private:
@@ -70,7 +74,8 @@ class Tape {
 
   // Used by GradContext.
   GradSlot& slot_for(const Tensor& t);
-  void accumulate(const Tensor& t, const Tensor& g);
+  // owned: nothing else references g (see GradContext::add_grad_owned).
+  void accumulate(const Tensor& t, const Tensor& g, bool owned = false);
   GradTarget target_for(const Tensor& t);
 
  private:

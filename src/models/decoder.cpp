@@ -371,6 +371,53 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
 Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
                              KVCache* cache, std::span<const int32_t> positions) {
   const auto& s = spec_;
+  const nn::AdapterScope adapter_scope(effective_adapter());
+  const HeadInput head = head_input(hidden_states(input_ids, attention_mask, trace, cache, positions));
+  Tensor logits = nn::linear(kHeadModule, head.hidden, head.weight);
+  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
+  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
+  if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
+  if (trace) trace("logits", logits);
+  if (cache) cache->length += input_ids.dim(1);
+  return logits;
+}
+
+bool DecoderModel::lora_on_head() const {
+  const nn::ModuleAdapter* adapter = effective_adapter();
+  return adapter && adapter->adapts_linear(kHeadModule);
+}
+
+DecoderModel::HeadInput DecoderModel::forward_hidden(const Tensor& input_ids, const Tensor& attention_mask) {
+  VKF_REQUIRE(!lora_on_head(), "{} forward_hidden: the active adapter puts LoRA on the LM head, which "
+              "only forward() applies; use forward() and the logits", spec_.model_type);
+  const nn::AdapterScope adapter_scope(effective_adapter());
+  return head_input(hidden_states(input_ids, attention_mask, {}, nullptr, {}));
+}
+
+DecoderModel::HeadInput DecoderModel::head_input(Tensor hidden) const {
+  const auto& s = spec_;
+  // A tied head is the base embedding matrix even when an adapter keeps its own copy of the
+  // embedding (peft's modules_to_save copies the module, not the tie); an adapter copy of the
+  // head itself ("lm_head.weight") replaces it.
+  const nn::ModuleAdapter* adapter = nn::active_adapter();
+  const Tensor* head_copy = adapter ? adapter->replacement(s.names.lm_head) : nullptr;
+  HeadInput h;
+  h.hidden = std::move(hidden);
+  h.weight = head_copy ? *head_copy
+             : s.tie_word_embeddings ? params_.at(s.names.embed)
+                                     : param(s.names.lm_head);
+  // forward() scales twice when both are set (no registered architecture does): then this one
+  // f32 factor may differ from the two roundings by an ulp.
+  const float divide = s.logits_divisor != 1.0 ? static_cast<float>(1.0 / s.logits_divisor) : 1.0f;
+  const float multiply = s.logits_multiplier != 1.0 ? static_cast<float>(s.logits_multiplier) : 1.0f;
+  h.logit_scale = divide * multiply;
+  h.softcap = s.final_softcap > 0 ? static_cast<float>(s.final_softcap) : 0.0f;
+  return h;
+}
+
+Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
+                                   KVCache* cache, std::span<const int32_t> positions) {
+  const auto& s = spec_;
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
               "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
@@ -412,7 +459,6 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
-  const nn::AdapterScope adapter_scope(effective_adapter());
   std::optional<int64_t> padding_idx;
   if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size) padding_idx = s.pad_token_id;
   Tensor x = ops::embedding(param(s.names.embed), input_ids, padding_idx);
@@ -441,21 +487,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   }
   x = norm(x, s.names.final_norm);
   emit("final_norm", x);
-  // A tied head is the base embedding matrix even when an adapter keeps its own copy of the
-  // embedding (peft's modules_to_save copies the module, not the tie); an adapter copy of the
-  // head itself ("lm_head.weight") replaces it.
-  const nn::ModuleAdapter* adapter = nn::active_adapter();
-  const Tensor* head_copy = adapter ? adapter->replacement(s.names.lm_head) : nullptr;
-  const Tensor& head = head_copy ? *head_copy
-                       : s.tie_word_embeddings ? params_.at(s.names.embed)
-                                               : param(s.names.lm_head);
-  Tensor logits = nn::linear("lm_head", x, head);
-  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
-  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
-  if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
-  emit("logits", logits);
-  if (cache) cache->length += T;
-  return logits;
+  return x;
 }
 
 void DecoderModel::save(const std::string& dir, uint64_t max_shard_bytes) const {

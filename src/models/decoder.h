@@ -71,11 +71,32 @@ class DecoderModel {
                  KVCache* cache = nullptr, std::span<const int32_t> positions = {});
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
+  // What forward() turns into logits, for a loss fused with the LM head
+  // (ops::linear_cross_entropy) that never holds [B, T, vocab] logits:
+  // logits = softcap(logit_scale · hidden · weightᵀ).
+  struct HeadInput {
+    Tensor hidden;             // [B, T, hidden_size]: the final norm's output
+    Tensor weight;             // [vocab, hidden_size]: lm_head, the tied embedding or an adapter's copy
+    float logit_scale = 1.0f;  // 1 / logits_divisor · logits_multiplier as one f32 factor
+    float softcap = 0.0f;      // final logit soft-cap (gemma2); 0: none
+  };
+  // forward() up to the final norm (no trace, no KV cache), and the head that would follow. Not
+  // while lora_on_head(): that head's low-rank term exists only inside forward().
+  HeadInput forward_hidden(const Tensor& input_ids, const Tensor& attention_mask);
+  // Whether the adapter forward() applies puts LoRA on the LM head.
+  bool lora_on_head() const;
+  // The module name nn::linear sees for the head (LoRA targets it as "lm_head").
+  static constexpr const char* kHeadModule = "lm_head";
+
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.
   void save(const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ull) const;
 
  private:
+  // Embedding, layers and the final norm: [B, T, hidden_size]. The caller activates the adapter.
+  Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
+                       KVCache* cache, std::span<const int32_t> positions);
+  HeadInput head_input(Tensor hidden) const;
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in

@@ -23,6 +23,10 @@ class ModuleAdapter {
   // y = base embedding output for token ids; returns y adapted (or unchanged).
   virtual Tensor adapt_embedding(const std::string& module, const Tensor& ids, const Tensor& y,
                                  std::optional<int64_t> padding_idx) const = 0;
+  // Whether adapt_linear may change the output of `module`: code that fuses a projection into
+  // something else (the LM head into its loss) must go through nn::linear when it does. An
+  // adapter that cannot tell answers true.
+  virtual bool adapts_linear(const std::string& /*module*/) const { return true; }
   // The adapter's own copy of a parameter (modules_to_save), or null to use the base weight.
   virtual const Tensor* replacement(const std::string& param_name) const = 0;
 };

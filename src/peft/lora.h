@@ -70,6 +70,7 @@ class LoraAdapter : public nn::ModuleAdapter {
 
   // nn::ModuleAdapter
   Tensor adapt_linear(const std::string& module, const Tensor& x, const Tensor& y) const override;
+  bool adapts_linear(const std::string& module) const override { return find(module) != nullptr; }
   Tensor adapt_embedding(const std::string& module, const Tensor& ids, const Tensor& y,
                          std::optional<int64_t> padding_idx) const override;
   const Tensor* replacement(const std::string& param_name) const override;

@@ -1,6 +1,7 @@
 // Causal-LM loss (see causal_lm.h).
 #include "train/causal_lm.h"
 
+#include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
 #include "vk/error.h"
 
@@ -24,6 +25,28 @@ Tensor causal_lm_loss(const Tensor& logits, const std::vector<int64_t>& labels) 
                     "causal_lm_loss labels");
   const Tensor label_tensor = Tensor::from_host_i32(shifted, {B * T});
   return ops::cross_entropy(logits.reshape({B * T, V}), label_tensor, -100);
+}
+
+ops::CrossEntropyParts causal_lm_loss_parts(models::DecoderModel& model, const Tensor& ids,
+                                            const Tensor& mask, const Tensor& shifted_labels,
+                                            HeadLoss how) {
+  VKF_REQUIRE(ids.defined() && ids.rank() == 2 && shifted_labels.defined() &&
+                  shifted_labels.rank() == 1 && shifted_labels.dim(0) == ids.numel(),
+              "causal_lm_loss_parts: labels {} for input ids {}; expected [batch * seq] labels",
+              shifted_labels.defined() ? shape_str(shifted_labels.shape()) : "(undefined)",
+              ids.defined() ? shape_str(ids.shape()) : "(undefined)");
+  const int64_t tokens = ids.numel(), vocab = model.spec().vocab_size;
+  // LoRA on the head lives in nn::linear, inside forward(): then the logits are made whole.
+  if (how == HeadLoss::Fused && !model.lora_on_head()) {
+    const models::DecoderModel::HeadInput head = model.forward_hidden(ids, mask);
+    ops::LinearCrossEntropyOptions o;
+    o.logit_scale = head.logit_scale;
+    o.softcap = head.softcap;
+    return ops::linear_cross_entropy(head.hidden.reshape({tokens, head.hidden.dim(-1)}),
+                                     head.weight, shifted_labels, o);
+  }
+  const Tensor logits = model.forward(ids, mask);
+  return ops::cross_entropy_parts(logits.reshape({tokens, vocab}), shifted_labels);
 }
 
 }  // namespace vkf::train

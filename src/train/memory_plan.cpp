@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/decoder.h"
+#include "ops/linear_cross_entropy.h"
 #include "vk/error.h"
 #include "vk/memory.h"
 
@@ -324,14 +325,19 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
     for (int i = 0; i < optimizer_moments(in.optimizer); ++i) p.optimizer_state += p.gradients;
 
     // Activations: the embedding output (and its scaled copies), every layer's tensors, the final
-    // norm, the logits and their scaled/soft-capped copies, what cross-entropy saves (lse, the
-    // labels) and the loss scalars.
+    // norm, then either the fused head loss's hidden-state gradient [N, H] (ops/
+    // linear_cross_entropy.cpp makes it in the forward) or the logits, their scaled/soft-capped
+    // copies and what cross-entropy saves (lse); and the loss scalars.
     TensorBytes head;
     head.add(d.N * d.H, kF32,
              1 + (s.embed_scale_sqrt_hidden ? 1 : 0) + (s.embed_multiplier != 1.0 ? 1 : 0));
     add_norm(head, d.N, d.H, s.norm, true);
-    head.add(d.N * d.V, kF32, 1 + logit_ops(s));
-    head.add(d.N);
+    if (in.fused_loss) {
+      head.add(d.N * d.H);
+    } else {
+      head.add(d.N * d.V, kF32, 1 + logit_ops(s));
+      head.add(d.N);
+    }
     head.add(1, kF32, kSmallTensors);
     TensorBytes layers, largest_layer;
     for (const auto& layer : s.layers) {
@@ -369,7 +375,24 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       uint64_t grads;
     };
     std::vector<Moment> moments;
-    {
+    if (in.fused_loss) {
+      //  1. The end of the forward, in the fused head loss: the head weight's gradient [V, H]
+      //     (made in the forward; the backward hands it to the weight), when it trains (every
+      //     parameter does, or an adapter's copy of the head of at least V x H), the [chunk, V]
+      //     logits block and the row losses [2N]. No gradient exists yet (unless accumulated).
+      const int64_t chunk = ops::linear_cross_entropy_chunk_rows(d.N, d.V);
+      const bool head_trains = all_trainable || in.trainable_parameters >= d.V * d.H;
+      Moment m{"forward, fused head loss",
+               fmt::format("{}logits chunk {} f32",
+                           head_trains ? fmt::format("head gradient {} + ", shape2(d.V, d.H)) : "",
+                           shape2(chunk, d.V)),
+               {},
+               grads_then(0)};
+      if (head_trains) m.workspace.add(d.V * d.H);
+      m.workspace.add(chunk * d.V);
+      m.workspace.add(2 * d.N);
+      moments.push_back(m);
+    } else {
       //  1. The logits gradient: cross-entropy writes dlogits [N, V]; a scale or soft-cap of the
       //     logits makes one more [N, V] while the previous lives; lm_head's backward then writes
       //     dx [N, H] and the head weight's gradient.
@@ -445,8 +468,7 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
   } else {
     // Forward without a tape: what lives at once is the residual stream and the tensors the
     // decoder's loop holds (the block's input after its norm, the attention output while the MLP
-    // runs), and the largest block's intermediates; or at the end the logits (a scaled copy
-    // briefly beside them) and the loss's per-row values.
+    // runs), and the largest block's intermediates; or at the end what the head and loss hold.
     const int64_t held_in_attention = s.placement == NormPlacement::Post ? 1 : 2;
     const int64_t held_in_mlp = s.placement == NormPlacement::Post ? 2 : 3;
     uint64_t layer_live = 0;
@@ -470,13 +492,21 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       mlp += mlp_activations(s, d);
       layer_live = std::max({layer_live, attn.bytes, mlp.bytes});
     }
+    // At the head: the final norm's output and, fused, one [chunk, V] logits block and the row
+    // losses [2N]; unfused, the logits (a scaled copy briefly beside them) and the loss's lse and
+    // row losses.
     TensorBytes head_live;
     head_live.add(d.N * d.H);
-    head_live.add(d.N * d.V, kF32, 1 + std::min(1, logit_ops(s)));
-    head_live.add(d.N, kF32, 3);
+    if (in.fused_loss) {
+      head_live.add(ops::linear_cross_entropy_chunk_rows(d.N, d.V) * d.V);
+      head_live.add(2 * d.N);
+    } else {
+      head_live.add(d.N * d.V, kF32, 1 + std::min(1, logit_ops(s)));
+      head_live.add(d.N, kF32, 3);
+    }
     if (head_live.bytes > layer_live) {
       p.activations = head_live;
-      p.peak_moment = "forward, logits";
+      p.peak_moment = in.fused_loss ? "forward, fused head loss" : "forward, logits";
     } else {
       p.activations.bytes = layer_live;
       p.peak_moment = "forward, inside a layer";

@@ -6,11 +6,13 @@
 // The estimate mirrors what the code keeps alive, not a textbook formula: the autodiff tape holds
 // every input and output of every recorded op until backward ends (so every forward intermediate
 // counts as an activation, plus what backward lambdas save: norm rstd, attention's log-sum-exp,
-// cross-entropy's lse; the fused attention saves no [B, H, T, T] probabilities), parameter
+// cross-entropy's lse, or the fused head loss's input gradients; the fused attention saves no
+// [B, H, T, T] probabilities), parameter
 // gradients appear one by one during backward, AdamW's two moments exist from the optimizer's
 // construction, and every allocation is rounded up to the allocator's 256 bytes. A training step
-// peaks in backward, at one of a few moments (the logits gradient, the first layer's MLP or
-// attention gradients, the embedding gradient); the plan takes the worst.
+// peaks at one of a few moments (the end of the forward with the fused head loss, or the logits
+// gradient without it; the first layer's MLP or attention gradients; the embedding gradient);
+// the plan takes the worst.
 // tests/unit/test_memory_plan.cpp checks it against the measured peak of live tensor bytes of
 // real training steps.
 //
@@ -52,6 +54,10 @@ struct MemoryPlanInput {
   // x·Aᵀ [r], B·(x·Aᵀ) [out], its scaled copy and the sum with the base output: r + 3·out).
   int64_t adapter_parameters = 0;
   int64_t adapter_activations_per_token = 0;
+  // The loss fused with the LM head (ops::linear_cross_entropy, as train() and evaluate() take
+  // it): logits exist one [chunk, V] block at a time. false: forward()'s whole [N, V] logits and
+  // cross_entropy_parts (TrainOptions::fused_loss off, LoRA on the head, a forward for logits).
+  bool fused_loss = true;
 };
 
 // Bytes of a group of tensors as the allocator hands them out: each rounded up to its 256-byte

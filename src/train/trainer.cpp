@@ -79,6 +79,8 @@ MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<
   in.optimizer = PlanOptimizer::AdamW;
   in.gradient_accumulation_steps = o.grad_accum;
   in.gradient_checkpointing = o.gradient_checkpointing;
+  // backward_micro_batch's choice (causal_lm_loss_parts): LoRA on the head needs whole logits.
+  in.fused_loss = o.fused_loss && !(o.adapter && o.adapter->adapts_linear(models::DecoderModel::kHeadModule));
   if (o.adapter) {  // LoRA: the adapter alone trains; its tensors and forward add to the base's
     in.trainable_parameters = o.adapter->trainable_count();
     in.adapter_parameters = o.adapter->trainable_count();
@@ -96,6 +98,28 @@ bool decays(const std::string& name) {
   return name.find("norm") == std::string::npos;  // *_layernorm, norm, q_norm, k_norm, ...
 }
 
+Tensor backward_micro_batch(models::DecoderModel& model, const Tensor& ids, const Tensor& mask,
+                            const std::vector<int64_t>& labels, int64_t step_count, bool fused_loss,
+                            dropout_rng::Stream* dropout, const Tensor& seed) {
+  VKF_REQUIRE(step_count > 0, "backward_micro_batch: the step counts {} tokens; it needs some", step_count);
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  const auto shifted = shift_labels(labels, B, T);
+  autograd::Tape tape;
+  Tensor scaled;
+  Tensor part_sum;
+  {
+    autograd::TapeScope scope(tape);
+    dropout_rng::StreamScope dropout_scope(dropout);
+    part_sum = causal_lm_loss_parts(model, ids, mask, Tensor::from_host_i32(shifted, {B * T}),
+                                    fused_loss ? HeadLoss::Fused : HeadLoss::Unfused)
+                   .loss_sum;
+    // Mean over every counted token of the whole accumulated step.
+    scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(step_count)));
+  }
+  tape.backward(scaled, seed);
+  return part_sum;
+}
+
 double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size) {
   autograd::NoGradScope no_grad;
   std::vector<size_t> order(set.size());
@@ -105,10 +129,9 @@ double evaluate(models::DecoderModel& model, const std::vector<Example>& set, in
     const size_t n = std::min(static_cast<size_t>(batch_size), set.size() - first);
     const Batch b = make_batch(set, order, first, n);
     if (b.counted == 0) continue;
-    const Tensor logits = model.forward(b.ids, b.mask);
-    const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
+    const int64_t B = b.ids.dim(0), T = b.ids.dim(1);
     const auto shifted = shift_labels(b.labels, B, T);
-    const auto parts = ops::cross_entropy_parts(logits.reshape({B * T, V}), Tensor::from_host_i32(shifted, {B * T}));
+    const auto parts = causal_lm_loss_parts(model, b.ids, b.mask, Tensor::from_host_i32(shifted, {B * T}));
     sum += parts.loss_sum.item();
     count += static_cast<double>(b.counted);
   }
@@ -242,20 +265,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
     const Tensor seed = update.backward_seed();  // the loss scale in mixed precision
     for (const Batch& b : micro) {
       if (b.counted == 0) continue;
-      autograd::Tape tape;
-      Tensor scaled;
-      Tensor part_sum;
-      {
-        autograd::TapeScope scope(tape);
-        dropout_rng::StreamScope dropout(&dropout_stream);
-        const Tensor logits = model.forward(b.ids, b.mask);
-        const int64_t B = logits.dim(0), T = logits.dim(1), V = logits.dim(2);
-        const auto shifted = shift_labels(b.labels, B, T);
-        part_sum = ops::cross_entropy_parts(logits.reshape({B * T, V}), Tensor::from_host_i32(shifted, {B * T})).loss_sum;
-        // Mean over every counted token of the whole accumulated step.
-        scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(counted)));
-      }
-      tape.backward(scaled, seed);
+      const Tensor part_sum = backward_micro_batch(model, b.ids, b.mask, b.labels, counted, o.fused_loss,
+                                                   &dropout_stream, seed);
       loss_sum = loss_sum.defined() ? ops::add(loss_sum, part_sum) : part_sum;
     }
     update.record(step, loss_sum);

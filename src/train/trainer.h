@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dropout_rng.h"
 #include "core/launch.h"
 #include "models/decoder.h"
 #include "peft/lora.h"
@@ -58,6 +59,10 @@ struct TrainOptions {
   // LoRA training: this adapter, added to the model and active, is what is trained (null: the
   // model's own parameters, full fine-tuning).
   std::shared_ptr<peft::LoraAdapter> adapter;
+  // The loss fused with the LM head (ops::linear_cross_entropy: no [tokens, vocab] logits); false
+  // makes the whole logits and takes cross_entropy_parts of them, the composed form, for
+  // comparisons. LoRA on the head always takes the composed form.
+  bool fused_loss = true;
   // Device memory the run may plan on, in bytes (0: what the device has); a run whose memory plan
   // needs more stops before the first step (see memory_plan.h).
   uint64_t max_memory = 0;
@@ -94,6 +99,17 @@ MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<
 TrainResult train(models::DecoderModel& model, const std::vector<Example>& train_set,
                   const std::vector<Example>& eval_set, const TrainOptions& options,
                   const LogCallback& log = {});
+
+// One micro-batch of a training step as train() runs it: forward and the causal-LM loss (fused
+// with the head unless fused_loss is false), then the backward of loss_sum / step_count, which
+// accumulates into the gradient of every tensor that requires one. ids and mask are [B, T],
+// labels [B*T] (HF convention, not shifted); step_count is the number of counted tokens of the
+// whole step. Dropout draws from `dropout` (null: none). `seed` is the gradient backward starts
+// from ([] on the device; undefined: 1), the loss scale in mixed precision. Returns loss_sum, []
+// on the device.
+Tensor backward_micro_batch(models::DecoderModel& model, const Tensor& ids, const Tensor& mask,
+                            const std::vector<int64_t>& labels, int64_t step_count, bool fused_loss,
+                            dropout_rng::Stream* dropout, const Tensor& seed = {});
 
 // Token-weighted mean causal-LM loss over a set (no gradients).
 double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size);

@@ -1,8 +1,9 @@
 // The memory planner against measurement: real training steps (forward, backward, clipping,
-// AdamW) of small models of several shapes and architectures (two also in mixed precision, which
-// the same plan must bound), and forward-only passes, each compared with the plan's total tensor
-// bytes; plus the plan's arithmetic where nothing here can measure it (gradient checkpointing, a
-// trainable subset), the fit check's error and size parsing.
+// AdamW) of small models of several shapes and architectures, with the loss fused with the LM
+// head (as train() runs it) and without, two also in mixed precision (which the same plan must
+// bound), and forward-only passes, each compared with the plan's total tensor bytes; what the
+// fused loss saves; plus the plan's arithmetic where nothing here can measure it (gradient
+// checkpointing, a trainable subset), the fit check's error and size parsing.
 //
 // The measured figure is the allocator's peak of live tensor bytes (vk::memory_stats), which
 // counts every tensor from its allocation to its release, rounded as the allocator rounds, so the
@@ -22,6 +23,7 @@
 #include "core/autograd.h"
 #include "models/decoder.h"
 #include "models/registry.h"
+#include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
 #include "test_util.h"
 #include "train/causal_lm.h"
@@ -93,6 +95,7 @@ struct Case {
   std::string name;
   json cfg;
   int64_t batch, seq, accum = 1;
+  bool fused = true;  // the loss fused with the LM head (TrainOptions::fused_loss)
 };
 
 // Measured peak of live tensor bytes over two training steps (the second has every buffer of a
@@ -111,6 +114,7 @@ uint64_t measure_training(const Case& c, MatmulPrecision precision = MatmulPreci
     o.grad_accum = c.accum;
     o.schedule.learning_rate = 1e-3;
     o.precision = precision;
+    o.fused_loss = c.fused;
     train::train(model, data, {}, o);
   }
   vk::stream().synchronize();
@@ -129,6 +133,7 @@ train::MemoryPlan plan_for(const Case& c, bool training) {
   in.seq_len = c.seq;
   in.training = training;
   in.gradient_accumulation_steps = c.accum;
+  in.fused_loss = c.fused;
   return train::plan_memory(models::spec_from_config(c.cfg, "config.json"), in);
 }
 
@@ -157,6 +162,10 @@ std::vector<Case> training_cases() {
       {"starcoder2 (LayerNorm, plain)", config("starcoder2", 500, 64, 256, 2, 4, 2, true), 2, 40},
       {"cohere (parallel)", config("cohere", 500, 64, 176, 2, 4, 2, true), 2, 40},
       {"olmo2 (post-norm, q/k norm)", config("olmo2", 500, 64, 176, 2, 4, 2, false), 2, 40},
+      {"llama tied, large vocab, unfused", config("llama", 3000, 64, 128, 2, 4, 4, true), 4, 32, 1, false},
+      {"llama accumulation, unfused", config("llama", 512, 64, 176, 2, 4, 2, false), 2, 32, 3, false},
+      {"gemma2 (soft-cap), unfused", config("gemma2", 600, 64, 192, 2, 4, 2, true), 2, 40, 1, false},
+      {"granite (multipliers), unfused", config("granite", 400, 64, 160, 2, 4, 2, false), 3, 24, 1, false},
   };
 }
 
@@ -179,7 +188,8 @@ TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinTheSamePlan) {
   }
 }
 
-// A forward pass without gradients and the loss, as evaluation runs it.
+// A forward pass without gradients and the loss, as evaluation runs it (fused) or as a forward
+// for logits followed by cross_entropy_parts does (unfused).
 TEST(MemoryPlan, ForwardEstimateBoundsTheMeasuredPeak) {
   for (const Case& c : training_cases()) {
     if (c.accum > 1) continue;
@@ -199,11 +209,11 @@ TEST(MemoryPlan, ForwardEstimateBoundsTheMeasuredPeak) {
       }
       mask.assign(ids.size(), 1);
       autograd::NoGradScope no_grad;
-      const Tensor logits = model.forward(Tensor::from_host_i32(ids, {c.batch, c.seq}),
-                                          Tensor::from_host_i32(mask, {c.batch, c.seq}));
       const auto shifted = train::shift_labels(labels, c.batch, c.seq);
-      const auto parts = ops::cross_entropy_parts(
-          logits.reshape({c.batch * c.seq, V}), Tensor::from_host_i32(shifted, {c.batch * c.seq}));
+      const auto parts = train::causal_lm_loss_parts(
+          model, Tensor::from_host_i32(ids, {c.batch, c.seq}), Tensor::from_host_i32(mask, {c.batch, c.seq}),
+          Tensor::from_host_i32(shifted, {c.batch * c.seq}),
+          c.fused ? train::HeadLoss::Fused : train::HeadLoss::Unfused);
       EXPECT_TRUE(std::isfinite(parts.loss_sum.item()));
     }
     vk::stream().synchronize();
@@ -226,12 +236,50 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
   EXPECT_EQ(p.gradients.bytes, p.parameters.bytes);
   EXPECT_EQ(p.optimizer_state.bytes, 2 * p.parameters.bytes);
   // Saved for backward: 16 layers of 1392 MiB ([8192, 2048] x 11 and [8192, 8192] x 3, with
-  // q 32 heads and k/v 8 of 64) and the [8192, 128256] f32 logits.
-  EXPECT_GT(p.activations.bytes, 16 * (uint64_t{1392} << 20) + uint64_t{8192} * 128256 * 4);
-  EXPECT_LT(p.activations.bytes,
-            16 * (uint64_t{1393} << 20) + uint64_t{8192} * 128256 * 4 + (uint64_t{200} << 20));
+  // q 32 heads and k/v 8 of 64) and the head's: with the fused loss, tensors of [8192, 2048];
+  // unfused, the [8192, 128256] f32 logits.
+  const uint64_t logits = uint64_t{8192} * 128256 * 4;
+  EXPECT_GT(p.activations.bytes, 16 * (uint64_t{1392} << 20));
+  EXPECT_LT(p.activations.bytes, 16 * (uint64_t{1393} << 20) + (uint64_t{200} << 20));
   EXPECT_GE(p.device_bytes(), p.total());
   std::printf("%s", p.table().c_str());
+  in.fused_loss = false;
+  const auto unfused = train::plan_memory(models::spec_from_config(c, "config.json"), in);
+  EXPECT_GT(unfused.activations.bytes, 16 * (uint64_t{1392} << 20) + logits);
+  EXPECT_LT(unfused.activations.bytes, 16 * (uint64_t{1393} << 20) + logits + (uint64_t{200} << 20));
+  std::printf("%s", unfused.table().c_str());
+  // Both peak in the first layer's MLP backward, where the unfused step still holds the logits
+  // (the tape keeps them to the end) and the fused one the hidden-state gradient [8192, 2048]
+  // instead; at the head, where the unfused step also holds the logits' gradient, the fused one
+  // holds the head weight's gradient and a [512, 128256] block, far below that peak.
+  EXPECT_EQ(p.peak_moment, "backward, first layer's MLP");
+  EXPECT_EQ(unfused.peak_moment, "backward, first layer's MLP");
+  const uint64_t lse = 8192 * 4, hidden_grad = uint64_t{8192} * 2048 * 4;
+  EXPECT_EQ(unfused.total() - p.total(), logits + lse - hidden_grad);
+}
+
+// The fused head loss against the unfused one in real training steps of a model whose logits
+// dominate: the peak of live tensor bytes drops by at least the [N, V] f32 logits (unfused, the
+// step also holds their gradient beside them; fused, one [chunk, V] block and the head weight's
+// gradient), and the plan bounds both.
+TEST(MemoryPlan, FusedHeadLossSavesTheLogits) {
+  const Case unfused{"llama, vocab 8000, unfused", config("llama", 8000, 32, 64, 1, 2, 1, false), 2, 64, 1, false};
+  Case fused = unfused;
+  fused.name = "llama, vocab 8000, fused";
+  fused.fused = true;
+  const int64_t vocab = 8000, tokens = 2 * 64;
+  const uint64_t logits = static_cast<uint64_t>(tokens * vocab * 4);
+  ops::set_linear_cross_entropy_chunk_bytes(static_cast<uint64_t>(32 * vocab * 4));  // 4 chunks
+  const uint64_t measured_unfused = measure_training(unfused);
+  const uint64_t measured_fused = measure_training(fused);
+  expect_within_bound(unfused, plan_for(unfused, true), measured_unfused);
+  expect_within_bound(fused, plan_for(fused, true), measured_fused);
+  ops::set_linear_cross_entropy_chunk_bytes(0);
+  std::printf("peak live bytes: unfused %llu, fused %llu, logits %llu\n",
+              static_cast<unsigned long long>(measured_unfused),
+              static_cast<unsigned long long>(measured_fused), static_cast<unsigned long long>(logits));
+  EXPECT_GE(measured_unfused, measured_fused + logits);
+  EXPECT_LE(measured_unfused, measured_fused + 3 * logits);
 }
 
 // Not measured here (this branch has no gradient checkpointing yet): the plan keeps each layer's
@@ -276,10 +324,11 @@ TEST(MemoryPlan, DeviceBytesRoundSharedTensorsToBlocks) {
   const auto p = train::plan_memory(spec, in);
   EXPECT_LT(p.total(), vk::kDeviceBlockBytes);
   EXPECT_EQ(p.device_bytes(), vk::kDeviceBlockBytes);  // one shared block
-  // 100k x 1000 f32 logits (400 MB) get blocks of their own, counted at their size.
+  // 100k x 1000 f32 logits of the unfused loss (400 MB) get blocks of their own, counted at
+  // their size.
   const auto big = train::plan_memory(
       models::spec_from_config(config("llama", 100000, 64, 176, 2, 4, 2, true), "config.json"),
-      {.batch_size = 1, .seq_len = 1000});
+      {.batch_size = 1, .seq_len = 1000, .fused_loss = false});
   EXPECT_GE(big.activations.dedicated, uint64_t{400'000'000});
   uint64_t dedicated = 0;
   for (const auto* t : {&big.parameters, &big.gradients, &big.optimizer_state, &big.activations,

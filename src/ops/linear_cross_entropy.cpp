@@ -1,0 +1,220 @@
+// Cross-entropy fused with the LM head (see linear_cross_entropy.h). Per chunk of rows:
+//   z = h_c·Wᵀ into a [chunk, V] buffer (ops::matmul_into, so the fast GEMM kernels and the
+//   mixed-precision mode apply); linear_ce_rows.comp turns each row into its loss and, when
+//   gradients are recorded, overwrites it with d(row loss)/dz; then dh_c = dz·W and
+//   dW (+)= dzᵀ·h_c (matmul_into with beta = 1 after the first chunk). ce_reduce.comp sums the
+//   row losses once at the end, so loss_sum does not depend on the chunking.
+//
+// Gradients are made in the forward, not by recomputing the chunk logits in the backward. The
+// loss is a scalar, so its input gradients for an incoming gradient g are g times those for 1:
+// the forward computes those (dh [N, H] and dW [V, H], f32) and the backward only scales them
+// (linear_ce_grad_scale.comp) and hands them to the tape without a copy (add_grad_owned).
+//   FLOPs: three products of 2·N·V·H each (z, dh, dW), as the unfused head's forward + backward;
+//     recomputing would add a fourth (for Llama-3.2-1B at 8 x 1024 tokens, 4.3 TFLOP more per
+//     step: about 7% of the step's matmul work, ~95 ms at 45 TFLOP/s in fp32).
+//   Bytes: dW is the head weight's gradient, which exists from the start of the backward either
+//     way; made here it exists from the end of the forward, which is the same moment of the step.
+//     dh adds N·H f32 (64 MiB at that shape) to the saved tensors. Only with gradient
+//     accumulation (the weight's gradient already holding earlier micro-batches) is dW a second
+//     [V, H] until the backward adds it in; recomputation could accumulate into it directly.
+//   Either way each chunk's product reads and writes dW once (2·V·H·4 bytes per chunk: 16 chunks
+//     of 512 rows at that shape move 32 GB, ~7.5 ms at 4.3 TB/s); a larger chunk budget means
+//     fewer passes.
+// Without a tape (evaluation) only z and the row losses are computed: one product per chunk.
+#include "ops/linear_cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "ops/matmul.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+constexpr uint64_t kDefaultChunkBytes = uint64_t{256} << 20;
+uint64_t g_chunk_bytes = 0;  // 0: kDefaultChunkBytes
+constexpr uint32_t kLocal = 256;
+
+const char* label_variant(DType t) {
+  return t == DType::I64 ? "i64" : "i32";
+}
+
+// The 64-bit ignore_index as the two 32-bit halves the kernels compare (see token_ids.glsl).
+struct Halves {
+  int32_t lo, hi;
+};
+Halves halves(int64_t v) {
+  const auto u = static_cast<uint64_t>(v);
+  return {static_cast<int32_t>(static_cast<uint32_t>(u)),
+          static_cast<int32_t>(static_cast<uint32_t>(u >> 32))};
+}
+
+void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                  const LinearCrossEntropyOptions& o) {
+  const char* op = "linear_cross_entropy";
+  VKF_REQUIRE(hidden.defined() && weight.defined() && labels.defined(),
+              "{}: hidden, weight and labels must all be defined tensors", op);
+  VKF_REQUIRE(hidden.dtype() == DType::F32 && weight.dtype() == DType::F32,
+              "{}: hidden and weight must be f32, got {} and {}", op, dtype_name(hidden.dtype()),
+              dtype_name(weight.dtype()));
+  VKF_REQUIRE(hidden.rank() == 2 && hidden.dim(1) >= 1,
+              "{}: hidden must be [N, H] with H >= 1, got shape {}", op, shape_str(hidden.shape()));
+  VKF_REQUIRE(weight.rank() == 2 && weight.dim(0) >= 1 && weight.dim(1) == hidden.dim(1),
+              "{}: weight must be [V, H] = [vocab, {}] (the head's [out, in] layout) to match "
+              "hidden {}, got shape {}",
+              op, hidden.dim(1), shape_str(hidden.shape()), shape_str(weight.shape()));
+  VKF_REQUIRE(labels.dtype() == DType::I32 || labels.dtype() == DType::I64,
+              "{}: labels must be i32 or i64, got {}", op, dtype_name(labels.dtype()));
+  VKF_REQUIRE(labels.rank() == 1 && labels.dim(0) == hidden.dim(0),
+              "{}: labels must be [N] = [{}] to match hidden {}, got shape {}", op, hidden.dim(0),
+              shape_str(hidden.shape()), shape_str(labels.shape()));
+  VKF_REQUIRE(std::isfinite(o.logit_scale) && o.logit_scale != 0.0f,
+              "{}: logit_scale must be a finite non-zero number, got {}", op, o.logit_scale);
+  VKF_REQUIRE(std::isfinite(o.softcap) && o.softcap >= 0.0f,
+              "{}: softcap must be 0 (none) or a positive number, got {}", op, o.softcap);
+  VKF_REQUIRE(o.chunk_rows >= 0, "{}: chunk_rows must be >= 0 (0: automatic), got {}", op,
+              o.chunk_rows);
+  checked_u32(hidden.numel(), "linear_cross_entropy hidden element count");
+  checked_u32(weight.numel(), "linear_cross_entropy weight element count");
+  checked_u32(2 * hidden.dim(0), "linear_cross_entropy row count");
+}
+
+// x *= s[0] in place (s a [] tensor on the device).
+void scale_in_place(const Tensor& x, const Tensor& s) {
+  const int64_t n = x.numel();
+  struct {
+    uint64_t s, x;
+    uint32_t n;
+  } push{s.address(), x.address(), checked_u32(n, "linear_cross_entropy gradient size")};
+  launch("linear_ce_grad_scale", push, grid_1d(n, kLocal), {&s, &x}, {&x}, {},
+         {static_cast<double>(n), 8.0 * static_cast<double>(n)});
+}
+
+// Input gradients for an incoming gradient of 1, made in the forward; moved out by the backward.
+struct PendingGrads {
+  Tensor dh, dw;
+};
+
+}  // namespace
+
+void set_linear_cross_entropy_chunk_bytes(uint64_t bytes) {
+  g_chunk_bytes = bytes;
+}
+
+uint64_t linear_cross_entropy_chunk_bytes() {
+  return g_chunk_bytes ? g_chunk_bytes : kDefaultChunkBytes;
+}
+
+int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab) {
+  VKF_REQUIRE(rows >= 0 && vocab >= 1, "linear_cross_entropy_chunk_rows: rows {} and vocab {}",
+              rows, vocab);
+  const int64_t row_bytes = vocab * 4;
+  int64_t chunk = static_cast<int64_t>(linear_cross_entropy_chunk_bytes()) / row_bytes;
+  chunk = std::min(chunk, int64_t{std::numeric_limits<int32_t>::max()} / vocab);
+  if (chunk >= rows) return std::max<int64_t>(rows, 1);
+  if (chunk >= 128) chunk = chunk / 128 * 128;
+  return std::max<int64_t>(chunk, 1);
+}
+
+CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in,
+                                       const Tensor& labels_in,
+                                       const LinearCrossEntropyOptions& o) {
+  check_inputs(hidden_in, weight_in, labels_in, o);
+  const int64_t rows = hidden_in.dim(0), width = hidden_in.dim(1), vocab = weight_in.dim(0);
+  const int64_t chunk_rows = o.chunk_rows > 0 ? std::min(o.chunk_rows, std::max<int64_t>(rows, 1))
+                                              : linear_cross_entropy_chunk_rows(rows, vocab);
+  checked_u32(chunk_rows * vocab, "linear_cross_entropy chunk element count (chunk_rows x V)");
+
+  // What is recorded (the tape's inputs) and what the kernels read: the same storage, but the
+  // kernels' views must not record slices of their own on the tape.
+  const Tensor hidden = hidden_in.is_contiguous() ? hidden_in : hidden_in.contiguous();
+  const Tensor labels = labels_in.is_contiguous() ? labels_in : labels_in.contiguous();
+  const Tensor h = hidden.detach(), w = weight_in.detach();
+  const bool recording = autograd::should_record({&hidden, &weight_in});
+  const bool want_dh = recording && hidden.requires_grad();
+  const bool want_dw = recording && weight_in.requires_grad();
+
+  auto pending = std::make_shared<PendingGrads>();
+  if (want_dh) pending->dh = Tensor::empty({rows, width});
+  if (want_dw)
+    pending->dw = rows > 0 ? Tensor::empty({vocab, width}) : Tensor::zeros({vocab, width});
+  const Halves ignore = halves(o.ignore_index);
+  const std::string variant = label_variant(labels.dtype());
+  // Row losses as hi/lo pairs over all rows (see ce_forward.comp / ce_reduce.comp).
+  Tensor row_loss = Tensor::empty({2 * rows});
+  if (rows > 0) {
+    const Tensor chunk = Tensor::empty({chunk_rows, vocab});  // [chunk, V]: z, then dz
+    for (int64_t first = 0; first < rows; first += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - first);
+      const Tensor z = chunk.slice(0, 0, n);
+      const Tensor h_chunk = h.slice(0, first, first + n);
+      matmul_into(h_chunk, w, false, true, z);
+      struct {
+        uint64_t logits, labels, row_loss;
+        uint32_t rows, first_row, total_rows, vocab;
+        int32_t ignore_lo, ignore_hi;
+        float scale, cap;
+        uint32_t write_grad;
+      } push{z.address(),
+             labels.address(),
+             row_loss.address(),
+             static_cast<uint32_t>(n),
+             static_cast<uint32_t>(first),
+             static_cast<uint32_t>(rows),
+             static_cast<uint32_t>(vocab),
+             ignore.lo,
+             ignore.hi,
+             o.logit_scale,
+             o.softcap,
+             (want_dh || want_dw) ? 1u : 0u};
+      const double elements = static_cast<double>(n * vocab);
+      launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels}, {&z, &row_loss}, {},
+             {12.0 * elements, 16.0 * elements});
+      if (want_dh) matmul_into(z, w, false, false, pending->dh.slice(0, first, first + n));
+      if (want_dw)
+        matmul_into(z, h_chunk, true, false, pending->dw, 1.0f, first == 0 ? 0.0f : 1.0f);
+    }
+  }
+  CrossEntropyParts out{Tensor::empty({}), Tensor::empty({})};
+  struct {
+    uint64_t row_loss, labels, loss_sum, count, mean;
+    uint32_t rows;
+    int32_t ignore_lo, ignore_hi;
+  } reduce{row_loss.address(),
+           labels.address(),
+           out.loss_sum.address(),
+           out.count.address(),
+           0,
+           static_cast<uint32_t>(rows),
+           ignore.lo,
+           ignore.hi};
+  launch("ce_reduce_" + variant, reduce, Grid{1, 1, 1}, {&row_loss, &labels},
+         {&out.loss_sum, &out.count});
+
+  if (recording) {
+    autograd::record_op("linear_cross_entropy", {hidden, weight_in}, {out.loss_sum},
+                        [pending](autograd::GradContext& ctx) {
+                          // The backward runs once: the gradients leave the op's keeping here.
+                          PendingGrads g = std::move(*pending);
+                          const Tensor& dloss = ctx.grad_output(0);
+                          if (!dloss.defined()) return;
+                          if (g.dh.defined() && ctx.needs_grad(0)) {
+                            scale_in_place(g.dh, dloss);
+                            ctx.add_grad_owned(0, std::move(g.dh));
+                          }
+                          if (g.dw.defined() && ctx.needs_grad(1)) {
+                            scale_in_place(g.dw, dloss);
+                            ctx.add_grad_owned(1, std::move(g.dw));
+                          }
+                        });
+  }
+  return out;
+}
+
+}  // namespace vkf::ops
