@@ -217,7 +217,8 @@ int run(int argc, char** argv) {
                  "f16 kernels: auto, off (portable kernels), all (every tensor-core tile), or "
                  "comma-separated tile names such as 128x128x32/64x32");
   app.add_option("--coopmat-convert", coopmat_convert,
-                 "f32 -> f16 conversion of the tensor-core kernel: auto, exact (integer), hw, all")
+                 "f32 -> f16 conversion of the tensor-core kernel: auto, exact (integer), hw "
+                 "(where the device guarantees its rounding), all")
       ->check(CLI::IsMember({"auto", "exact", "hw", "all"}));
   CLI11_PARSE(app, argc, argv);
   if (quick && app.count("--budget") == 0) budget_s = 1.0;
@@ -270,7 +271,9 @@ int run(int argc, char** argv) {
              : support.unsupported.empty()
                  ? fmt::format("; cooperative matrices {}x{}x{}, hardware f16 conversion {}",
                                support.mma_m, support.mma_n, support.mma_k,
-                               support.hardware_convert ? "guaranteed" : "not guaranteed")
+                               support.hardware_convert
+                                   ? "available"
+                                   : "unavailable (no f16 RTE / subnormal guarantee)")
                  : "; no cooperative matrices (" + support.unsupported + ")");
   fmt::print("timing: median of up to {} calls after one warm-up, {}\n\n", repeats,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
@@ -293,10 +296,6 @@ int run(int argc, char** argv) {
         const std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
         if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
         last_plan = plan;
-        if (convert == F16Convert::Hardware && !support.hardware_convert && f16 &&
-            plan.rfind("coopmat", 0) == 0)
-          fmt::print("note: the device does not guarantee the hardware conversion's rounding; "
-                     "--check shows whether it matches\n");
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
         const double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
         const int n =

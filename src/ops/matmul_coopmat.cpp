@@ -154,8 +154,9 @@ F16Convert f16_convert() {
 
 std::string coopmat_module() {
   if (g_emulate) return "matmul_coopmat_emulated";
-  const bool hw = g_convert == F16Convert::Hardware ||
-                  (g_convert == F16Convert::Auto && coopmat_support().hardware_convert);
+  // The hwcvt module declares RTE and kept subnormals for f16: valid only where the device has
+  // both.
+  const bool hw = g_convert != F16Convert::Exact && coopmat_support().hardware_convert;
   return hw ? "matmul_coopmat_hwcvt" : "matmul_coopmat";
 }
 std::string f16_convert_name() {

@@ -45,7 +45,8 @@ void set_coopmat_choice(const std::string& choice);
 std::string coopmat_choice();
 
 // How staged operands are converted to f16 (both give f32_to_f16_bits's result on a conforming
-// device): Auto = Hardware where CoopmatSupport::hardware_convert, else Exact.
+// device): Exact (integer operations) anywhere; Hardware only where
+// CoopmatSupport::hardware_convert (elsewhere it means Exact); Auto = Hardware where possible.
 enum class F16Convert { Auto, Exact, Hardware };
 void set_f16_convert(F16Convert convert);
 F16Convert f16_convert();
