@@ -1,23 +1,30 @@
-// Micro-benchmark of the fp32 GEMM behind ops::matmul: for each shape and transpose mode, the
-// median time of one out = op(A) op(B) call (matmul_into, beta = 0) over timed repeats after a
-// warm-up, measured with GPU timestamps (wall-clock around synchronize() where the device has no
-// timestamps), and the GFLOP/s that gives (2*M*N*K flops per call). Results go in
-// bench/RESULTS.md by hand.
+// Micro-benchmark of the GEMM behind ops::matmul: for each shape and transpose mode, the median
+// time of one out = op(A) op(B) call (matmul_into, beta = 0) over timed repeats after a warm-up,
+// measured with GPU timestamps (wall-clock around synchronize() where the device has no
+// timestamps), and the GFLOP/s that gives (2*M*N*K flops per call). In fp32 (default) or f16
+// precision (operands rounded to f16, fp32 accumulation: tensor cores where the device has NV
+// cooperative matrices). --check compares each result with a CPU reference in double on the same
+// (rounded) operands. Results go in bench/RESULTS.md by hand.
 //
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
-//                [--tile auto|medium|large]
+//                [--tile auto|medium|large] [--precision fp32|f16] [--check]
+//                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
 // mode is nn (default), nt (A B^T, the linear layout), tn (A^T B) or tt.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/launch.h"
 #include "ops/matmul.h"
+#include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -64,6 +71,7 @@ std::vector<Case> default_cases() {
           {512, 512, 512},
           {1024, 1024, 1024},
           {2048, 2048, 2048},
+          {4096, 4096, 4096},
           {8192, 1536, 576},
           {8192, 576, 1536},
           {8192, 49152, 576},
@@ -84,15 +92,72 @@ std::vector<Case> quick_cases() {
           {1, 4096, 1024, false, true}};
 }
 
-// Random operands in [-1, 1): a cheap generator is plenty for timing.
-Tensor random_tensor(const vkf::Shape& shape, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(vkf::shape_numel(shape)));
+// Random operands in [-1, 1) (almost never f16 values, so f16 rounding shows): a cheap generator
+// is plenty for timing.
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
   uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
   for (auto& x : v) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     x = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
   }
-  return Tensor::from_host(std::span<const float>(v), shape);
+  return v;
+}
+
+// The result checked against a reference in double on the operands the kernel multiplies (each
+// rounded to f16 in f16 precision), on up to 16 rows spread over M (all rows of small products)
+// and every column. The error of each element is measured against sum_k |a||b| (a plain
+// relative error means nothing where the sum cancels); it passes under the bound of fp32
+// accumulation, 4 K 2^-24 sum_k |a||b| (as tests/unit/test_matmul_f16.cpp).
+struct CheckResult {
+  double max_rel = 0;  // max |got - want| / sum_k |a||b|
+  bool pass = true;
+  int64_t rows = 0;
+};
+CheckResult check_result(const Case& c, const std::vector<float>& a, const std::vector<float>& b,
+                         const Tensor& out, bool f16) {
+  auto operand = [f16](float x) {
+    return f16 ? static_cast<double>(vkf::f16_bits_to_f32(vkf::f32_to_f16_bits(x))) : double{x};
+  };
+  // op(A)(m, k) and op(B)(k, n) in their stored layouts.
+  auto a_at = [&](int64_t m, int64_t k) {
+    return operand(a[static_cast<size_t>(c.trans_a ? k * c.m + m : m * c.k + k)]);
+  };
+  auto b_at = [&](int64_t k, int64_t n) {
+    return operand(b[static_cast<size_t>(c.trans_b ? n * c.k + k : k * c.n + n)]);
+  };
+  CheckResult r;
+  const int64_t rows = std::min<int64_t>(c.m, 16);
+  std::vector<double> col_b(static_cast<size_t>(c.k));
+  std::vector<std::vector<double>> a_rows;
+  std::vector<int64_t> row_ids;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t m = rows == c.m ? i : (i * (c.m - 1)) / (rows - 1);
+    row_ids.push_back(m);
+    std::vector<double> row(static_cast<size_t>(c.k));
+    for (int64_t k = 0; k < c.k; ++k) row[static_cast<size_t>(k)] = a_at(m, k);
+    a_rows.push_back(std::move(row));
+  }
+  std::vector<std::vector<double>> got;
+  for (int64_t m : row_ids) got.push_back(out.slice(0, m, m + 1).to_double());
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t n = 0; n < c.n; ++n) {
+    for (int64_t k = 0; k < c.k; ++k) col_b[static_cast<size_t>(k)] = b_at(k, n);
+    for (size_t i = 0; i < row_ids.size(); ++i) {
+      double sum = 0, mag = 0;
+      for (int64_t k = 0; k < c.k; ++k) {
+        const double p = a_rows[i][static_cast<size_t>(k)] * col_b[static_cast<size_t>(k)];
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const double err = std::fabs(got[i][static_cast<size_t>(n)] - sum);
+      const double rel = mag > 0 ? err / mag : (err > 0 ? INFINITY : 0.0);
+      if (!(rel <= r.max_rel)) r.max_rel = std::isnan(rel) ? INFINITY : rel;
+      if (!(err <= 4.0 * static_cast<double>(c.k) * u * mag)) r.pass = false;
+    }
+  }
+  r.rows = static_cast<int64_t>(row_ids.size());
+  return r;
 }
 
 struct Timer {
@@ -140,6 +205,21 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--tile", tile, "tile of the tiled kernel")
       ->check(CLI::IsMember({"auto", "medium", "large"}));
+  std::string precision = "fp32", coopmat_tiles = "auto", coopmat_convert = "auto";
+  bool check = false;
+  app.add_option("--precision", precision,
+                 "operand precision: fp32, or f16 (operands rounded to f16, fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "f16"}));
+  app.add_flag("--check", check,
+               "compare each result with a CPU reference in double (up to 16 rows): max error "
+               "relative to sum|a||b|, PASS/FAIL");
+  app.add_option("--coopmat-tile", coopmat_tiles,
+                 "f16 kernels: auto, off (portable kernels), all (every tensor-core tile), or "
+                 "comma-separated tile names such as 128x128x32/64x32");
+  app.add_option("--coopmat-convert", coopmat_convert,
+                 "f32 -> f16 conversion of the tensor-core kernel: auto, exact (integer), hw "
+                 "(where the device guarantees its rounding), all")
+      ->check(CLI::IsMember({"auto", "exact", "hw", "all"}));
   CLI11_PARSE(app, argc, argv);
   if (quick && app.count("--budget") == 0) budget_s = 1.0;
 
@@ -160,31 +240,85 @@ int run(int argc, char** argv) {
                                                       : TileChoice::Auto);
   if (device >= 0) vkf::vk::Context::select_device(device);
   auto& ctx = vkf::vk::Context::get();
+  const bool f16 = precision == "f16";
+  vkf::set_matmul_precision(f16 ? vkf::MatmulPrecision::F16 : vkf::MatmulPrecision::F32);
+  namespace detail = vkf::ops::detail;
+  // The tensor-core settings to run each shape under (one row each).
+  std::vector<std::string> tile_choices;
+  if (coopmat_tiles == "all") {
+    for (const auto& t : detail::coopmat_tiles()) tile_choices.push_back(t.name());
+  } else {
+    size_t start = 0;
+    while (start <= coopmat_tiles.size()) {
+      const size_t end = std::min(coopmat_tiles.find(',', start), coopmat_tiles.size());
+      if (end > start) tile_choices.push_back(coopmat_tiles.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  for (const auto& choice : tile_choices) detail::set_coopmat_choice(choice);  // validates names
+  using detail::F16Convert;
+  std::vector<F16Convert> converts;
+  if (coopmat_convert == "all") converts = {F16Convert::Exact, F16Convert::Hardware};
+  else if (coopmat_convert == "exact") converts = {F16Convert::Exact};
+  else if (coopmat_convert == "hw") converts = {F16Convert::Hardware};
+  else converts = {F16Convert::Auto};
+
   const Timer timer{ctx.info().timestamps};
+  const auto support = detail::coopmat_support();
   fmt::print("device: {} ({})\n", ctx.info().name, ctx.info().driver_info);
+  fmt::print("precision: {}{}\n", precision,
+             !f16 ? ""
+             : support.unsupported.empty()
+                 ? fmt::format("; cooperative matrices {}x{}x{}, hardware f16 conversion {}",
+                               support.mma_m, support.mma_n, support.mma_k,
+                               support.hardware_convert
+                                   ? "available"
+                                   : "unavailable (no f16 RTE / subnormal guarantee)")
+                 : "; no cooperative matrices (" + support.unsupported + ")");
   fmt::print("timing: median of up to {} calls after one warm-up, {}\n\n", repeats,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
-  fmt::print("{:>22}  {:>4}  {:<18}  {:>10}  {:>10}  {:>9}\n", "M x N x K", "mode", "kernel", "ms",
-             "best ms", "GFLOP/s");
+  fmt::print("{:>22}  {:>4}  {:<36}  {:>10}  {:>10}  {:>9}{}\n", "M x N x K", "mode", "kernel",
+             "ms", "best ms", "GFLOP/s", check ? "  max err/sum|ab|  check" : "");
 
+  bool all_pass = true;
   for (const Case& c : cases) {
-    const Tensor a = random_tensor(c.trans_a ? vkf::Shape{c.k, c.m} : vkf::Shape{c.m, c.k}, 1);
-    const Tensor b = random_tensor(c.trans_b ? vkf::Shape{c.n, c.k} : vkf::Shape{c.k, c.n}, 2);
+    const auto a_host = random_values(c.m * c.k, 1), b_host = random_values(c.k * c.n, 2);
+    const Tensor a = Tensor::from_host(std::span<const float>(a_host),
+                                       c.trans_a ? vkf::Shape{c.k, c.m} : vkf::Shape{c.m, c.k});
+    const Tensor b = Tensor::from_host(std::span<const float>(b_host),
+                                       c.trans_b ? vkf::Shape{c.n, c.k} : vkf::Shape{c.k, c.n});
     const Tensor out = Tensor::empty({c.m, c.n});
-    auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
-    const double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
-    const int n =
-        std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3, repeats);
-    std::vector<double> ms;
-    for (int i = 0; i < n; ++i) ms.push_back(timer.time(call));
-    const double med = median(ms), best = *std::min_element(ms.begin(), ms.end());
-    const double flops = 2.0 * static_cast<double>(c.m) * c.n * c.k;
-    fmt::print("{:>22}  {:>4}  {:<18}  {:>10.3f}  {:>10.3f}  {:>9.1f}\n",
-               fmt::format("{} x {} x {}", c.m, c.n, c.k), c.mode(),
-               vkf::ops::detail::gemm_plan(1, c.m, c.n), med, best, flops / (med * 1e6));
-    std::fflush(stdout);
+    std::string last_plan;
+    for (const auto& choice : tile_choices) {
+      for (F16Convert convert : converts) {
+        detail::set_coopmat_choice(choice);
+        detail::set_f16_convert(convert);
+        const std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
+        if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
+        last_plan = plan;
+        auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
+        const double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
+        const int n =
+            std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3, repeats);
+        std::vector<double> ms;
+        for (int i = 0; i < n; ++i) ms.push_back(timer.time(call));
+        const double med = median(ms), best = *std::min_element(ms.begin(), ms.end());
+        const double flops = 2.0 * static_cast<double>(c.m) * c.n * c.k;
+        std::string verdict;
+        if (check) {
+          const CheckResult r = check_result(c, a_host, b_host, out, f16);
+          all_pass = all_pass && r.pass;
+          verdict = fmt::format("  {:>15.3e}  {}", r.max_rel, r.pass ? "PASS" : "FAIL");
+        }
+        fmt::print("{:>22}  {:>4}  {:<36}  {:>10.3f}  {:>10.3f}  {:>9.1f}{}\n",
+                   fmt::format("{} x {} x {}", c.m, c.n, c.k), c.mode(), plan, med, best,
+                   flops / (med * 1e6), verdict);
+        std::fflush(stdout);
+      }
+    }
   }
-  return 0;
+  if (check) fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
+  return check && !all_pass ? 2 : 0;
 }
 
 }  // namespace

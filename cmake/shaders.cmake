@@ -12,7 +12,8 @@ find_program(GLSLC glslc REQUIRED)
 find_program(SPIRV_VAL spirv-val REQUIRED)
 
 set(VKF_OPTIONAL_GLSL_EXTENSIONS GL_NV_cooperative_matrix GL_KHR_cooperative_matrix
-    GL_NV_cooperative_matrix2 GL_EXT_bfloat16 GL_EXT_shader_explicit_arithmetic_types_float16)
+    GL_NV_cooperative_matrix2 GL_EXT_bfloat16 GL_EXT_shader_explicit_arithmetic_types_float16
+    GL_EXT_spirv_intrinsics)
 set(VKF_GLSL_SUPPORTED "")
 foreach(ext ${VKF_OPTIONAL_GLSL_EXTENSIONS})
   set(probe ${CMAKE_BINARY_DIR}/glsl_probe/${ext}.comp)

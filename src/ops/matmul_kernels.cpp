@@ -1,6 +1,8 @@
 // Strided matrix descriptions, kernel choice and dispatch for the GEMM family (see
 // matmul_kernels.h). Problems larger than one dispatch's 65535 workgroups per dimension are split
-// into several dispatches over sub-ranges of the batch, rows and columns.
+// into several dispatches over sub-ranges of the batch, rows and columns. In F16 precision the
+// tensor-core kernel (matmul_coopmat.h) replaces the tiled one where the device allows, and the
+// portable kernels round their operands to f16 (a specialization constant).
 #include "ops/matmul_kernels.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/matmul_coopmat.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -143,12 +146,15 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
   return groups(kLarge) >= 256 ? kLarge : kMedium;
 }
 
+// F16 precision: the portable kernels round every operand element to f16.
+uint32_t round_f16() { return matmul_precision() == MatmulPrecision::F16 ? 1u : 0u; }
+
 void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols;
   const Tile tile = pick_tile(c.batch, m, n);
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans};
+  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
   const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(),
                 nstep = g_max_groups * tile.bn();
   bool first = true;
@@ -168,16 +174,62 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
   }
 }
 
+// The tensor-core kernel over the same sub-problem split as dispatch_tiled.
+void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
+                      float beta, const Tensor& bias, int64_t bias_stride, const CoopmatTile& tile,
+                      const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols;
+  const CoopmatSupport support = coopmat_support();
+  const std::string module = coopmat_module();
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  const int64_t zstep = g_max_groups, mstep = g_max_groups * int64_t{tile.bm},
+                nstep = g_max_groups * int64_t{tile.bn};
+  bool first = true;
+  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
+    for (int64_t m0 = 0; m0 < m; m0 += mstep) {
+      for (int64_t n0 = 0; n0 < n; n0 += nstep) {
+        const int64_t zc = std::min(zstep, c.batch - z0), mc = std::min(mstep, m - m0),
+                      nc = std::min(nstep, n - n0);
+        const GemmPush push =
+            make_push(a, b, c, z0, m0, n0, mc, nc, alpha, beta, bias, 0, bias_stride);
+        // vec4 reads need every line of every batch entry to start 16-byte aligned.
+        const bool vec4_a = push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
+        const bool vec4_b = push.b % 16 == 0 && push.ldb % 4 == 0 && push.sb % 4 == 0;
+        const Grid grid{div_up(nc, tile.bn), div_up(mc, tile.bm), static_cast<uint32_t>(zc)};
+        launch(module, push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
+               coopmat_spec(tile, support, la.trans, lb.trans, vec4_a, vec4_b),
+               first ? cost : vk::DispatchCost{});
+        first = false;
+      }
+    }
+  }
+}
+
+// A product with M and N past the skinny range: on cooperative matrices when the F16 plan says
+// so, else the tiled kernel.
+void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                    const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
+  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols))
+    dispatch_coopmat(a, b, c, alpha, beta, bias, bias_stride, *tile, cost);
+  else
+    dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
+}
+
 // How many K-chunks to split a single product into (1: none). A product with few output tiles and
 // a long K (a weight gradient: [out, in] summed over every token) leaves most compute units idle;
 // split, each chunk's partial product runs as one batch entry of the tiled kernel and a second
 // pass sums the partials in a fixed order. Only in Fast math mode: Precise keeps one ordered sum.
-int64_t split_k_chunks(const MatDesc& c, int64_t k) {
-  if (c.batch != 1 || g_split_k < 0) return 1;
+int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  if (batch != 1 || g_split_k < 0) return 1;
   if (g_split_k > 0) return k % g_split_k == 0 ? g_split_k : 1;
   if (math_mode() != MathMode::Fast || vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU) return 1;
-  const Tile tile = pick_tile(1, c.rows, c.cols);
-  const int64_t groups = int64_t{div_up(c.rows, tile.bm())} * int64_t{div_up(c.cols, tile.bn())};
+  int64_t groups = 0;
+  if (const auto coop = coopmat_plan(1, m, n)) {
+    groups = int64_t{div_up(m, coop->bm)} * int64_t{div_up(n, coop->bn)};
+  } else {
+    const Tile tile = pick_tile(1, m, n);
+    groups = int64_t{div_up(m, tile.bm())} * int64_t{div_up(n, tile.bn())};
+  }
   int64_t chunks = 1;
   // Enough workgroups for a few per compute unit, chunks of at least 512 along K, K divisible.
   while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 && chunks < 32) chunks *= 2;
@@ -194,7 +246,7 @@ void dispatch_split_k(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
   const MatDesc pc{partial, chunks, m, n, m * n, n, 1};
   check_extent(ac, "split-K A");
   check_extent(bc, "split-K B");
-  dispatch_tiled(ac, bc, pc, 1.0f, 0.0f, Tensor(), 0, cost);
+  dispatch_tiles(ac, bc, pc, 1.0f, 0.0f, Tensor(), 0, cost);
   SplitKPush push{};
   push.partial = partial.address();
   push.c = byte_address(c.t, 0);
@@ -222,7 +274,8 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
   // vec4 reads of B need every row start 16-byte aligned, in every batch entry and chunk.
   const bool vec4_b =
       lb.trans && k % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 4 == 0 && b.bs % 4 == 0;
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, lb.trans, vec4_b};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, lb.trans, vec4_b,
+                                      round_f16()};
   const int64_t zstep = g_max_groups, nstep = g_max_groups * cols_per_group;
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
@@ -354,10 +407,10 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     // C^T = b^T a^T: the bias runs along the rows of the transposed output.
     dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
                     0, cost);
-  } else if (const int64_t chunks = split_k_chunks(c, a.cols); chunks > 1) {
+  } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols); chunks > 1) {
     dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);
   } else {
-    dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
+    dispatch_tiles(a, b, c, alpha, beta, bias, bias_stride, cost);
   }
 }
 
@@ -420,12 +473,22 @@ TileChoice tile_choice() {
   return g_tile_choice;
 }
 
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n) {
-  if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m);
-  if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n);
-  const Tile t = pick_tile(batch, m, n);
-  return "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
-         std::to_string(t.bk);
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  // The portable kernels in F16 precision say so: they emulate the rounding on fp32 units.
+  const std::string f16 = round_f16() ? " f16" : "";
+  if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m) + f16;
+  if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n) + f16;
+  std::string plan;
+  if (const auto coop = coopmat_plan(batch, m, n)) {
+    plan = "coopmat " + coop->name() + " " + f16_convert_name();
+  } else {
+    const Tile t = pick_tile(batch, m, n);
+    plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
+           std::to_string(t.bk) + f16;
+  }
+  if (const int64_t chunks = split_k_chunks(batch, m, n, k); chunks > 1)
+    plan += " split-k " + std::to_string(chunks);
+  return plan;
 }
 
 }  // namespace vkf::ops::detail

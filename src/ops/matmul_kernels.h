@@ -41,7 +41,9 @@ MatDesc describe_rows(const Tensor& t);
 // c[z] = alpha * a[z] b[z] + beta * c[z] (+ bias[n] on every row) for every entry z of c's batch;
 // a is [M, K], b is [K, N] (each of batch 1 or c's batch), c is [M, N]. a and b must be
 // kernel_readable(); c may have any strides but must not overlap a or b. bias, when defined, is a
-// rank-1 f32 tensor of N elements. With beta == 0, c is not read.
+// rank-1 f32 tensor of N elements. With beta == 0, c is not read. With matmul_precision() F16,
+// every element of a and b is rounded to f16 (as f32_to_f16_bits) before it is multiplied;
+// products are still summed in f32 and the epilogue runs in f32.
 void gemm(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
           const Tensor& bias = {});
 
@@ -60,8 +62,10 @@ TileChoice tile_choice();
 // Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger
 // grids are split into several dispatches. Lowered by tests to exercise the split cheaply.
 void set_grid_limit(int64_t groups);
-// The kernel and tile a problem of this shape would use, e.g. "tiled 64x64x16" or "skinny m=3";
-// for benchmarks.
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n);
+// The kernel and tile a problem of this shape would use under the current settings, e.g.
+// "tiled 64x64x16", "skinny m=3", "coopmat 128x128x32/64x32 exact" (F16 precision on tensor
+// cores, with its f16 conversion), "tiled 128x128x8 f16" (F16 precision on the portable kernel),
+// with " split-k N" when K is split; for benchmarks.
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 }  // namespace vkf::ops::detail

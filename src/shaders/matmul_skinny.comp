@@ -5,12 +5,14 @@
 // otherwise 32 consecutive threads take 32 adjacent columns at the same k, so loads coalesce
 // either way. opA's rows are staged in shared memory a K-chunk at a time. Each thread sums its k
 // in increasing order and the per-column partial sums are combined by a fixed tree, so results
-// are deterministic. Grid: x = column blocks of COLS, z = batch entries.
+// are deterministic. With ROUND_F16 every operand element is rounded to f16 as it is read (mixed
+// precision; see f16_round.glsl). Grid: x = column blocks of COLS, z = batch entries.
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
+#include "f16_round.glsl"
 #define LOCAL_SIZE 256
 #define MMAX 8    // largest MROWS
 #define KC 256    // k-chunk of opA staged in shared memory
@@ -22,6 +24,13 @@ layout(constant_id = 2) const bool TRANS_B = false;
 // With TRANS_B only: each thread reads 4 consecutive k as one vec4. The host sets it when every
 // such vec4 is 16-byte aligned and K is a multiple of 4.
 layout(constant_id = 3) const bool VEC4_B = false;
+layout(constant_id = 4) const bool ROUND_F16 = false;  // round each operand element to f16
+
+float operand(float v) { return ROUND_F16 ? round_to_f16(v) : v; }
+vec4 operand4(vec4 v) {
+  return ROUND_F16 ? vec4(round_to_f16(v.x), round_to_f16(v.y), round_to_f16(v.z), round_to_f16(v.w))
+                   : v;
+}
 
 const uint KS = TRANS_B ? 32u : 8u;  // threads sharing one column (k-slices)
 const uint COLS = LOCAL_SIZE / KS;   // columns per workgroup
@@ -63,14 +72,14 @@ void main() {
       }
       const uint k = k0 + kk;
       As[m * (KC / 4) + kk / 4][kk % 4] =
-          k < p.K ? p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)] : 0.0;
+          k < p.K ? operand(p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)]) : 0.0;
     }
     barrier();
     const uint kend = min(KC, p.K - k0);
     if (valid && VEC4_B) {
       const uint row = (bbase + n * p.ldb + k0) / 4;
       for (uint q = lane; q < kend / 4; q += KS) {
-        const vec4 bv = b4.v[row + q];
+        const vec4 bv = operand4(b4.v[row + q]);
         [[unroll]] for (uint m = 0; m < MROWS; ++m) {
           const vec4 av = As[m * (KC / 4) + q];
           acc[m] += VACC(av.x) * VACC(bv.x);
@@ -82,7 +91,7 @@ void main() {
     } else if (valid) {
       for (uint kk = lane; kk < kend; kk += KS) {
         const uint k = k0 + kk;
-        const float bv = p.b.v[bbase + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
+        const float bv = operand(p.b.v[bbase + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)]);
         [[unroll]] for (uint m = 0; m < MROWS; ++m)
           acc[m] += VACC(As[m * (KC / 4) + kk / 4][kk % 4]) * VACC(bv);
       }

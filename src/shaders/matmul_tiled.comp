@@ -8,12 +8,14 @@
 // A reads are two broadcast addresses and the B reads 16 consecutive vec4s, free of bank
 // conflicts. Global loads pick the thread order that walks each operand's contiguous dimension,
 // so they coalesce for every transpose combination; the next slice is fetched into registers
-// while the current one is multiplied.
+// while the current one is multiplied. With ROUND_F16 every operand element is rounded to f16 as
+// it is loaded (mixed precision on devices without cooperative matrices; see f16_round.glsl).
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
+#include "f16_round.glsl"
 #define LOCAL_SIZE 256
 #define TX 16  // threads along N
 #define TY 16  // threads along M
@@ -24,6 +26,7 @@ layout(constant_id = 1) const uint TN = 4;   // micro-tile columns per thread, a
 layout(constant_id = 2) const uint BK = 16;  // k-depth of a slice; BM*BK and BN*BK multiples of 256
 layout(constant_id = 3) const bool TRANS_A = false;
 layout(constant_id = 4) const bool TRANS_B = false;
+layout(constant_id = 5) const bool ROUND_F16 = false;  // round each operand element to f16
 
 const uint BM = TY * TM;
 const uint BN = TX * TN;
@@ -66,11 +69,13 @@ void b_coords(uint e, out uint kk, out uint nn) {
 // Out-of-range elements load as zero, so the k tail adds exact zeros and needs no branch.
 float load_a(uint base, uint m, uint k) {
   if (m >= p.M || k >= p.K) return 0.0;
-  return p.a.v[base + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
+  const float v = p.a.v[base + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
+  return ROUND_F16 ? round_to_f16(v) : v;
 }
 float load_b(uint base, uint k, uint n) {
   if (n >= p.N || k >= p.K) return 0.0;
-  return p.b.v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
+  const float v = p.b.v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
+  return ROUND_F16 ? round_to_f16(v) : v;
 }
 
 void main() {

@@ -245,6 +245,8 @@ Context::Context(std::optional<int> requested) {
     e13.pNext = &e_coop;
     extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   }
+  // From here on, coopmat_nv means usable: the extension and its feature are enabled.
+  info_.coopmat_nv = info_.coopmat_nv && coopmat_nv.cooperativeMatrix;
   if (info_.memory_budget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
 
   const float priority = 1.0f;

@@ -141,7 +141,10 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.handle = pd;
   const auto exts = device_extensions(pd);
 
+  VkPhysicalDeviceFloatControlsProperties float_controls{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
   VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  subgroup.pNext = &float_controls;
   VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   driver.pNext = &subgroup;
   VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -156,6 +159,8 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.driver_name = driver.driverName;
   info.driver_info = driver.driverInfo;
   info.subgroup_size = subgroup.subgroupSize;
+  info.f16_rounding_rte = float_controls.shaderRoundingModeRTEFloat16 == VK_TRUE;
+  info.f16_denorm_preserve = float_controls.shaderDenormPreserveFloat16 == VK_TRUE;
   info.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   info.max_storage_buffer_range = p.limits.maxStorageBufferRange;
   info.max_push_constants = p.limits.maxPushConstantsSize;
@@ -178,6 +183,7 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.float16_arithmetic = f12.shaderFloat16;
   info.storage16 = f11.storageBuffer16BitAccess;
   info.buffer_device_address = f12.bufferDeviceAddress;
+  info.vulkan_memory_model = f12.vulkanMemoryModel;
   info.subgroup_size_control = f13.subgroupSizeControl;
   info.coopmat_nv = exts.count("VK_NV_cooperative_matrix") > 0;
   info.coopmat_khr = exts.count("VK_KHR_cooperative_matrix") > 0;

@@ -53,6 +53,11 @@ struct DeviceInfo {
   bool coopmat_khr = false;
   bool coopmat2_nv = false;
   bool memory_budget = false;
+  bool vulkan_memory_model = false;
+  // VK_KHR_shader_float_controls (core in 1.2): kernels may require round-to-nearest-even and
+  // preserved subnormals for 16-bit floats.
+  bool f16_rounding_rte = false;
+  bool f16_denorm_preserve = false;
   std::vector<CoopMatShape> coopmat_nv_shapes;
   std::vector<CoopMatShape> coopmat_khr_shapes;
 
