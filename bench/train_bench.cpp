@@ -13,7 +13,7 @@
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
-//               [--peak-gbps 4300] [--device N]
+//               [--peak-tflops-f16 990] [--peak-gbps 4300] [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -62,7 +62,7 @@ struct Args {
   int64_t batch = 8, seq = 1024;
   int steps = 10, warmup = 3, top = 20;
   bool profile = false;
-  double peak_tflops = 67, peak_gbps = 4300;
+  double peak_tflops = 67, peak_tflops_f16 = 990, peak_gbps = 4300;
   int device = -1;
   std::string loss_path = "fused";
   bool check = false;
@@ -222,7 +222,9 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
         const auto& p = prof[i];
         const double s = p.total_ms / 1e3;
         const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
-        const double roof = std::max(tf / a.peak_tflops, gb / a.peak_gbps);
+        // Tensor-core products against the f16 matrix peak, everything else against fp32's.
+        const bool tensor_cores = p.label.rfind("matmul_coopmat", 0) == 0;
+        const double roof = std::max(tf / (tensor_cores ? a.peak_tflops_f16 : a.peak_tflops), gb / a.peak_gbps);
         std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
                      p.total_ms / a.steps,
                      static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(a.steps)),
@@ -328,6 +330,9 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", a.profile, "per-kernel GPU time of the timed steps");
   app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
   app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
+  app.add_option("--peak-tflops-f16", a.peak_tflops_f16,
+                 "roofline of the tensor-core (f16) products: the device's dense f16 peak (H200: 990)")
+      ->capture_default_str();
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
   app.add_option("--device", a.device, "Vulkan device index");
   app.add_option("--model", a.model, "loss-curve mode: Hugging Face model folder to train");
