@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/token_ids.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -21,8 +22,6 @@ namespace {
 constexpr uint32_t kLocal = 256;
 constexpr uint32_t kScanBlock = 1024;        // elements per workgroup in scan_u32 (256 x 4)
 constexpr uint32_t kBackwardColumns = 256;   // columns per workgroup in embed_backward (64 x 4)
-
-const char* id_variant(DType t) { return t == DType::I64 ? "i64" : "i32"; }
 
 void check_ids_tensor(const Tensor& ids, const char* op) {
   VKF_REQUIRE(ids.defined(), "{}: ids tensor is undefined", op);
@@ -102,7 +101,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t>
       uint32_t total, hidden, vocab;
     } push{w.address(), idc.address(), out.address(), checked_u32(total, "embedding output size"),
            static_cast<uint32_t>(hidden), static_cast<uint32_t>(vocab)};
-    launch(std::string("embed_forward_") + id_variant(idc.dtype()), push, grid_1d(total, kLocal),
+    launch(std::string("embed_forward_") + detail::id_variant(idc.dtype()), push, grid_1d(total, kLocal),
            {&w, &idc}, {&out}, {}, {0.0, 8.0 * static_cast<double>(total)});
   }
   autograd::record_op("embedding", {w}, {out}, [idc, padding_idx](autograd::GradContext& ctx) {
@@ -153,7 +152,7 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
     uint64_t ids, rows, counts;
     uint32_t n, vocab, skip_row;
   } count_push{idc.address(), rows.address(), counts.address(), n32, v32, skip_row};
-  launch(std::string("embed_bucket_count_") + id_variant(idc.dtype()), count_push,
+  launch(std::string("embed_bucket_count_") + detail::id_variant(idc.dtype()), count_push,
          grid_1d(n, kLocal), {&idc, &counts}, {&rows, &counts});
 
   exclusive_scan_u32(counts, offsets, vocab);

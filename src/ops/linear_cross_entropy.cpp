@@ -8,7 +8,7 @@
 // Gradients are made in the forward, not by recomputing the chunk logits in the backward. The
 // loss is a scalar, so its input gradients for an incoming gradient g are g times those for 1:
 // the forward computes those (dh [N, H] and dW [V, H], f32) and the backward only scales them
-// (linear_ce_grad_scale.comp) and hands them to the tape without a copy (add_grad_owned).
+// (scale_by_device_scalar_) and hands them to the tape without a copy (add_grad_owned).
 //   FLOPs: three products of 2·N·V·H each (z, dh, dW), as the unfused head's forward + backward;
 //     recomputing would add a fourth (for Llama-3.2-1B at 8 x 1024 tokens, 4.3 TFLOP more per
 //     step: about 7% of the step's matmul work, ~95 ms at 45 TFLOP/s in fp32).
@@ -32,6 +32,8 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/token_ids.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -39,21 +41,7 @@ namespace {
 
 constexpr uint64_t kDefaultChunkBytes = uint64_t{256} << 20;
 uint64_t g_chunk_bytes = 0;  // 0: kDefaultChunkBytes
-constexpr uint32_t kLocal = 256;
 
-const char* label_variant(DType t) {
-  return t == DType::I64 ? "i64" : "i32";
-}
-
-// The 64-bit ignore_index as the two 32-bit halves the kernels compare (see token_ids.glsl).
-struct Halves {
-  int32_t lo, hi;
-};
-Halves halves(int64_t v) {
-  const auto u = static_cast<uint64_t>(v);
-  return {static_cast<int32_t>(static_cast<uint32_t>(u)),
-          static_cast<int32_t>(static_cast<uint32_t>(u >> 32))};
-}
 
 void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                   const LinearCrossEntropyOptions& o) {
@@ -83,17 +71,6 @@ void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labe
   checked_u32(hidden.numel(), "linear_cross_entropy hidden element count");
   checked_u32(weight.numel(), "linear_cross_entropy weight element count");
   checked_u32(2 * hidden.dim(0), "linear_cross_entropy row count");
-}
-
-// x *= s[0] in place (s a [] tensor on the device).
-void scale_in_place(const Tensor& x, const Tensor& s) {
-  const int64_t n = x.numel();
-  struct {
-    uint64_t s, x;
-    uint32_t n;
-  } push{s.address(), x.address(), checked_u32(n, "linear_cross_entropy gradient size")};
-  launch("linear_ce_grad_scale", push, grid_1d(n, kLocal), {&s, &x}, {&x}, {},
-         {static_cast<double>(n), 8.0 * static_cast<double>(n)});
 }
 
 // Input gradients for an incoming gradient of 1, made in the forward; moved out by the backward.
@@ -144,8 +121,8 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
   if (want_dh) pending->dh = Tensor::empty({rows, width});
   if (want_dw)
     pending->dw = rows > 0 ? Tensor::empty({vocab, width}) : Tensor::zeros({vocab, width});
-  const Halves ignore = halves(o.ignore_index);
-  const std::string variant = label_variant(labels.dtype());
+  const detail::IdHalves ignore = detail::id_halves(o.ignore_index);
+  const std::string variant = detail::id_variant(labels.dtype());
   // Row losses as hi/lo pairs over all rows (see ce_forward.comp / ce_reduce.comp).
   Tensor row_loss = Tensor::empty({2 * rows});
   if (rows > 0) {
@@ -205,11 +182,11 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
                           const Tensor& dloss = ctx.grad_output(0);
                           if (!dloss.defined()) return;
                           if (g.dh.defined() && ctx.needs_grad(0)) {
-                            scale_in_place(g.dh, dloss);
+                            scale_by_device_scalar_(g.dh, dloss);
                             ctx.add_grad_owned(0, std::move(g.dh));
                           }
                           if (g.dw.defined() && ctx.needs_grad(1)) {
-                            scale_in_place(g.dw, dloss);
+                            scale_by_device_scalar_(g.dw, dloss);
                             ctx.add_grad_owned(1, std::move(g.dw));
                           }
                         });

@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/token_ids.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -15,17 +16,6 @@ namespace {
 
 constexpr uint32_t kLocal = 256;
 
-const char* label_variant(DType t) { return t == DType::I64 ? "i64" : "i32"; }
-
-// The 64-bit ignore_index as the two 32-bit halves the kernels compare (see token_ids.glsl).
-struct Halves {
-  int32_t lo, hi;
-};
-Halves halves(int64_t v) {
-  const auto u = static_cast<uint64_t>(v);
-  return {static_cast<int32_t>(static_cast<uint32_t>(u)),
-          static_cast<int32_t>(static_cast<uint32_t>(u >> 32))};
-}
 
 struct Forward {
   Tensor logits;  // contiguous [N, V]
@@ -58,8 +48,8 @@ Forward forward(const char* op, const Tensor& logits, const Tensor& labels, int6
   f.loss_sum = Tensor::empty({});
   f.count = Tensor::empty({});
   if (want_mean) f.mean = Tensor::empty({});
-  const Halves ignore = halves(ignore_index);
-  const std::string variant = label_variant(f.labels.dtype());
+  const detail::IdHalves ignore = detail::id_halves(ignore_index);
+  const std::string variant = detail::id_variant(f.labels.dtype());
 
   // Row losses as hi/lo pairs: [0, rows) the f32 value, [rows, 2 rows) what rounding it dropped
   // (written by precise kernels, 0 otherwise), so the mean can be formed before rounding.
@@ -98,7 +88,7 @@ void backward(const Forward& f, int64_t ignore_index, bool divide, autograd::Gra
               "is not contiguous", shape_str(target.tensor.shape()));
   const int64_t total = f.logits.numel();
   if (total == 0) return;
-  const Halves ignore = halves(ignore_index);
+  const detail::IdHalves ignore = detail::id_halves(ignore_index);
   struct {
     uint64_t logits, labels, lse, dloss, count, dlogits;
     uint32_t total, vocab;
@@ -117,7 +107,7 @@ void backward(const Forward& f, int64_t ignore_index, bool divide, autograd::Gra
          divide ? 1u : 0u,
          target.accumulate ? 1u : 0u};
   const double n = static_cast<double>(total);
-  launch(std::string("ce_backward_") + label_variant(f.labels.dtype()), push,
+  launch(std::string("ce_backward_") + detail::id_variant(f.labels.dtype()), push,
          grid_1d(total, kLocal), {&f.logits, &f.labels, &f.lse, &dloss, &f.count, &target.tensor},
          {&target.tensor}, {}, {4.0 * n, (target.accumulate ? 12.0 : 8.0) * n});
 }

@@ -149,32 +149,46 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
 // F16 precision: the portable kernels round every operand element to f16.
 uint32_t round_f16() { return matmul_precision() == MatmulPrecision::F16 ? 1u : 0u; }
 
-void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
-                    const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
-  const int64_t m = c.rows, n = c.cols;
-  const Tile tile = pick_tile(c.batch, m, n);
-  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
-  const int64_t zstep = g_max_groups, mstep = g_max_groups * tile.bm(),
-                nstep = g_max_groups * tile.bn();
+// One dispatch of a tile grid over a batch x m x n output: at most g_max_groups workgroups per
+// grid dimension, so a larger grid is cut into parts, each covering entries [z0, z0 + zc), rows
+// [m0, m0 + mc) and columns [n0, n0 + nc). `first` marks the part that carries the product's cost.
+struct GridPart {
+  int64_t z0, m0, n0, zc, mc, nc;
+  Grid grid;
+  bool first;
+};
+template <typename Fn>
+void for_each_grid_part(int64_t batch, int64_t m, int64_t n, int64_t bm, int64_t bn, Fn&& fn) {
+  const int64_t zstep = g_max_groups, mstep = g_max_groups * bm, nstep = g_max_groups * bn;
   bool first = true;
-  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
+  for (int64_t z0 = 0; z0 < batch; z0 += zstep) {
     for (int64_t m0 = 0; m0 < m; m0 += mstep) {
       for (int64_t n0 = 0; n0 < n; n0 += nstep) {
-        const int64_t zc = std::min(zstep, c.batch - z0), mc = std::min(mstep, m - m0),
-                      nc = std::min(nstep, n - n0);
-        const GemmPush push =
-            make_push(a, b, c, z0, m0, n0, mc, nc, alpha, beta, bias, 0, bias_stride);
-        const Grid grid{div_up(nc, tile.bn()), div_up(mc, tile.bm()), static_cast<uint32_t>(zc)};
-        launch("matmul_tiled", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
-               first ? cost : vk::DispatchCost{});
+        GridPart g{z0, m0, n0, std::min(zstep, batch - z0), std::min(mstep, m - m0),
+                   std::min(nstep, n - n0), {}, first};
+        g.grid = Grid{div_up(g.nc, bn), div_up(g.mc, bm), static_cast<uint32_t>(g.zc)};
+        fn(g);
         first = false;
       }
     }
   }
 }
 
-// The tensor-core kernel over the same sub-problem split as dispatch_tiled.
+void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                    const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols;
+  const Tile tile = pick_tile(c.batch, m, n);
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
+  for_each_grid_part(c.batch, m, n, tile.bm(), tile.bn(), [&](const GridPart& g) {
+    const GemmPush push =
+        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
+    launch("matmul_tiled", push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+           g.first ? cost : vk::DispatchCost{});
+  });
+}
+
+// The tensor-core kernel over the same grid parts as dispatch_tiled.
 void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                       float beta, const Tensor& bias, int64_t bias_stride, const CoopmatTile& tile,
                       const vk::DispatchCost& cost) {
@@ -182,27 +196,16 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
   const CoopmatSupport support = coopmat_support();
   const std::string module = coopmat_module();
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const int64_t zstep = g_max_groups, mstep = g_max_groups * int64_t{tile.bm},
-                nstep = g_max_groups * int64_t{tile.bn};
-  bool first = true;
-  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
-    for (int64_t m0 = 0; m0 < m; m0 += mstep) {
-      for (int64_t n0 = 0; n0 < n; n0 += nstep) {
-        const int64_t zc = std::min(zstep, c.batch - z0), mc = std::min(mstep, m - m0),
-                      nc = std::min(nstep, n - n0);
-        const GemmPush push =
-            make_push(a, b, c, z0, m0, n0, mc, nc, alpha, beta, bias, 0, bias_stride);
-        // vec4 reads need every line of every batch entry to start 16-byte aligned.
-        const bool vec4_a = push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
-        const bool vec4_b = push.b % 16 == 0 && push.ldb % 4 == 0 && push.sb % 4 == 0;
-        const Grid grid{div_up(nc, tile.bn), div_up(mc, tile.bm), static_cast<uint32_t>(zc)};
-        launch(module, push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
-               coopmat_spec(tile, support, la.trans, lb.trans, vec4_a, vec4_b),
-               first ? cost : vk::DispatchCost{});
-        first = false;
-      }
-    }
-  }
+  for_each_grid_part(c.batch, m, n, tile.bm, tile.bn, [&](const GridPart& g) {
+    const GemmPush push =
+        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
+    // vec4 reads need every line of every batch entry to start 16-byte aligned.
+    const bool vec4_a = push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
+    const bool vec4_b = push.b % 16 == 0 && push.ldb % 4 == 0 && push.sb % 4 == 0;
+    launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
+           coopmat_spec(tile, support, la.trans, lb.trans, vec4_a, vec4_b),
+           g.first ? cost : vk::DispatchCost{});
+  });
 }
 
 // A product with M and N past the skinny range: on cooperative matrices when the F16 plan says

@@ -17,6 +17,19 @@ struct MatmulShape {
   int64_t a_size() const { return batch * m * k; }
   int64_t b_size() const { return (shared_b ? 1 : batch) * k * n; }
   int64_t c_size() const { return batch * m * n; }
+  // The tensor shapes of A and B with leading dimensions `batch` (B has none when shared_b).
+  std::vector<int64_t> a_shape(const std::vector<int64_t>& batch_dims) const {
+    std::vector<int64_t> r = batch_dims;
+    r.push_back(trans_a ? k : m);
+    r.push_back(trans_a ? m : k);
+    return r;
+  }
+  std::vector<int64_t> b_shape(const std::vector<int64_t>& batch_dims) const {
+    std::vector<int64_t> r = shared_b ? std::vector<int64_t>{} : batch_dims;
+    r.push_back(trans_b ? n : k);
+    r.push_back(trans_b ? k : n);
+    return r;
+  }
 };
 
 std::vector<double> matmul(const std::vector<double>& a, const std::vector<double>& b,

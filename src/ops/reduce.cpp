@@ -160,7 +160,7 @@ int normalize_dim(int dim, int rank, const char* op) {
 }
 
 // out[i] = in[i] * factor(s0, s1) over contiguous tensors (see scale_by_scalar.comp); mode 2
-// unscales by inv_scale first.
+// unscales by inv_scale first, mode 3 scales by s0 alone.
 void scale_by_scalar(uint32_t mode, const Tensor& s0, const Tensor& s1, const Tensor& in,
                      const Tensor& out, float max_norm, float inv_scale = 1.0f) {
   struct {
@@ -289,6 +289,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm) {
   Tensor norm = global_l2_norm(grads);
   for (const Tensor& g : grads) scale_by_scalar(0, norm, norm, g, g, max_norm);
   return norm;
+}
+
+void scale_by_device_scalar_(const Tensor& x, const Tensor& s) {
+  const char* op = "scale_by_device_scalar_";
+  check_f32(x, op, "x");
+  VKF_REQUIRE(x.is_contiguous(), "{}: x of shape {} must be contiguous (it is scaled in place)", op,
+              shape_str(x.shape()));
+  VKF_REQUIRE(s.defined() && s.dtype() == DType::F32 && s.numel() == 1,
+              "{}: s must be a one-element f32 tensor", op);
+  scale_by_scalar(3, s, s, x, x, 0.0f);
 }
 
 Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale) {

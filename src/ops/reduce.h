@@ -48,4 +48,8 @@ Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale)
 void unscale_and_clip_(const std::vector<Tensor>& grads, float inv_scale, const Tensor& norm,
                        float max_norm);
 
+// x *= s, in place, with s a one-element f32 tensor read on the GPU (no host round trip); x is
+// contiguous f32. Not recorded by autodiff.
+void scale_by_device_scalar_(const Tensor& x, const Tensor& s);
+
 }  // namespace vkf::ops

@@ -9,6 +9,7 @@
 //     unscaled gradients: GradScaler.unscale_ followed by clip_grad_norm_, each product rounded
 //     on its own as torch rounds its two in-place multiplies (inv_scale is a power of two, so the
 //     first is exact unless it leaves the normal range).
+//   MODE 3 (scalar): c = s0, e.g. an incoming gradient applied to gradients made ahead of time.
 #version 460
 #include "common.glsl"
 #define LOCAL_SIZE 256
@@ -33,6 +34,8 @@ void main() {
   if (MODE == 0 || MODE == 2) {
     c = (1.0 / (p.s0.v[0] + 1e-6)) * p.max_norm;
     c = c > 1.0 ? 1.0 : c;
+  } else if (MODE == 3) {
+    c = p.s0.v[0];
   } else {
     float d = p.s1.v[0];
     c = d == 0.0 ? 0.0 : p.s0.v[0] / d;

@@ -40,6 +40,13 @@ Tensor to_gpu(const std::vector<double>& v, const Shape& shape) {
   return Tensor::from_host(std::span<const double>(v), shape);
 }
 
+Tensor labels_tensor(const std::vector<int64_t>& labels, DType dtype) {
+  const Shape shape{static_cast<int64_t>(labels.size())};
+  if (dtype == DType::I64) return Tensor::from_host_i64(labels, shape);
+  std::vector<int32_t> i32(labels.begin(), labels.end());
+  return Tensor::from_host_i32(i32, shape);
+}
+
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double m = 0;

@@ -32,6 +32,8 @@ class Rng {
 // Values rounded to f32 and back, so a reference sees exactly what the GPU sees.
 std::vector<double> as_f32(const std::vector<double>& v);
 Tensor to_gpu(const std::vector<double>& v, const Shape& shape);
+// Token ids or labels as a rank-1 tensor of dtype I32 or I64.
+Tensor labels_tensor(const std::vector<int64_t>& labels, DType dtype);
 
 // Max |a - b|, with NaN anywhere counted as infinity.
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);

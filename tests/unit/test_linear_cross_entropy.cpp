@@ -32,15 +32,9 @@
 namespace vkf {
 namespace {
 
+using test::labels_tensor;
 using test::Rng;
 constexpr int64_t kIgnore = -100;
-
-Tensor labels_tensor(const std::vector<int64_t>& labels, DType dtype) {
-  const Shape shape{static_cast<int64_t>(labels.size())};
-  if (dtype == DType::I64) return Tensor::from_host_i64(labels, shape);
-  std::vector<int32_t> i32(labels.begin(), labels.end());
-  return Tensor::from_host_i32(i32, shape);
-}
 
 struct Case {
   std::string name;

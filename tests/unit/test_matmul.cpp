@@ -32,19 +32,6 @@ double atol_for(int64_t k) {
 }
 constexpr double kRtol = 1e-5;
 
-Shape a_shape(const Shape& batch, const ref::MatmulShape& s) {
-  Shape r = batch;
-  r.push_back(s.trans_a ? s.k : s.m);
-  r.push_back(s.trans_a ? s.m : s.k);
-  return r;
-}
-Shape b_shape(const Shape& batch, const ref::MatmulShape& s) {
-  Shape r = s.shared_b ? Shape{} : batch;
-  r.push_back(s.trans_b ? s.n : s.k);
-  r.push_back(s.trans_b ? s.k : s.n);
-  return r;
-}
-
 std::string describe(const ref::MatmulShape& s) {
   return "batch " + std::to_string(s.batch) + " M=" + std::to_string(s.m) +
          " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + (s.trans_a ? " A^T" : "") +
@@ -56,7 +43,7 @@ void check_forward(Rng& rng, const Shape& batch, ref::MatmulShape s) {
   s.batch = shape_numel(batch);
   const auto a = test::as_f32(rng.uniform(s.a_size()));
   const auto b = test::as_f32(rng.uniform(s.b_size()));
-  Tensor c = matmul(test::to_gpu(a, a_shape(batch, s)), test::to_gpu(b, b_shape(batch, s)),
+  Tensor c = matmul(test::to_gpu(a, s.a_shape(batch)), test::to_gpu(b, s.b_shape(batch)),
                     s.trans_a, s.trans_b);
   Shape want_shape = batch;
   want_shape.push_back(s.m);
@@ -175,7 +162,7 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
       const int64_t width = s.n + 7;
       const auto before = test::as_f32(rng.uniform(s.m * width));
       const auto prod = ref::matmul(a, b, s);
-      const Tensor ta = test::to_gpu(a, a_shape({}, s)), tb = test::to_gpu(b, b_shape({}, s));
+      const Tensor ta = test::to_gpu(a, s.a_shape({})), tb = test::to_gpu(b, s.b_shape({}));
       for (const auto& [alpha, beta, with_bias] :
            {std::tuple{1.0f, 1.0f, false}, std::tuple{0.5f, 0.25f, true},
             std::tuple{2.0f, 0.0f, true}}) {
@@ -300,7 +287,7 @@ void check_matmul_grads(Rng& rng, const Shape& batch, ref::MatmulShape s) {
   const bool ta = s.trans_a, tb = s.trans_b;
   const auto [got, got2] =
       grads_twice([ta, tb](std::vector<Tensor>& in) { return matmul(in[0], in[1], ta, tb); },
-                  {test::to_gpu(a, a_shape(batch, s)), test::to_gpu(b, b_shape(batch, s))},
+                  {test::to_gpu(a, s.a_shape(batch)), test::to_gpu(b, s.b_shape(batch))},
                   test::to_gpu(dc, c_shape));
   std::vector<double> da, db;
   ref::matmul_backward(a, b, dc, s, da, db);
@@ -521,7 +508,7 @@ TEST(Matmul, SplitK) {
       const auto bias = test::as_f32(rng.uniform(s.n));
       const auto before = test::as_f32(rng.uniform(s.m * (s.n + 5)));
       Tensor wide = test::to_gpu(before, {s.m, s.n + 5});
-      matmul_into(test::to_gpu(a, a_shape({}, s)), test::to_gpu(b, b_shape({}, s)), s.trans_a, s.trans_b,
+      matmul_into(test::to_gpu(a, s.a_shape({})), test::to_gpu(b, s.b_shape({})), s.trans_a, s.trans_b,
                   wide.slice(1, 2, 2 + s.n), 0.5f, 0.75f, test::to_gpu(bias, {s.n}));
       const auto prod = ref::matmul(a, b, s);
       std::vector<double> want = before;

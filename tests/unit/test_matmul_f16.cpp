@@ -149,18 +149,6 @@ void expect_rounding_visible(const std::vector<double>& got, const Expected& e,
       << " vs max |result - f16-rounded reference| " << to_rounded;
 }
 
-Shape a_shape(const Shape& batch, const ref::MatmulShape& s) {
-  Shape r = batch;
-  r.push_back(s.trans_a ? s.k : s.m);
-  r.push_back(s.trans_a ? s.m : s.k);
-  return r;
-}
-Shape b_shape(const Shape& batch, const ref::MatmulShape& s) {
-  Shape r = s.shared_b ? Shape{} : batch;
-  r.push_back(s.trans_b ? s.n : s.k);
-  r.push_back(s.trans_b ? s.k : s.n);
-  return r;
-}
 std::string describe(const ref::MatmulShape& s, const std::string& path) {
   return path + ": batch " + std::to_string(s.batch) + " M=" + std::to_string(s.m) +
          " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + (s.trans_a ? " A^T" : "") +
@@ -176,7 +164,7 @@ void check_product(Rng& rng, const Shape& batch, ref::MatmulShape s, const std::
   const auto a = test::as_f32(rng.uniform(s.a_size()));
   const auto b = test::as_f32(rng.uniform(s.b_size()));
   const std::string what = describe(s, path);
-  const auto got = matmul(test::to_gpu(a, a_shape(batch, s)), test::to_gpu(b, b_shape(batch, s)),
+  const auto got = matmul(test::to_gpu(a, s.a_shape(batch)), test::to_gpu(b, s.b_shape(batch)),
                           s.trans_a, s.trans_b)
                        .to_double();
   const Expected e = expect_f16(a, b, s);
@@ -382,7 +370,7 @@ TEST(MatmulF16, AlphaBetaBiasIntoStridedOutputs) {
         const auto bias = test::as_f32(rng.uniform(s.n));
         const int64_t width = s.n + 7;
         const auto before = test::as_f32(rng.uniform(s.m * width));
-        const Tensor ta = test::to_gpu(a, a_shape({}, s)), tb = test::to_gpu(b, b_shape({}, s));
+        const Tensor ta = test::to_gpu(a, s.a_shape({})), tb = test::to_gpu(b, s.b_shape({}));
         for (const auto& [alpha, beta, with_bias] :
              {std::tuple{1.0f, 1.0f, false}, std::tuple{0.5f, 0.25f, true},
               std::tuple{2.0f, 0.0f, true}}) {
