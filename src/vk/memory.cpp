@@ -126,6 +126,14 @@ void Allocator::destroy_block(Block* block) {
 }
 
 Block* Allocator::new_block_reclaiming(uint64_t size, MemoryKind kind, bool dedicated) {
+  // Kept blocks go back before the heap would run over (a driver may oversubscribe device memory
+  // instead of failing); the failure below still catches what this estimate misses.
+  if (kind == MemoryKind::Device && !cached_dedicated_.empty()) {
+    const uint64_t heap = props_.memoryHeaps[props_.memoryTypes[memory_type(kind)].heapIndex].size;
+    const uint64_t left = memory_budget_ ? available_bytes(kind)
+                                         : heap - std::min(heap, stats_.device_bytes_reserved);
+    if (size > left) release_cached();
+  }
   try {
     return new_block(size, kind, dedicated);
   } catch (const OutOfMemory&) {
