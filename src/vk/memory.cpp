@@ -156,6 +156,10 @@ Block* Allocator::reuse_cached(uint64_t size) {
 }
 
 uint64_t Allocator::release_cached() {
+  if (cached_dedicated_.empty()) return 0;
+  // Freed device memory is reusable at once (Stream::release), so commands recorded or in flight
+  // may still reference a kept block: let them finish before the block goes.
+  Context::get().stream().synchronize();
   uint64_t released = 0;
   for (auto& [size, block] : cached_dedicated_) {
     released += size;
@@ -293,9 +297,7 @@ DeviceCapacity device_capacity() {
 }
 
 uint64_t release_cached_memory() {
-  Context& ctx = Context::get();
-  ctx.stream().synchronize();  // frees waiting for queued work land in the cache first
-  return ctx.allocator().release_cached();
+  return Context::get().allocator().release_cached();
 }
 
 }  // namespace vkf::vk

@@ -251,7 +251,16 @@ void Stream::synchronize() {
 
 void Stream::release(const Allocation& a) {
   if (!a) return;
-  ctx_.allocator().released(a);  // no longer live for the accounting, though not yet free
+  ctx_.allocator().released(a);  // no longer live for the accounting
+  // Device memory is free for the next allocation at once, as in PyTorch's caching allocator on
+  // one stream: every later command that touches it is ordered after the earlier ones by the
+  // barrier hazard() inserts (ranges are compared by block and offset, and a pipeline barrier
+  // covers everything submitted before it on the queue). Staging memory waits for the queued
+  // work instead: the host writes it directly, outside any barrier.
+  if (a.block->kind == MemoryKind::Device) {
+    ctx_.allocator().free(a);
+    return;
+  }
   if (has_recording_) {
     recording_.to_free.push_back(a);
   } else if (!in_flight_.empty()) {
