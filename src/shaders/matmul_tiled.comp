@@ -10,6 +10,7 @@
 // so they coalesce for every transpose combination; the next slice is fetched into registers
 // while the current one is multiplied.
 //!precise
+//!variant f16b -DB_F16=1
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -70,7 +71,12 @@ float load_a(uint base, uint m, uint k) {
 }
 float load_b(uint base, uint k, uint n) {
   if (n >= p.N || k >= p.K) return 0.0;
+#if defined(B_F16)
+  // The f16b variant: B holds halves (a weight stored in f16), widened exactly to fp32 here.
+  return unpackHalf2x16(uint(U16Buf(uint64_t(p.b)).v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)])).x;
+#else
   return p.b.v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
+#endif
 }
 
 void main() {
