@@ -1,0 +1,145 @@
+// The decode ops (see decode.h): validation and dispatch of argmax_rows.comp, kv_cache_write.comp
+// and attention_decode.comp.
+#include "ops/decode.h"
+
+#include <cmath>
+
+#include "core/launch.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+
+// Mirrors struct AttnParams in src/shaders/attention_common.glsl.
+struct AttnParams {
+  uint32_t tq, tk, hq, hkv, d, causal, window;
+  int32_t q_offset;
+  float scale, softcap;
+};
+constexpr uint32_t kFlagMask = 1;  // FLAG_MASK in attention_common.glsl
+constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX
+constexpr int64_t kMaxGroups = 65535;
+
+void check_cache(const Tensor& cache, const char* op, const char* what) {
+  VKF_REQUIRE(cache.defined() && cache.dtype() == DType::F32 && cache.rank() == 4 &&
+                  cache.is_contiguous() && cache.numel() > 0,
+              "{}: {} must be a contiguous f32 [batch, capacity, kv_heads, head_dim] cache, got {}",
+              op, what, cache.defined() ? shape_str(cache.shape()) + " " + dtype_name(cache.dtype())
+                                        : std::string("an undefined tensor"));
+  checked_u32(cache.numel(), "KV cache element count");
+}
+
+void check_counter(const Tensor& t, const char* op, const char* what) {
+  VKF_REQUIRE(t.defined() && t.dtype() == DType::I32 && t.numel() >= 1,
+              "{}: {} must be an I32 tensor whose first element is read on the device", op, what);
+}
+
+}  // namespace
+
+Tensor argmax_rows(const Tensor& x_in) {
+  VKF_REQUIRE(x_in.defined() && x_in.dtype() == DType::F32 && (x_in.rank() == 2 || x_in.rank() == 3),
+              "argmax_rows: x must be f32 [rows, cols] or [rows, 1, cols], got {}",
+              x_in.defined() ? shape_str(x_in.shape()) + " " + dtype_name(x_in.dtype()) : "undefined");
+  VKF_REQUIRE(x_in.rank() == 2 || x_in.dim(1) == 1, "argmax_rows: x {} must have one position per row",
+              shape_str(x_in.shape()));
+  const int64_t rows = x_in.dim(0), cols = x_in.dim(-1);
+  VKF_REQUIRE(rows > 0 && cols > 0, "argmax_rows: x {} is empty", shape_str(x_in.shape()));
+  VKF_REQUIRE(rows <= kMaxGroups, "argmax_rows: {} rows exceed the {} a dispatch allows", rows, kMaxGroups);
+  // Rows may be strided (the last position of [B, T, V] logits); their elements must be contiguous.
+  const bool readable = x_in.strides().back() == 1 || cols == 1;
+  const Tensor x = readable ? x_in : x_in.contiguous();
+  const int64_t row_stride = rows == 1 ? 0 : x.strides()[0];
+  checked_u32((rows - 1) * row_stride + cols, "argmax_rows extent");
+  Tensor out = Tensor::empty({rows}, DType::I32);
+  struct {
+    uint64_t x, out;
+    uint32_t cols, row_stride, out_stride;
+  } push{x.address(), out.address(), static_cast<uint32_t>(cols), static_cast<uint32_t>(row_stride), 1};
+  launch("argmax_rows", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&x}, {&out}, {},
+         {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
+  return out;
+}
+
+void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
+                    const Tensor& slot_buf) {
+  const char* op = "kv_cache_write";
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(slot_buf, op, "slot");
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), row = cache_k.dim(2) * cache_k.dim(3);
+  const Shape want{B, 1, cache_k.dim(2), cache_k.dim(3)};
+  for (const Tensor* t : {&k, &v}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->shape() == want,
+                "{}: the new {} must be f32 {} for a cache {}, got {}", op, t == &k ? "keys" : "values",
+                shape_str(want), shape_str(cache_k.shape()),
+                t->defined() ? shape_str(t->shape()) : std::string("undefined"));
+  }
+  const Tensor kc = k.is_contiguous() ? k : k.contiguous();
+  const Tensor vc = v.is_contiguous() ? v : v.contiguous();
+  struct {
+    uint64_t k, v, cache_k, cache_v, slot;
+    uint32_t row, batch, capacity;
+  } push{kc.address(), vc.address(), cache_k.address(), cache_v.address(), slot_buf.address(),
+         static_cast<uint32_t>(row), static_cast<uint32_t>(B), static_cast<uint32_t>(cap)};
+  const int64_t items = 2 * B * row;
+  launch("kv_cache_write", push, grid_1d(items, 256), {&kc, &vc, &slot_buf}, {&cache_k, &cache_v}, {},
+         {0.0, 8.0 * static_cast<double>(items)});
+}
+
+Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
+                        const Tensor& key_padding_mask, const Tensor& cached,
+                        const AttentionOptions& opts) {
+  const char* op = "attention_decode";
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(cached, op, "cached");
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B && q.dim(1) == 1 &&
+                  q.dim(3) == D && q.dim(2) > 0 && q.dim(2) % hkv == 0,
+              "{}: q must be f32 [{}, 1, heads, {}] with heads a multiple of the cache's {} kv heads, got {}",
+              op, B, D, hkv, q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  VKF_REQUIRE(D <= kMaxHeadDim, "{}: head_dim {} exceeds the supported maximum {}", op, D, kMaxHeadDim);
+  VKF_REQUIRE(q.dim(2) <= kMaxGroups && B <= kMaxGroups, "{}: {} heads x {} rows exceed a dispatch's grid",
+              op, q.dim(2), B);
+  if (key_padding_mask.defined()) {
+    VKF_REQUIRE(key_padding_mask.dtype() == DType::I32 && key_padding_mask.is_contiguous() &&
+                    key_padding_mask.shape() == (Shape{B, cap}),
+                "{}: key_padding_mask must be a contiguous I32 [{}, {}] (one entry per cache slot), got {}",
+                op, B, cap, shape_str(key_padding_mask.shape()));
+  }
+  VKF_REQUIRE(std::isfinite(opts.scale), "{}: scale must be finite, got {}", op, opts.scale);
+  VKF_REQUIRE(std::isfinite(opts.softcap) && opts.softcap >= 0,
+              "{}: softcap must be 0 (none) or a positive finite value, got {}", op, opts.softcap);
+  VKF_REQUIRE(opts.dropout_p == 0, "{}: attention dropout is for training; decoding has none", op);
+  VKF_REQUIRE(opts.sliding_window >= 0, "{}: sliding_window must be 0 (none) or positive", op);
+  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  AttnParams a{};
+  a.tq = 1;
+  a.tk = static_cast<uint32_t>(cap);
+  a.hq = static_cast<uint32_t>(q.dim(2));
+  a.hkv = static_cast<uint32_t>(hkv);
+  a.d = static_cast<uint32_t>(D);
+  a.causal = opts.causal ? 1 : 0;
+  a.window = opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window);
+  a.scale = opts.scale;
+  a.softcap = opts.softcap;
+  struct {
+    uint64_t q, k, v, mask, o, cached;
+    AttnParams a;
+    uint32_t flags;
+  } push{qc.address(), cache_k.address(), cache_v.address(),
+         key_padding_mask.defined() ? key_padding_mask.address() : 0, out.address(), cached.address(),
+         a, key_padding_mask.defined() ? kFlagMask : 0u};
+  // The cost counts the whole cache (the filled length is known only on the device).
+  launch("attention_decode", push, Grid{a.hq, static_cast<uint32_t>(B), 1},
+         {&qc, &cache_k, &cache_v, &key_padding_mask, &cached}, {&out}, {},
+         {4.0 * static_cast<double>(B * q.dim(2) * cap * D), 4.0 * static_cast<double>(cache_k.numel()) * 2});
+  return out;
+}
+
+}  // namespace vkf::ops
