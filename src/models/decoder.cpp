@@ -15,6 +15,7 @@
 #include "nn/linear.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/decode.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
@@ -92,17 +93,38 @@ std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const 
 
 DecoderModel::DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params)
     : spec_(std::move(spec)), params_(std::move(params)) {
-  for (const auto& [name, shape] : parameter_shapes(spec_)) {
+  const auto shapes = parameter_shapes(spec_);
+  // Matrices share one dtype: that of the embedding (always a matrix).
+  if (auto it = params_.find(spec_.names.embed); it != params_.end() && it->second.dtype() == DType::F16)
+    matrix_dtype_ = DType::F16;
+  for (const auto& [name, shape] : shapes) {
     auto it = params_.find(name);
     VKF_REQUIRE(it != params_.end(), "{} model: parameter '{}' is missing", spec_.model_type, name);
-    VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == DType::F32,
-                "{} model: parameter '{}' has shape {} ({}), expected {} (f32)", spec_.model_type,
-                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()), shape_str(shape));
+    const DType want = shape.size() == 2 ? matrix_dtype_ : DType::F32;
+    VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == want,
+                "{} model: parameter '{}' has shape {} ({}), expected {} ({})", spec_.model_type,
+                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()), shape_str(shape),
+                dtype_name(want));
     order_.push_back(name);
   }
 }
 
-DecoderModel DecoderModel::load(const std::string& dir) {
+void DecoderModel::convert_matrices(DType dtype) {
+  VKF_REQUIRE(dtype == DType::F32 || dtype == DType::F16,
+              "convert_matrices: weight matrices are f32 or f16, not {}", dtype_name(dtype));
+  if (dtype == matrix_dtype_) return;
+  VKF_REQUIRE(dtype == DType::F32 || !std::any_of(params_.begin(), params_.end(),
+                                                  [](const auto& p) { return p.second.requires_grad(); }),
+              "convert_matrices: the model's parameters require gradients; f16 matrices are for inference");
+  autograd::NoGradScope no_grad;
+  for (const auto& [name, shape] : parameter_shapes(spec_))
+    if (shape.size() == 2) params_[name] = params_[name].to(dtype);
+  matrix_dtype_ = dtype;
+}
+
+DecoderModel DecoderModel::load(const std::string& dir, DType matrix_dtype) {
+  VKF_REQUIRE(matrix_dtype == DType::F32 || matrix_dtype == DType::F16,
+              "{}: weight matrices load as f32 or f16, not {}", dir, dtype_name(matrix_dtype));
   const fs::path root(dir);
   VKF_REQUIRE(fs::is_directory(root), "{}: not a folder; --model needs a Hugging Face model folder "
               "(config.json + *.safetensors)", dir);
@@ -120,9 +142,18 @@ DecoderModel DecoderModel::load(const std::string& dir) {
                     entry.dtype == io::StDtype::BF16 || entry.dtype == io::StDtype::F64,
                 "{}: tensor '{}' is {}; weights must be floating point",
                 weights.file_of(name).path(), name, io::st_dtype_name(entry.dtype));
-    params[name] = weights.load(name, DType::F32);
+    params[name] = weights.load(name, shape.size() == 2 ? matrix_dtype : DType::F32);
   }
   return DecoderModel(std::move(spec), std::move(params));
+}
+
+DType DecoderModel::checkpoint_matrix_dtype(const std::string& dir) {
+  const ArchSpec spec = spec_from_file((fs::path(dir) / "config.json").string());
+  const io::SafetensorsModel weights(dir);
+  VKF_REQUIRE(weights.contains(spec.names.embed), "{}: tensor '{}' is missing; a {} model with this "
+              "config.json needs it", weights.source(), spec.names.embed, spec.model_type);
+  const io::StDtype stored = weights.entry(spec.names.embed).dtype;
+  return stored == io::StDtype::F16 || stored == io::StDtype::BF16 ? DType::F16 : DType::F32;
 }
 
 const Tensor& DecoderModel::param(const std::string& name) const {
@@ -142,6 +173,9 @@ std::vector<Tensor> DecoderModel::parameters() const {
 }
 
 void DecoderModel::set_requires_grad(bool on) {
+  VKF_REQUIRE(!on || matrix_dtype_ == DType::F32,
+              "this {} model holds f16 weight matrices, which are for inference; load it with f32 "
+              "weights to train it", spec_.model_type);
   for (auto& [name, t] : params_) t.set_requires_grad(on);
 }
 
@@ -207,6 +241,7 @@ struct DecoderModel::Step {
   Tensor positions;          // I32 [1, T] or [B, T]
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
+  const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
 };
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
@@ -270,7 +305,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     emit("q_rope", q);
     emit("k_rope", k);
   }
-  if (step.cache) {
+  if (step.cache && !step.decode) {
     // Append this call's keys/values and attend over every cached position.
     KVCache& c = *step.cache;
     const int64_t end = c.length + T;
@@ -293,7 +328,16 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
       opts.dropout_offset = r->offset;
     }
   }
-  Tensor a = ops::attention(q, k, v, step.mask, opts);
+  Tensor a;
+  if (step.decode) {
+    // The slot and the key count come from the device (decode_step()).
+    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
+    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
+    ops::kv_cache_write(k, v, ck, cv, step.decode->cached);
+    a = ops::attention_decode(q, ck, cv, step.mask, step.decode->cached, opts);
+  } else {
+    a = ops::attention(q, k, v, step.mask, opts);
+  }
   emit("context", a);
   a = a.reshape({B, T, Hq * D});
   Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
@@ -374,7 +418,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
               "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
-  const int64_t B = input_ids.dim(0), T = input_ids.dim(1), H = s.hidden_size;
+  const int64_t B = input_ids.dim(0), T = input_ids.dim(1);
   VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type, shape_str(input_ids.shape()));
   const int64_t past = cache ? cache->length : 0;
   if (cache) {
@@ -409,6 +453,50 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
     step.positions = Tensor::from_host_i32(positions, {B, T});
     step.table_positions = top + 1;
   }
+  Tensor logits = run(input_ids, step, trace);
+  if (cache) cache->length += T;
+  return logits;
+}
+
+std::string DecoderModel::decode_step_unsupported() const {
+  for (const auto& layer : spec_.layers) {
+    if (layer.use_rope && (layer.rope.type == "dynamic" || layer.rope.type == "longrope"))
+      return fmt::format("its '{}' rotary frequencies depend on the sequence length", layer.rope.type);
+  }
+  return "";
+}
+
+Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
+  const auto& s = spec_;
+  const std::string why = decode_step_unsupported();
+  VKF_REQUIRE(why.empty(), "{} decode_step: not available for this model: {}", s.model_type, why);
+  VKF_REQUIRE(!autograd::active_tape(), "{} decode_step: a KV cache is for inference (no gradients)",
+              s.model_type);
+  const int64_t B = cache.batch;
+  VKF_REQUIRE(B > 0 && !cache.k.empty(), "{} decode_step: the KV cache is empty; make it with make_cache()",
+              s.model_type);
+  const Shape column{B, 1};
+  for (const auto& [t, what] : {std::pair{&in.ids, "ids"}, {&in.positions, "positions"}}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::I32 && t->shape() == column,
+                "{} decode_step: {} must be I32 [{}, 1] (one per cache row)", s.model_type, what, B);
+  }
+  VKF_REQUIRE(in.cached.defined() && in.cached.dtype() == DType::I32 && in.cached.numel() >= 1,
+              "{} decode_step: cached must be an I32 tensor (element 0: positions in the cache)", s.model_type);
+  VKF_REQUIRE(!in.mask.defined() || (in.mask.dtype() == DType::I32 && in.mask.shape() == (Shape{B, cache.capacity})),
+              "{} decode_step: mask must be I32 [{}, {}] (every cache slot)", s.model_type, B, cache.capacity);
+  Step step;
+  step.mask = in.mask;
+  step.T = 1;
+  step.positions = in.positions;
+  step.table_positions = cache.capacity;  // every position the cache can hold
+  step.cache = &cache;
+  step.decode = &in;
+  return run(in.ids, step, {});
+}
+
+Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace& trace) {
+  const auto& s = spec_;
+  const int64_t H = s.hidden_size;
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
@@ -454,7 +542,6 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
   if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
   emit("logits", logits);
-  if (cache) cache->length += T;
   return logits;
 }
 
@@ -467,7 +554,7 @@ void DecoderModel::save(const std::string& dir, uint64_t max_shard_bytes) const 
   io::write_sharded(dir, tensors, max_shard_bytes);
   nlohmann::json config = spec_.config;
   config.erase("torch_dtype");
-  config["dtype"] = "float32";
+  config["dtype"] = matrix_dtype_ == DType::F16 ? "float16" : "float32";
   const std::string text = config.dump(2) + "\n";
   io::write_file_atomic((fs::path(dir) / "config.json").string(),
                         {reinterpret_cast<const uint8_t*>(text.data()), text.size()});

@@ -6,6 +6,8 @@
 // applies only while a training dropout stream is active (core/dropout_rng.h). With gradient
 // checkpointing on, a recorded forward keeps only each layer's input and recomputes the layer in
 // the backward pass (core/activation_checkpoint.h); gradients are bitwise the same.
+// For inference the weight matrices (embedding, projections, head) may be held in f16: half the
+// bytes to read per decoded token; activations and accumulations stay f32.
 #pragma once
 
 #include <functional>
@@ -31,16 +33,36 @@ struct KVCache {
   int64_t batch = 0, capacity = 0, length = 0;
 };
 
+// The per-step inputs of DecoderModel::decode_step(), all read on the device, so that one
+// recording of the step serves every position (infer/decode_step.h captures and replays it).
+struct DecodeInputs {
+  Tensor ids;        // I32 [B, 1]: each row's new token
+  Tensor positions;  // I32 [B, 1]: its rotary position
+  Tensor cached;     // I32, element 0: positions already in the cache (the new key's slot)
+  Tensor mask;       // I32 [B, capacity]: key padding mask over every cache slot, or undefined
+};
+
 class DecoderModel {
  public:
   // Loads config.json and the safetensors weights (single or sharded, f32/f16/bf16/f64) from a
-  // Hugging Face model folder; weights become f32 master copies.
-  static DecoderModel load(const std::string& dir);
+  // Hugging Face model folder; weights become f32 master copies, except that the weight matrices
+  // become `matrix_dtype` (F16: an inference model, rounded to nearest even).
+  static DecoderModel load(const std::string& dir, DType matrix_dtype = DType::F32);
+  // F16 when the checkpoint in `dir` stores its weight matrices in 16 bits (f16 or bf16; judged by
+  // the embedding matrix), else F32: the matrix dtype that keeps the file's precision at the
+  // smallest size (what `vkformer generate --dtype auto` loads).
+  static DType checkpoint_matrix_dtype(const std::string& dir);
+  // Every parameter f32, or the rank-2 ones (matrices) all f16 and the others f32.
   DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params);
   // The parameters a model of this spec has: HF name and shape, in named_parameters() order.
   static std::vector<std::pair<std::string, Shape>> parameter_shapes(const ArchSpec& spec);
 
   const ArchSpec& spec() const { return spec_; }
+  // F32, or F16 when the weight matrices are held in half precision (inference only: they cannot
+  // carry gradients).
+  DType matrix_dtype() const { return matrix_dtype_; }
+  // Converts the weight matrices to `dtype` (F32 or F16) on the device, rounding to nearest even.
+  void convert_matrices(DType dtype);
   // Trainable parameters by HF name, in the order of transformers' named_parameters(); a tied
   // output matrix is not listed separately (it is the embedding).
   const std::vector<std::string>& parameter_names() const { return order_; }
@@ -71,6 +93,16 @@ class DecoderModel {
                  KVCache* cache = nullptr, std::span<const int32_t> positions = {});
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
+  // One decoding step (one new token per row) over `cache`, whose capacity is fixed: writes the
+  // new keys and values at slot in.cached[0] and returns logits [B, 1, vocab]. Every value that
+  // changes from step to step is device data (DecodeInputs), and nothing is uploaded or read back,
+  // so the commands it records can be captured once and replayed; cache.length is left to the
+  // caller. Same results as forward() with that cache, up to the attention kernel's summation order.
+  Tensor decode_step(const DecodeInputs& in, KVCache& cache);
+  // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
+  // sequence length change at every step).
+  std::string decode_step_unsupported() const;
+
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.
   void save(const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ull) const;
@@ -78,6 +110,7 @@ class DecoderModel {
  private:
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
+  Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
@@ -93,6 +126,7 @@ class DecoderModel {
   std::map<std::string, RopeTable> rope_cache_;  // key: the rotary parameters
   std::map<std::string, std::shared_ptr<nn::ModuleAdapter>> adapters_;
   std::string active_;
+  DType matrix_dtype_ = DType::F32;
   bool adapters_enabled_ = true;
   bool gradient_checkpointing_ = false;
 };
