@@ -257,7 +257,7 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
-                                     const Trace& trace) {
+                                     const Trace& trace, const Tensor* residual) {
   const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
@@ -296,7 +296,18 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   emit("k", k);
   emit("v", v);
   const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
-  if (layer.use_rope) {
+  if (step.decode) {
+    // The rotation and the append at the slot the device names, in one dispatch.
+    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
+    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
+    if (layer.use_rope) {
+      q = ops::rope_kv_write(q, k, v, rope_table(l, step.table_positions, true),
+                             rope_table(l, step.table_positions, false), step.positions, ck, cv,
+                             step.decode->cached, ops::rope_rotary_dim(layer.rope), s.rope_layout);
+    } else {
+      ops::kv_cache_write(k, v, ck, cv, step.decode->cached);
+    }
+  } else if (layer.use_rope) {
     const int64_t rot = ops::rope_rotary_dim(layer.rope);
     const Tensor& cos = rope_table(l, step.table_positions, true);
     const Tensor& sin = rope_table(l, step.table_positions, false);
@@ -330,39 +341,52 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   }
   Tensor a;
   if (step.decode) {
-    // The slot and the key count come from the device (decode_step()).
-    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
-    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
-    ops::kv_cache_write(k, v, ck, cv, step.decode->cached);
-    a = ops::attention_decode(q, ck, cv, step.mask, step.decode->cached, opts);
+    // The key count comes from the device (decode_step()).
+    a = ops::attention_decode(q, step.cache->k[static_cast<size_t>(l)], step.cache->v[static_cast<size_t>(l)],
+                              step.mask, step.decode->cached, opts);
   } else {
     a = ops::attention(q, k, v, step.mask, opts);
   }
   emit("context", a);
   a = a.reshape({B, T, Hq * D});
+  if (residual) {
+    ops::linear_accumulate(a, P(n.o + ".weight"), bias(n.o, s.o_bias), *residual);
+    return {};
+  }
   Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
   emit("out", o);
   return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
-Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) const {
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace, const Tensor* residual) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
   auto P = [&](const std::string& leaf) { return param(L(leaf)); };
   auto bias = [&](const std::string& proj) { return s.mlp_bias ? P(proj + ".bias") : Tensor(); };
+  // The last projection: into a new tensor, or added into the residual stream in place.
+  auto project = [&](const std::string& proj, const Tensor& a, const Tensor& b) {
+    if (!residual) return nn::linear(L(proj), a, P(proj + ".weight"), b);
+    ops::linear_accumulate(a, P(proj + ".weight"), b, *residual);
+    return Tensor();
+  };
   Tensor out;
   if (s.mlp == MlpKind::Plain) {
     Tensor a = ops::activation(nn::linear(L(n.fc), h, P(n.fc + ".weight"), bias(n.fc)), s.act);
-    out = nn::linear(L(n.proj), a, P(n.proj + ".weight"), bias(n.proj));
+    out = project(n.proj, a, bias(n.proj));
   } else if (s.fused_gate_up) {
     Tensor gu = nn::linear(L(n.gate_up), h, P(n.gate_up + ".weight"));
-    out = nn::linear(L(n.down), ops::gated_act_fused(gu, s.act, true), P(n.down + ".weight"));
+    out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
+  } else if (residual && !s.mlp_bias) {
+    // A folded decode step has no adapter or trace on these projections: both products and the
+    // activation in one pass over the two weights (ops::gated_linear; same sums as below).
+    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act), Tensor());
   } else {
     Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
     Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
-    out = nn::linear(L(n.down), ops::gated_act(g, u, s.act), P(n.down + ".weight"), bias(n.down));
+    out = project(n.down, ops::gated_act(g, u, s.act), bias(n.down));
   }
+  if (residual) return {};
   if (trace) trace(fmt::format("layers.{}.mlp.out", l), out);
   return ops::train_dropout(out, static_cast<float>(s.mlp_out_dropout));
 }
@@ -376,6 +400,19 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   };
   const float res_mult = static_cast<float>(s.residual_multiplier);
   auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
+  // In a decode step (no tape, no trace, no adapter hooking the projections), the output
+  // projections of pre-norm and parallel layers add straight into the residual stream x (which
+  // this layer owns): one dispatch and one barrier fewer per residual. The same sums (a projection
+  // bias is added after the residual rather than before).
+  const bool fold = step.decode && !trace && !nn::active_adapter() && !dropout_rng::active_stream() &&
+                    res_mult == 1.0f &&
+                    (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
+  if (fold) {
+    const Tensor h = norm(x, L(n.norm1));
+    attention_block(l, h, step, trace, &x);
+    mlp_block(l, s.placement == NormPlacement::Pre ? norm(x, L(n.norm2)) : h, trace, &x);
+    return x;
+  }
   switch (s.placement) {
     case NormPlacement::Pre: {
       Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);

@@ -97,7 +97,10 @@ class DecoderModel {
   // new keys and values at slot in.cached[0] and returns logits [B, 1, vocab]. Every value that
   // changes from step to step is device data (DecodeInputs), and nothing is uploaded or read back,
   // so the commands it records can be captured once and replayed; cache.length is left to the
-  // caller. Same results as forward() with that cache, up to the attention kernel's summation order.
+  // caller. Same results as forward() with that cache up to summation order: it runs fused
+  // kernels (rotary + cache append, one-query attention, residual adds in the projections'
+  // epilogues, gate/up/activation in one pass for f16 weights) where no adapter or trace needs
+  // the separate steps.
   Tensor decode_step(const DecodeInputs& in, KVCache& cache);
   // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
   // sequence length change at every step).
@@ -112,8 +115,11 @@ class DecoderModel {
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
   Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
-  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
-  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
+  // With `residual`, the block's output projection is added into *residual in place and an
+  // undefined tensor is returned.
+  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
+                         const Tensor* residual = nullptr);
+  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace, const Tensor* residual = nullptr) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 
   ArchSpec spec_;

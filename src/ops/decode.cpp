@@ -1,10 +1,13 @@
-// The decode ops (see decode.h): validation and dispatch of argmax_rows.comp, kv_cache_write.comp
-// and attention_decode.comp.
+// The decode ops (see decode.h): validation and dispatch of argmax_rows.comp, kv_cache_write.comp,
+// rope_kv_write.comp and attention_decode.comp; linear_accumulate through the GEMM entry point;
+// gated_linear through matmul_skinny_f16.comp's gated variant.
 #include "ops/decode.h"
 
 #include <cmath>
 
 #include "core/launch.h"
+#include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -86,6 +89,125 @@ void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, con
   const int64_t items = 2 * B * row;
   launch("kv_cache_write", push, grid_1d(items, 256), {&kc, &vc, &slot_buf}, {&cache_k, &cache_v}, {},
          {0.0, 8.0 * static_cast<double>(items)});
+}
+
+Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                     const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
+                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim, RopeLayout layout) {
+  const char* op = "rope_kv_write";
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(slot_buf, op, "slot");
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  const Shape kv_shape{B, 1, hkv, D};
+  for (const Tensor* t : {&k, &v}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->shape() == kv_shape,
+                "{}: the new {} must be f32 {} for a cache {}, got {}", op, t == &k ? "keys" : "values",
+                shape_str(kv_shape), shape_str(cache_k.shape()),
+                t->defined() ? shape_str(t->shape()) : std::string("undefined"));
+  }
+  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B && q.dim(1) == 1 &&
+                  q.dim(3) == D && q.dim(2) > 0,
+              "{}: q must be f32 [{}, 1, heads, {}], got {}", op, B, D,
+              q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  VKF_REQUIRE(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= D,
+              "{}: rotary_dim must be even and in [2, head_dim = {}], got {}", op, D, rotary_dim);
+  const int64_t half = rotary_dim / 2;
+  for (const Tensor* t : {&cos, &sin}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->rank() == 2 && t->dim(0) > 0 &&
+                    t->dim(1) == half && t->is_contiguous(),
+                "{}: the cos/sin tables must be contiguous f32 [positions, {}]", op, half);
+  }
+  VKF_REQUIRE(cos.shape() == sin.shape(), "{}: cos {} and sin {} differ", op, shape_str(cos.shape()),
+              shape_str(sin.shape()));
+  VKF_REQUIRE(positions.defined() && positions.dtype() == DType::I32 && positions.is_contiguous() &&
+                  positions.shape() == (Shape{B, 1}),
+              "{}: positions must be a contiguous I32 [{}, 1] (one per row)", op, B);
+  checked_u32(cos.numel(), "rope table element count");
+  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
+  const Tensor kc = k.is_contiguous() ? k : k.contiguous();
+  const Tensor vc = v.is_contiguous() ? v : v.contiguous();
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  struct {
+    uint64_t q, k, v, cos, sin, pos, slot, q_out, cache_k, cache_v;
+    uint32_t hq, hkv, d, half, positions, capacity, batch, flags;
+  } push{qc.address(), kc.address(), vc.address(), cos.address(), sin.address(), positions.address(),
+         slot_buf.address(), out.address(), cache_k.address(), cache_v.address(),
+         static_cast<uint32_t>(q.dim(2)), static_cast<uint32_t>(hkv), static_cast<uint32_t>(D),
+         static_cast<uint32_t>(half), static_cast<uint32_t>(cos.dim(0)), static_cast<uint32_t>(cap),
+         static_cast<uint32_t>(B), layout == RopeLayout::Interleaved ? 1u : 0u};
+  const int64_t per_row = half + (D - rotary_dim);
+  const int64_t items = B * (q.dim(2) + hkv) * per_row + B * hkv * D;
+  launch("rope_kv_write", push, grid_1d(items, 256), {&qc, &kc, &vc, &cos, &sin, &positions, &slot_buf},
+         {&out, &cache_k, &cache_v}, {},
+         {6.0 * static_cast<double>(B * (q.dim(2) + hkv) * half), 4.0 * static_cast<double>(2 * qc.numel() + 4 * kc.numel())});
+  return out;
+}
+
+void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  const char* op = "linear_accumulate";
+  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
+              "{}: x must be a non-empty f32 [..., in] tensor", op);
+  VKF_REQUIRE(weight.defined() && (weight.dtype() == DType::F32 || weight.dtype() == DType::F16) &&
+                  weight.rank() == 2 && weight.dim(1) == x.dim(-1),
+              "{}: weight must be f32 or f16 [out, {}] for x {}, got {}", op, x.dim(-1), shape_str(x.shape()),
+              weight.defined() ? shape_str(weight.shape()) + " " + dtype_name(weight.dtype()) : "undefined");
+  Shape want = x.shape();
+  want.back() = weight.dim(0);
+  VKF_REQUIRE(out.defined() && out.dtype() == DType::F32 && out.shape() == want && out.is_contiguous(),
+              "{}: out must be a contiguous f32 {}, got {}", op, shape_str(want),
+              out.defined() ? shape_str(out.shape()) : std::string("undefined"));
+  if (bias.defined()) {
+    VKF_REQUIRE(bias.dtype() == DType::F32 && bias.rank() == 1 && bias.dim(0) == weight.dim(0),
+                "{}: bias must be f32 [{}]", op, weight.dim(0));
+  }
+  detail::gemm(detail::describe_rows(x), detail::describe_readable(weight).transposed(),
+               detail::describe_rows(out), 1.0f, 1.0f, bias);
+}
+
+Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act) {
+  const char* op = "gated_linear";
+  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
+              "{}: x must be a non-empty f32 [..., in] tensor", op);
+  for (const Tensor* w : {&w_gate, &w_up}) {
+    VKF_REQUIRE(w->defined() && w->rank() == 2 && w->dim(1) == x.dim(-1) && w->shape() == w_gate.shape() &&
+                    w->dtype() == w_gate.dtype(),
+                "{}: w_gate and w_up must be [inner, {}] of one shape and dtype, got {} and {}", op, x.dim(-1),
+                w_gate.defined() ? shape_str(w_gate.shape()) : "undefined",
+                w_up.defined() ? shape_str(w_up.shape()) : "undefined");
+  }
+  VKF_REQUIRE(static_cast<uint32_t>(act) <= static_cast<uint32_t>(Activation::QuickGELU),
+              "{}: unknown Activation value {}", op, static_cast<uint32_t>(act));
+  const detail::MatDesc a = detail::describe_rows(x);
+  const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
+  constexpr int64_t kMaxRows = 8;       // matmul_skinny_f16's MMAX
+  constexpr int64_t kCols = 8;          // and its COLS
+  constexpr int64_t kMaxGroups = 65535;
+  if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() || !w_up.is_contiguous() ||
+      div_up(n, kCols) > kMaxGroups || a.cs != 1) {
+    return gated_act(linear(x, w_gate), linear(x, w_up), act);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  const auto lda = static_cast<uint32_t>(m == 1 ? 0 : a.rs);
+  // 16-byte loads need every row start of x and of both weights 16-byte aligned.
+  const bool vec8 = k % 8 == 0 && a.t.address() % 16 == 0 && lda % 4 == 0 && w_gate.address() % 16 == 0 &&
+                    w_up.address() % 16 == 0;
+  checked_u32((m - 1) * a.rs + k, "gated_linear x extent");
+  checked_u32(n * k, "gated_linear weight elements");
+  struct {
+    uint64_t a, gate, up, c;
+    uint32_t m, n, k, lda, ldb, c_rs, sa, sb;
+  } push{a.t.address(), w_gate.address(), w_up.address(), out.address(), static_cast<uint32_t>(m),
+         static_cast<uint32_t>(n), static_cast<uint32_t>(k), lda, static_cast<uint32_t>(k),
+         static_cast<uint32_t>(n), 0, 0};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u, static_cast<uint32_t>(act)};
+  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, kCols), 1, 1}, {&a.t, &w_gate, &w_up}, {&out}, spec,
+         {4.0 * static_cast<double>(m * n * k), 4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
+  return out;
 }
 
 Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
