@@ -53,13 +53,19 @@ Tensor argmax_rows(const Tensor& x_in) {
   const Tensor x = readable ? x_in : x_in.contiguous();
   const int64_t row_stride = rows == 1 ? 0 : x.strides()[0];
   checked_u32((rows - 1) * row_stride + cols, "argmax_rows extent");
+  constexpr int64_t kChunk = 256 * 16;  // argmax_rows.comp's CHUNK
+  const int64_t chunks = (cols + kChunk - 1) / kChunk;
+  VKF_REQUIRE(chunks <= kMaxGroups, "argmax_rows: rows of {} values exceed what a dispatch covers", cols);
+  Tensor value = Tensor::empty({rows, chunks}, DType::F32), index = Tensor::empty({rows, chunks}, DType::I32);
   Tensor out = Tensor::empty({rows}, DType::I32);
   struct {
-    uint64_t x, out;
-    uint32_t cols, row_stride, out_stride;
-  } push{x.address(), out.address(), static_cast<uint32_t>(cols), static_cast<uint32_t>(row_stride), 1};
-  launch("argmax_rows", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&x}, {&out}, {},
-         {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
+    uint64_t x, value, index, out;
+    uint32_t cols, row_stride, chunks;
+  } push{x.address(), value.address(), index.address(), out.address(), static_cast<uint32_t>(cols),
+         static_cast<uint32_t>(row_stride), static_cast<uint32_t>(chunks)};
+  launch("argmax_rows_partial", push, Grid{static_cast<uint32_t>(chunks), static_cast<uint32_t>(rows), 1}, {&x},
+         {&value, &index}, {}, {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
+  launch("argmax_rows_final", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&value, &index}, {&out});
   return out;
 }
 

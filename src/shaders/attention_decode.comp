@@ -6,7 +6,9 @@
 // one key, a fixed tree gives the chunk's max and sum (online softmax), and each thread owns up to
 // two of the D output dims for the products with v. The query sits at position keys - 1, so the
 // causal rule hides nothing and the sliding window starts at keys - window. Rows that see no key
-// output zeros (as ops::attention). Deterministic: fixed reduction orders.
+// output zeros (as ops::attention). Deterministic: fixed reduction orders. The dot products over
+// D and over the chunk's keys issue their loads U at a time: a loop of one load feeding one
+// multiply-add would wait a full memory latency per element.
 // Layouts (f32, contiguous): q, o [B, 1, Hq, D]; caches [B, capacity, Hkv, D]; mask I32
 // [B, capacity] (nonzero = token). Grid: x = query heads, y = rows.
 //!precise
@@ -17,7 +19,6 @@
 #include "attention_common.glsl"
 #define NT 128
 #define DMAX 256
-layout(local_size_x = NT) in;
 
 layout(push_constant, std430) uniform Push {
   F32Buf q;
@@ -30,9 +31,26 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
+#define U 8  // loads in flight per thread in the dot products
+layout(local_size_x = NT) in;
+
 shared float sQ[DMAX];
 shared float sP[NT];     // scores, then probabilities, of the chunk
 shared VACC sRed[NT];    // reduction tree
+
+// acc + sum over the chunk's n keys (rows row0 + jj * hkv of the cache) of p_jj * v[jj, d], keys
+// in increasing order, loads issued U at a time.
+VACC weighted_values(VACC acc, uint row0, uint n, uint d) {
+  const uint D = p.a.d;
+  uint jj = 0;
+  for (; jj + U <= n; jj += U) {
+    float vv[U];
+    [[unroll]] for (uint u = 0; u < U; ++u) vv[u] = p.v.v[(row0 + (jj + u) * p.a.hkv) * D + d];
+    [[unroll]] for (uint u = 0; u < U; ++u) acc += VACC(sP[jj + u]) * VACC(vv[u]);
+  }
+  for (; jj < n; ++jj) acc += VACC(sP[jj]) * VACC(p.v.v[(row0 + jj * p.a.hkv) * D + d]);
+  return acc;
+}
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
@@ -54,9 +72,16 @@ void main() {
     bool ok = j < keys && position_visible(p.a, qpos, j);
     if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * cap + uint(j)] != 0;
     if (ok) {
+      // Loads issued U at a time, so a thread's row is not one chain of dependent loads.
       const uint base = ((b * cap + uint(j)) * p.a.hkv + hk) * D;
       VACC dot = VACC(0.0);
-      for (uint d = 0; d < D; ++d) dot += VACC(sQ[d]) * VACC(p.k.v[base + d]);
+      uint d = 0;
+      for (; d + U <= D; d += U) {
+        float kv[U];
+        [[unroll]] for (uint u = 0; u < U; ++u) kv[u] = p.k.v[base + d + u];
+        [[unroll]] for (uint u = 0; u < U; ++u) dot += VACC(sQ[d + u]) * VACC(kv[u]);
+      }
+      for (; d < D; ++d) dot += VACC(sQ[d]) * VACC(p.k.v[base + d]);
       s = transform_score(p.a, float(dot));
     }
     sRed[t] = VACC(s);
@@ -80,16 +105,8 @@ void main() {
     m = m_new;
     const uint n = uint(min(NT, keys - j0));
     const uint row0 = (b * cap + uint(j0)) * p.a.hkv + hk;
-    if (t < D) {
-      VACC a = acc0 * VACC(alpha);
-      for (uint jj = 0; jj < n; ++jj) a += VACC(sP[jj]) * VACC(p.v.v[(row0 + jj * p.a.hkv) * D + t]);
-      acc0 = a;
-    }
-    if (t + NT < D) {
-      VACC a = acc1 * VACC(alpha);
-      for (uint jj = 0; jj < n; ++jj) a += VACC(sP[jj]) * VACC(p.v.v[(row0 + jj * p.a.hkv) * D + t + NT]);
-      acc1 = a;
-    }
+    if (t < D) acc0 = weighted_values(acc0 * VACC(alpha), row0, n, t);
+    if (t + NT < D) acc1 = weighted_values(acc1 * VACC(alpha), row0, n, t + NT);
   }
   const uint obase = (b * p.a.hq + h) * D;
   if (t < D) p.o.v[obase + t] = l > 0.0 ? float(acc0 / l) : 0.0;
