@@ -142,10 +142,9 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
       host_logits = last.to_float();
     }
   };
-  Tensor logits = model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
-                                Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache, pos);
-  take_result(logits.slice(1, static_cast<int64_t>(L) - 1, static_cast<int64_t>(L)));
-  logits = Tensor();
+  take_result(model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
+                            Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache, pos,
+                            /*last_only=*/true));
 
   std::unique_ptr<DecodeStepRunner> runner;
   std::vector<int32_t> full_mask = mask;  // Generic: [B, keys], grows by one column per step

@@ -242,6 +242,7 @@ struct DecoderModel::Step {
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
   const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
+  bool last_only = false;  // the head on the last position only
 };
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
@@ -450,7 +451,7 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
 }
 
 Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
-                             KVCache* cache, std::span<const int32_t> positions) {
+                             KVCache* cache, std::span<const int32_t> positions, bool last_only) {
   const auto& s = spec_;
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
@@ -474,6 +475,7 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   step.mask = attention_mask;
   step.T = T;
   step.cache = cache;
+  step.last_only = last_only;
   if (positions.empty()) {
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(past + t);
@@ -564,6 +566,7 @@ Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace&
     }
     emit(fmt::format("layers.{}.out", l), x);
   }
+  if (step.last_only && step.T > 1) x = x.slice(1, step.T - 1, step.T).contiguous();
   x = norm(x, s.names.final_norm);
   emit("final_norm", x);
   // A tied head is the base embedding matrix even when an adapter keeps its own copy of the

@@ -88,9 +88,11 @@ class DecoderModel {
   // input_ids [B, T] (I32 or I64); attention_mask [B, T] (1 = token, 0 = padding) or undefined;
   // with a cache the mask covers every key, [B, cache->length + T]. Returns logits [B, T, vocab].
   // Positions are cache->length + 0..T-1 in every row, as transformers does, unless `positions`
-  // gives them per token ([B*T] row-major; generation with left padding).
+  // gives them per token ([B*T] row-major; generation with left padding). With `last_only`, the
+  // final norm and the head run on the last position only and logits are [B, 1, vocab] (a prefill
+  // needs nothing else: T times less head work and memory).
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace = {},
-                 KVCache* cache = nullptr, std::span<const int32_t> positions = {});
+                 KVCache* cache = nullptr, std::span<const int32_t> positions = {}, bool last_only = false);
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
   // One decoding step (one new token per row) over `cache`, whose capacity is fixed: writes the

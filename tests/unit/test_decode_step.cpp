@@ -5,7 +5,7 @@
 // argmax. Weights held in f16: logits equal those of the f32 path on the same f16-rounded weights
 // at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
 // tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
-// back to the general path.
+// back to the general path. A prefill computes the head on the last position only.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -140,6 +140,19 @@ TEST(DecodeStep, FollowsTheGeneralForwardPass) {
           << c << " step " << s << ": the replayed step differs from the same step recorded anew";
     }
   }
+}
+
+// A prefill needs the last position's logits only: the head runs on that position alone.
+TEST(DecodeStep, PrefillLastPositionOnly) {
+  autograd::NoGradScope no_grad;
+  auto model = load("llama");
+  const Batch b = left_padded();
+  const Tensor ids = Tensor::from_host_i32(b.ids, {2, kPromptLen}), mask = Tensor::from_host_i32(b.mask, {2, kPromptLen});
+  const Tensor full = model.forward(ids, mask, {}, nullptr, b.pos);
+  const Tensor last = model.forward(ids, mask, {}, nullptr, b.pos, true);
+  EXPECT_EQ(last.shape(), (Shape{2, 1, model.spec().vocab_size}));
+  test::expect_close(last, full.slice(1, kPromptLen - 1, kPromptLen).contiguous().to_double(), 1e-5, 1e-5,
+                     "last-position logits");
 }
 
 // Greedy tokens of the fixture prompts in every mode, with the device argmax and without.
