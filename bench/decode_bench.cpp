@@ -53,7 +53,8 @@ struct Result {
 };
 
 // Fraction of generated tokens equal at the same place (rows compared up to the shorter length).
-double agreement(const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
+double agreement(const std::vector<std::vector<int32_t>>& a,
+                 const std::vector<std::vector<int32_t>>& b) {
   size_t same = 0, total = 0;
   for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
     const size_t n = std::max(a[r].size(), b[r].size());
@@ -73,10 +74,13 @@ int main(int argc, char** argv) {
   int device = -1;
   bool no_replay = false, host_argmax = false;
   app.add_option("--shape", shape, "1b, 135m or tiny")->capture_default_str();
-  app.add_option("--dtype", dtypes, "weight matrix dtypes, comma separated: f32, f16")->capture_default_str();
-  app.add_option("--modes", modes, "decode modes, comma separated: replay, eager, generic")->capture_default_str();
+  app.add_option("--dtype", dtypes, "weight matrix dtypes, comma separated: f32, f16")
+      ->capture_default_str();
+  app.add_option("--modes", modes, "decode modes, comma separated: replay, eager, generic")
+      ->capture_default_str();
   app.add_flag("--no-replay", no_replay, "drop the replay mode from --modes");
-  app.add_flag("--host-argmax", host_argmax, "read the logits back and pick tokens on the host (the old path)");
+  app.add_flag("--host-argmax", host_argmax,
+               "read the logits back and pick tokens on the host (the old path)");
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per row")->capture_default_str();
   app.add_option("--batch", batches, "batch sizes, comma separated")->capture_default_str();
@@ -90,10 +94,13 @@ int main(int argc, char** argv) {
     for (const auto& d : dtype_list)
       if (d != "f32" && d != "f16") throw Error(fmt::format("--dtype: '{}' is not f32 or f16", d));
     // f32 runs first: the model is built in f32 and converted to f16 in place afterwards.
-    std::stable_sort(dtype_list.begin(), dtype_list.end(), [](const auto& a, const auto& b) { return a == "f32" && b != "f32"; });
+    std::stable_sort(dtype_list.begin(), dtype_list.end(),
+                     [](const auto& a, const auto& b) { return a == "f32" && b != "f32"; });
     dtype_list.erase(std::unique(dtype_list.begin(), dtype_list.end()), dtype_list.end());
-    if (no_replay) mode_list.erase(std::remove(mode_list.begin(), mode_list.end(), "replay"), mode_list.end());
-    if (dtype_list.empty() || mode_list.empty()) throw Error("nothing to run: give --dtype and --modes");
+    if (no_replay)
+      mode_list.erase(std::remove(mode_list.begin(), mode_list.end(), "replay"), mode_list.end());
+    if (dtype_list.empty() || mode_list.empty())
+      throw Error("nothing to run: give --dtype and --modes");
     for (const auto& m : mode_list) parse_mode(m);
     VKF_REQUIRE(new_tokens >= 2, "--new must be at least 2 (decode steps follow the first token)");
 
@@ -104,19 +111,22 @@ int main(int argc, char** argv) {
     for (const auto& [name, s] : models::DecoderModel::parameter_shapes(model.spec()))
       if (s.size() == 1) vector_params += shape_numel(s);
     std::vector<Result> results;
-    std::map<std::string, std::vector<std::vector<int32_t>>> reference;  // "dtype/batch" -> first mode's tokens
+    // "dtype/batch" -> the tokens of the first mode run
+    std::map<std::string, std::vector<std::vector<int32_t>>> reference;
     std::map<int64_t, std::vector<std::vector<int32_t>>> f32_tokens;
     for (const auto& dtype : dtype_list) {
       if (dtype == "f16") model.convert_matrices(DType::F16);
-      const double bytes = static_cast<double>(params - vector_params) * (dtype == "f16" ? 2.0 : 4.0) +
-                           4.0 * static_cast<double>(vector_params);
+      const double bytes =
+          static_cast<double>(params - vector_params) * (dtype == "f16" ? 2.0 : 4.0) +
+          4.0 * static_cast<double>(vector_params);
       const double roofline = gbps * 1e9 / bytes;
       for (const auto& batch_item : split(batches)) {
         const int64_t batch = std::stoll(batch_item);
         std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
         for (int64_t r = 0; r < batch; ++r)
           for (int64_t t = 0; t < prompt_len; ++t)
-            prompts[static_cast<size_t>(r)].push_back(static_cast<int32_t>((r * 7919 + t * 104729) % model.spec().vocab_size));
+            prompts[static_cast<size_t>(r)].push_back(
+                static_cast<int32_t>((r * 7919 + t * 104729) % model.spec().vocab_size));
         for (const auto& mode : mode_list) {
           infer::GenerationConfig cfg;
           cfg.max_new_tokens = new_tokens;
@@ -162,29 +172,34 @@ int main(int argc, char** argv) {
             // replay and eager run the same kernels: any difference is a bug.
             const bool exact_pair = (mode == "replay" || mode == "eager") &&
                                     (mode_list.front() == "replay" || mode_list.front() == "eager");
-            r.check = fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
-                                  exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");
+            r.check =
+                fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
+                            exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");
           }
           if (dtype == "f32" && !f32_tokens.contains(batch)) f32_tokens[batch] = tokens;
           if (dtype == "f16" && f32_tokens.contains(batch))
             r.check += fmt::format(", {:.1f}% = f32", 100 * agreement(tokens, f32_tokens[batch]));
-          fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"dtype\":\"{}\",\"mode\":\"{}\",\"batch\":{},"
-                     "\"prompt\":{},\"new\":{},\"params\":{},\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},"
-                     "\"dispatches_per_step\":{:.1f},\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\","
-                     "\"device\":\"{}\"}}\n",
-                     shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
-                     roofline, r.check, vk::Context::get().info().name);
+          fmt::print(
+              "{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"dtype\":\"{}\",\"mode\":\"{}\","
+              "\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
+              "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f},"
+              "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"device\":\"{}\"}}\n",
+              shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
+              roofline, r.check, vk::Context::get().info().name);
           std::fflush(stdout);
           results.push_back(r);
         }
       }
     }
-    fmt::print("\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | tokens |\n");
+    fmt::print("\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | "
+               "tokens |\n");
     fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
     for (const auto& r : results) {
-      const std::string share = r.batch == 1 ? fmt::format("{:.0f}% of {:.0f}", 100 * r.tps / r.roofline, r.roofline) : "";
-      fmt::print("| {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode, r.batch, r.tps, r.ms,
-                 r.dispatches, share, r.check);
+      const std::string share =
+          r.batch == 1 ? fmt::format("{:.0f}% of {:.0f}", 100 * r.tps / r.roofline, r.roofline)
+                       : "";
+      fmt::print("| {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode,
+                 r.batch, r.tps, r.ms, r.dispatches, share, r.check);
     }
     return 0;
   } catch (const std::exception& e) {

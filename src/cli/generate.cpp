@@ -43,8 +43,10 @@ void add_sampling_options(CLI::App* cmd, GenArgs& a) {
   cmd->add_option("--active-adapter", a.active_adapter, "which loaded adapter to use (default: the first)");
   cmd->add_flag("--no-adapter", a.no_adapter, "load the adapters but run the base model (peft's "
                 "disable_adapter)");
-  cmd->add_option("--dtype", a.dtype, "weight matrices on the device: auto (f16 for a 16-bit checkpoint, "
-                  "f32 for an f32 one), f16 or f32")->capture_default_str();
+  cmd->add_option("--dtype", a.dtype,
+                  "weight matrices on the device: auto (f16 for a 16-bit checkpoint, "
+                  "f32 for an f32 one), f16 or f32")
+      ->capture_default_str();
   cmd->add_option("--max-new-tokens", a.config.max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--do-sample", a.config.do_sample, "sample instead of greedy decoding");
   cmd->add_option("--temperature", a.config.temperature, "sampling temperature")->capture_default_str();

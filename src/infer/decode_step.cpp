@@ -11,13 +11,19 @@ namespace vkf::infer {
 
 DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache,
                                    std::span<const int32_t> mask, bool replay, bool device_argmax)
-    : model_(model), cache_(cache), batch_(cache.batch), vocab_(model.spec().vocab_size),
-      replay_(replay), device_argmax_(device_argmax) {
+    : model_(model),
+      cache_(cache),
+      batch_(cache.batch),
+      vocab_(model.spec().vocab_size),
+      replay_(replay),
+      device_argmax_(device_argmax) {
   const std::string why = model.decode_step_unsupported();
-  VKF_REQUIRE(why.empty(), "{}: the recorded decode step is not available: {}", model.spec().model_type, why);
+  VKF_REQUIRE(why.empty(), "{}: the recorded decode step is not available: {}",
+              model.spec().model_type, why);
   const int64_t B = batch_;
   VKF_REQUIRE(static_cast<int64_t>(mask.size()) == B * cache.capacity,
-              "decode step: the mask has {} values for a [{}, {}] cache", mask.size(), B, cache.capacity);
+              "decode step: the mask has {} values for a [{}, {}] cache", mask.size(), B,
+              cache.capacity);
   state_ = Tensor::zeros({2 * B + 1}, DType::I32);
   inputs_.ids = state_.slice(0, 0, B).reshape({B, 1});
   inputs_.positions = state_.slice(0, B, 2 * B).reshape({B, 1});
@@ -25,7 +31,8 @@ DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache&
   inputs_.mask = Tensor::from_host_i32(mask, {B, cache.capacity});
   auto& alloc = vk::Context::get().allocator();
   host_in_ = alloc.allocate(static_cast<uint64_t>(2 * B + 1) * 4, vk::MemoryKind::Staging);
-  host_out_ = alloc.allocate(static_cast<uint64_t>(device_argmax ? B : B * vocab_) * 4, vk::MemoryKind::Staging);
+  host_out_ = alloc.allocate(static_cast<uint64_t>(device_argmax ? B : B * vocab_) * 4,
+                             vk::MemoryKind::Staging);
 }
 
 DecodeStepRunner::~DecodeStepRunner() {
@@ -52,8 +59,8 @@ void DecodeStepRunner::record() {
 
 void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_t> positions) {
   const auto B = static_cast<size_t>(batch_);
-  VKF_REQUIRE(ids.size() == B && positions.size() == B, "decode step: {} ids and {} positions for {} rows",
-              ids.size(), positions.size(), B);
+  VKF_REQUIRE(ids.size() == B && positions.size() == B,
+              "decode step: {} ids and {} positions for {} rows", ids.size(), positions.size(), B);
   VKF_REQUIRE(cache_.length < cache_.capacity, "decode step: the KV cache is full ({} positions)",
               cache_.capacity);
   auto* in = static_cast<int32_t*>(host_in_.mapped());

@@ -27,8 +27,8 @@ class DecodeStepRunner {
   // the device and returns B ids; else it returns the [B, vocab] logits. The model must support
   // decode_step() (DecoderModel::decode_step_unsupported() is empty); model and cache must outlive
   // the runner.
-  DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache, std::span<const int32_t> mask,
-                   bool replay, bool device_argmax);
+  DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache,
+                   std::span<const int32_t> mask, bool replay, bool device_argmax);
   ~DecodeStepRunner();
   DecodeStepRunner(const DecodeStepRunner&) = delete;
   DecodeStepRunner& operator=(const DecodeStepRunner&) = delete;

@@ -90,8 +90,9 @@ int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen
 }
 
 DecodeMode effective_decode_mode(const models::DecoderModel& model, DecodeMode wanted) {
-  return wanted != DecodeMode::Generic && !model.decode_step_unsupported().empty() ? DecodeMode::Generic
-                                                                                   : wanted;
+  return wanted != DecodeMode::Generic && !model.decode_step_unsupported().empty()
+             ? DecodeMode::Generic
+             : wanted;
 }
 
 std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
@@ -143,7 +144,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     }
   };
   take_result(model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
-                            Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache, pos,
+                            Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache,
+                            pos,
                             /*last_only=*/true));
 
   std::unique_ptr<DecodeStepRunner> runner;
@@ -153,9 +155,11 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     // Every slot past the prompt holds a generated token, which every row attends to.
     std::vector<int32_t> slots(rows * static_cast<size_t>(capacity), 1);
     for (size_t b = 0; b < rows; ++b)
-      std::copy(mask.begin() + static_cast<std::ptrdiff_t>(b * L), mask.begin() + static_cast<std::ptrdiff_t>((b + 1) * L),
+      std::copy(mask.begin() + static_cast<std::ptrdiff_t>(b * L),
+                mask.begin() + static_cast<std::ptrdiff_t>((b + 1) * L),
                 slots.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(capacity)));
-    runner = std::make_unique<DecodeStepRunner>(model, cache, slots, mode == DecodeMode::Replay, on_device);
+    runner = std::make_unique<DecodeStepRunner>(model, cache, slots, mode == DecodeMode::Replay,
+                                                on_device);
   }
 
   std::vector<std::vector<int32_t>> out(rows);
@@ -197,7 +201,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
       }
       continue;
     }
-    // Generic: append one column to the mask (every row attends to its new token, as transformers does).
+    // Generic: append one column to the mask (every row attends to its new token, as transformers
+    // does).
     std::vector<int32_t> grown(rows * static_cast<size_t>(keys + 1));
     for (size_t b = 0; b < rows; ++b) {
       std::copy(full_mask.begin() + static_cast<std::ptrdiff_t>(b) * keys,
@@ -207,8 +212,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     }
     full_mask.swap(grown);
     ++keys;
-    take_result(model.forward(Tensor::from_host_i32(chosen, {B, 1}), Tensor::from_host_i32(full_mask, {B, keys}),
-                              {}, &cache, step_pos));
+    take_result(model.forward(Tensor::from_host_i32(chosen, {B, 1}),
+                              Tensor::from_host_i32(full_mask, {B, keys}), {}, &cache, step_pos));
   }
   return out;
 }

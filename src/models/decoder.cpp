@@ -95,7 +95,8 @@ DecoderModel::DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params)
     : spec_(std::move(spec)), params_(std::move(params)) {
   const auto shapes = parameter_shapes(spec_);
   // Matrices share one dtype: that of the embedding (always a matrix).
-  if (auto it = params_.find(spec_.names.embed); it != params_.end() && it->second.dtype() == DType::F16)
+  if (auto it = params_.find(spec_.names.embed);
+      it != params_.end() && it->second.dtype() == DType::F16)
     matrix_dtype_ = DType::F16;
   for (const auto& [name, shape] : shapes) {
     auto it = params_.find(name);
@@ -103,8 +104,8 @@ DecoderModel::DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params)
     const DType want = shape.size() == 2 ? matrix_dtype_ : DType::F32;
     VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == want,
                 "{} model: parameter '{}' has shape {} ({}), expected {} ({})", spec_.model_type,
-                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()), shape_str(shape),
-                dtype_name(want));
+                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()),
+                shape_str(shape), dtype_name(want));
     order_.push_back(name);
   }
 }
@@ -113,9 +114,10 @@ void DecoderModel::convert_matrices(DType dtype) {
   VKF_REQUIRE(dtype == DType::F32 || dtype == DType::F16,
               "convert_matrices: weight matrices are f32 or f16, not {}", dtype_name(dtype));
   if (dtype == matrix_dtype_) return;
-  VKF_REQUIRE(dtype == DType::F32 || !std::any_of(params_.begin(), params_.end(),
-                                                  [](const auto& p) { return p.second.requires_grad(); }),
-              "convert_matrices: the model's parameters require gradients; f16 matrices are for inference");
+  VKF_REQUIRE(
+      dtype == DType::F32 || !std::any_of(params_.begin(), params_.end(),
+                                          [](const auto& p) { return p.second.requires_grad(); }),
+      "convert_matrices: the model's parameters require gradients; f16 matrices are for inference");
   autograd::NoGradScope no_grad;
   for (const auto& [name, shape] : parameter_shapes(spec_))
     if (shape.size() == 2) params_[name] = params_[name].to(dtype);
@@ -150,8 +152,10 @@ DecoderModel DecoderModel::load(const std::string& dir, DType matrix_dtype) {
 DType DecoderModel::checkpoint_matrix_dtype(const std::string& dir) {
   const ArchSpec spec = spec_from_file((fs::path(dir) / "config.json").string());
   const io::SafetensorsModel weights(dir);
-  VKF_REQUIRE(weights.contains(spec.names.embed), "{}: tensor '{}' is missing; a {} model with this "
-              "config.json needs it", weights.source(), spec.names.embed, spec.model_type);
+  VKF_REQUIRE(weights.contains(spec.names.embed),
+              "{}: tensor '{}' is missing; a {} model with this "
+              "config.json needs it",
+              weights.source(), spec.names.embed, spec.model_type);
   const io::StDtype stored = weights.entry(spec.names.embed).dtype;
   return stored == io::StDtype::F16 || stored == io::StDtype::BF16 ? DType::F16 : DType::F32;
 }
@@ -175,7 +179,8 @@ std::vector<Tensor> DecoderModel::parameters() const {
 void DecoderModel::set_requires_grad(bool on) {
   VKF_REQUIRE(!on || matrix_dtype_ == DType::F32,
               "this {} model holds f16 weight matrices, which are for inference; load it with f32 "
-              "weights to train it", spec_.model_type);
+              "weights to train it",
+              spec_.model_type);
   for (auto& [name, t] : params_) t.set_requires_grad(on);
 }
 
@@ -242,7 +247,7 @@ struct DecoderModel::Step {
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
   const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
-  bool last_only = false;  // the head on the last position only
+  bool last_only = false;                // the head on the last position only
 };
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
@@ -343,8 +348,9 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   Tensor a;
   if (step.decode) {
     // The key count comes from the device (decode_step()).
-    a = ops::attention_decode(q, step.cache->k[static_cast<size_t>(l)], step.cache->v[static_cast<size_t>(l)],
-                              step.mask, step.decode->cached, opts);
+    a = ops::attention_decode(q, step.cache->k[static_cast<size_t>(l)],
+                              step.cache->v[static_cast<size_t>(l)], step.mask, step.decode->cached,
+                              opts);
   } else {
     a = ops::attention(q, k, v, step.mask, opts);
   }
@@ -359,7 +365,8 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
-Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace, const Tensor* residual) const {
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace,
+                               const Tensor* residual) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
@@ -381,7 +388,8 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace, c
   } else if (residual && !s.mlp_bias) {
     // A folded decode step has no adapter or trace on these projections: both products and the
     // activation in one pass over the two weights (ops::gated_linear; same sums as below).
-    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act), Tensor());
+    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act),
+                  Tensor());
   } else {
     Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
     Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
@@ -405,8 +413,8 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   // projections of pre-norm and parallel layers add straight into the residual stream x (which
   // this layer owns): one dispatch and one barrier fewer per residual. The same sums (a projection
   // bias is added after the residual rather than before).
-  const bool fold = step.decode && !trace && !nn::active_adapter() && !dropout_rng::active_stream() &&
-                    res_mult == 1.0f &&
+  const bool fold = step.decode && !trace && !nn::active_adapter() &&
+                    !dropout_rng::active_stream() && res_mult == 1.0f &&
                     (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
   if (fold) {
     const Tensor h = norm(x, L(n.norm1));
@@ -450,8 +458,9 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   return x;
 }
 
-Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
-                             KVCache* cache, std::span<const int32_t> positions, bool last_only) {
+Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                             const Trace& trace, KVCache* cache, std::span<const int32_t> positions,
+                             bool last_only) {
   const auto& s = spec_;
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
@@ -500,7 +509,8 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
 std::string DecoderModel::decode_step_unsupported() const {
   for (const auto& layer : spec_.layers) {
     if (layer.use_rope && (layer.rope.type == "dynamic" || layer.rope.type == "longrope"))
-      return fmt::format("its '{}' rotary frequencies depend on the sequence length", layer.rope.type);
+      return fmt::format("its '{}' rotary frequencies depend on the sequence length",
+                         layer.rope.type);
   }
   return "";
 }
@@ -509,20 +519,24 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
   const auto& s = spec_;
   const std::string why = decode_step_unsupported();
   VKF_REQUIRE(why.empty(), "{} decode_step: not available for this model: {}", s.model_type, why);
-  VKF_REQUIRE(!autograd::active_tape(), "{} decode_step: a KV cache is for inference (no gradients)",
-              s.model_type);
+  VKF_REQUIRE(!autograd::active_tape(),
+              "{} decode_step: a KV cache is for inference (no gradients)", s.model_type);
   const int64_t B = cache.batch;
-  VKF_REQUIRE(B > 0 && !cache.k.empty(), "{} decode_step: the KV cache is empty; make it with make_cache()",
-              s.model_type);
+  VKF_REQUIRE(B > 0 && !cache.k.empty(),
+              "{} decode_step: the KV cache is empty; make it with make_cache()", s.model_type);
   const Shape column{B, 1};
   for (const auto& [t, what] : {std::pair{&in.ids, "ids"}, {&in.positions, "positions"}}) {
     VKF_REQUIRE(t->defined() && t->dtype() == DType::I32 && t->shape() == column,
-                "{} decode_step: {} must be I32 [{}, 1] (one per cache row)", s.model_type, what, B);
+                "{} decode_step: {} must be I32 [{}, 1] (one per cache row)", s.model_type, what,
+                B);
   }
   VKF_REQUIRE(in.cached.defined() && in.cached.dtype() == DType::I32 && in.cached.numel() >= 1,
-              "{} decode_step: cached must be an I32 tensor (element 0: positions in the cache)", s.model_type);
-  VKF_REQUIRE(!in.mask.defined() || (in.mask.dtype() == DType::I32 && in.mask.shape() == (Shape{B, cache.capacity})),
-              "{} decode_step: mask must be I32 [{}, {}] (every cache slot)", s.model_type, B, cache.capacity);
+              "{} decode_step: cached must be an I32 tensor (element 0: positions in the cache)",
+              s.model_type);
+  VKF_REQUIRE(!in.mask.defined() ||
+                  (in.mask.dtype() == DType::I32 && in.mask.shape() == (Shape{B, cache.capacity})),
+              "{} decode_step: mask must be I32 [{}, {}] (every cache slot)", s.model_type, B,
+              cache.capacity);
   Step step;
   step.mask = in.mask;
   step.T = 1;

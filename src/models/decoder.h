@@ -92,7 +92,8 @@ class DecoderModel {
   // final norm and the head run on the last position only and logits are [B, 1, vocab] (a prefill
   // needs nothing else: T times less head work and memory).
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace = {},
-                 KVCache* cache = nullptr, std::span<const int32_t> positions = {}, bool last_only = false);
+                 KVCache* cache = nullptr, std::span<const int32_t> positions = {},
+                 bool last_only = false);
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
   // One decoding step (one new token per row) over `cache`, whose capacity is fixed: writes the
@@ -121,7 +122,8 @@ class DecoderModel {
   // undefined tensor is returned.
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
                          const Tensor* residual = nullptr);
-  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace, const Tensor* residual = nullptr) const;
+  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
+                   const Tensor* residual = nullptr) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 
   ArchSpec spec_;

@@ -28,14 +28,16 @@ void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, con
 // read on the device); caches as kv_cache_write's. Same rotation as ops::apply_rope.
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
                      const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim, RopeLayout layout);
+                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim,
+                     RopeLayout layout);
 
 // out += x W^T (+ bias) in place: a residual connection folded into the epilogue of the
 // projection that feeds it (one dispatch and one barrier fewer than linear + residual_add). x: f32
 // [..., in]; weight: f32 or f16 [out_features, in]; bias: f32 [out_features] or undefined; out: f32
 // [..., out_features] with x's leading shape, contiguous, not overlapping x or the weight. Not
 // differentiable.
-void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& out);
 
 // act(x Wg^T) * (x Wu^T): the first half of a gated MLP (SwiGLU, GeGLU; Llama's gate_proj and
 // up_proj), without biases. x: f32 [..., in]; w_gate, w_up: [inner, in], f32 or f16 alike; returns

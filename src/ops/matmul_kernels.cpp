@@ -242,8 +242,9 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
 
 // a is [M <= 8, K] in f32, b a weight stored in f16 with contiguous rows (kernel_layout(b).trans:
 // the [N, K] Hugging Face layout read as K x N); bias indexed by column.
-void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
-                         const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
+void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
+                         float beta, const Tensor& bias, int64_t bias_stride,
+                         const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   constexpr uint32_t kCols = 8;  // matmul_skinny_f16's COLS
@@ -367,9 +368,10 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
   const double batch = static_cast<double>(c.batch);
   vk::DispatchCost cost;
   cost.flops = 2.0 * batch * c.rows * c.cols * a.cols;
-  cost.bytes = 4.0 * (static_cast<double>(a.batch) * a.rows * a.cols +
-                      batch * c.rows * c.cols * (beta != 0 ? 2 : 1)) +
-               static_cast<double>(dtype_size(b.t.dtype())) * static_cast<double>(b.batch) * b.rows * b.cols;
+  cost.bytes =
+      4.0 * (static_cast<double>(a.batch) * a.rows * a.cols +
+             batch * c.rows * c.cols * (beta != 0 ? 2 : 1)) +
+      static_cast<double>(dtype_size(b.t.dtype())) * static_cast<double>(b.batch) * b.rows * b.cols;
 
   // A weight shared by a batch of row-major inputs: one taller product fills the GPU better.
   if (c.batch > 1 && b.batch == 1 && a.batch > 1) {

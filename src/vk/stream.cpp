@@ -179,8 +179,10 @@ void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32
 
 void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset, uint64_t bytes) {
   if (bytes == 0) return;
-  VKF_REQUIRE(!capture_, "a captured graph cannot upload host data (every replay would copy the same "
-              "bytes); create its inputs before the capture and refresh them through device memory");
+  VKF_REQUIRE(
+      !capture_,
+      "a captured graph cannot upload host data (every replay would copy the same "
+      "bytes); create its inputs before the capture and refresh them through device memory");
   Allocation staging = ctx_.allocator().allocate(bytes, MemoryKind::Staging);
   std::memcpy(staging.mapped(), data, bytes);
   copy(staging, 0, dst, dst_offset, bytes);
@@ -189,7 +191,8 @@ void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset
 
 void Stream::download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes) {
   if (bytes == 0) return;
-  VKF_REQUIRE(!capture_, "a captured graph cannot wait for a download; record read_back() into "
+  VKF_REQUIRE(!capture_,
+              "a captured graph cannot wait for a download; record read_back() into "
               "host-visible memory and read it after the replay");
   Allocation staging = ctx_.allocator().allocate(bytes, MemoryKind::Staging);
   copy(src, src_offset, staging, 0, bytes);
@@ -317,7 +320,8 @@ void Stream::set_profiling(bool on) {
 }
 
 bool Graph::touches(const BufferRange& r) const {
-  return std::any_of(touched_.begin(), touched_.end(), [&](const BufferRange& t) { return t.overlaps(r); });
+  return std::any_of(touched_.begin(), touched_.end(),
+                     [&](const BufferRange& t) { return t.overlaps(r); });
 }
 
 Graph::~Graph() {
@@ -366,7 +370,8 @@ std::unique_ptr<Graph> Stream::end_capture() {
   saved_read_.clear();
   VKF_VK_CHECK(vkEndCommandBuffer(g.cmd_));
   auto key = [](const BufferRange& r) { return std::tuple(r.block, r.offset, r.size); };
-  std::sort(g.touched_.begin(), g.touched_.end(), [&](const auto& x, const auto& y) { return key(x) < key(y); });
+  std::sort(g.touched_.begin(), g.touched_.end(),
+            [&](const auto& x, const auto& y) { return key(x) < key(y); });
   g.touched_.erase(std::unique(g.touched_.begin(), g.touched_.end(),
                                [&](const auto& x, const auto& y) { return key(x) == key(y); }),
                    g.touched_.end());
@@ -383,7 +388,8 @@ void Stream::replay(Graph& g) {
   si.pCommandBuffers = &g.cmd_;
   VKF_VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, g.fence_));
   g.pending_ = true;
-  // The graph ends with a full barrier: nothing recorded after it needs another for what came before.
+  // The graph ends with a full barrier: nothing recorded after it needs another for what came
+  // before.
   written_since_barrier_.clear();
   read_since_barrier_.clear();
   dispatches_total_ += g.dispatches_;

@@ -73,9 +73,9 @@ class Graph {
   Stream& stream_;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
-  bool pending_ = false;                // submitted and not yet waited for
-  std::vector<BufferRange> touched_;    // every range its commands read or write
-  std::vector<Allocation> owned_;       // released by their owners while the graph lives
+  bool pending_ = false;              // submitted and not yet waited for
+  std::vector<BufferRange> touched_;  // every range its commands read or write
+  std::vector<Allocation> owned_;     // released by their owners while the graph lives
   uint64_t dispatches_ = 0;
 };
 
@@ -154,11 +154,11 @@ class Stream {
   bool has_recording_ = false;
   std::vector<BufferRange> written_since_barrier_;
   std::vector<BufferRange> read_since_barrier_;
-  Graph* capture_ = nullptr;      // the graph being recorded
-  Batch capture_batch_;           // its command buffer while recording
+  Graph* capture_ = nullptr;  // the graph being recorded
+  Batch capture_batch_;       // its command buffer while recording
   std::unique_ptr<Graph> capture_owner_;
   std::vector<BufferRange> saved_written_, saved_read_;  // the stream's hazards across a capture
-  std::vector<Graph*> graphs_;    // every live graph
+  std::vector<Graph*> graphs_;                           // every live graph
   bool profiling_ = false;
   std::map<std::string, KernelProfile> profile_;
   uint64_t dispatches_total_ = 0;

@@ -40,7 +40,9 @@ TEST(DecodeOps, ArgmaxRows) {
     }
     const auto got = ops::argmax_rows(test::to_gpu(x, {rows, cols})).to_int();
     const auto want = ref::argmax_rows(x, rows, cols);
-    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "cols " << cols << " row " << r;
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)])
+          << "cols " << cols << " row " << r;
     if (cols > 10) {
       EXPECT_EQ(want[1], 5);
       EXPECT_EQ(want[2], cols / 2);
@@ -54,8 +56,13 @@ TEST(DecodeOps, ArgmaxRows) {
     last.insert(last.end(), logits.begin() + (b * 4 + 3) * 50, logits.begin() + (b * 4 + 4) * 50);
   const auto got = ops::argmax_rows(t.slice(1, 3, 4)).to_int();
   const auto want = ref::argmax_rows(last, 3, 50);
-  for (int b = 0; b < 3; ++b) EXPECT_EQ(got[static_cast<size_t>(b)], want[static_cast<size_t>(b)]) << "row " << b;
-  test::expect_error([] { ops::argmax_rows(Tensor::zeros({2, 3}, DType::I32)); }, {"argmax_rows", "f32"});
+  for (int b = 0; b < 3; ++b)
+    EXPECT_EQ(got[static_cast<size_t>(b)], want[static_cast<size_t>(b)]) << "row " << b;
+  test::expect_error(
+      [] {
+        ops::argmax_rows(Tensor::zeros({2, 3}, DType::I32));
+      },
+      {"argmax_rows", "f32"});
   test::expect_error([] { ops::argmax_rows(Tensor::zeros({2, 3, 4})); }, {"one position per row"});
 }
 
@@ -64,19 +71,22 @@ TEST(DecodeOps, KvCacheWrite) {
   const int64_t B = 2, cap = 5, H = 3, D = 4, row = H * D;
   auto ck = rng.uniform(static_cast<size_t>(B * cap * row)), cv = rng.uniform(ck.size());
   const auto k = rng.uniform(static_cast<size_t>(B * row)), v = rng.uniform(k.size());
-  const Tensor cache_k = test::to_gpu(ck, {B, cap, H, D}), cache_v = test::to_gpu(cv, {B, cap, H, D});
+  const Tensor cache_k = test::to_gpu(ck, {B, cap, H, D}),
+               cache_v = test::to_gpu(cv, {B, cap, H, D});
   for (const int32_t slot : {3, 0, 7, -1}) {
-    ops::kv_cache_write(test::to_gpu(k, {B, 1, H, D}), test::to_gpu(v, {B, 1, H, D}), cache_k, cache_v,
-                        Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}));
+    ops::kv_cache_write(test::to_gpu(k, {B, 1, H, D}), test::to_gpu(v, {B, 1, H, D}), cache_k,
+                        cache_v, Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}));
     ref::kv_cache_write(ck, test::as_f32(k), B, cap, row, slot);
     ref::kv_cache_write(cv, test::as_f32(v), B, cap, row, slot);
     test::expect_close(cache_k, test::as_f32(ck), 0, 0, "keys, slot " + std::to_string(slot));
     test::expect_close(cache_v, test::as_f32(cv), 0, 0, "values, slot " + std::to_string(slot));
   }
-  test::expect_error([&] {
-    ops::kv_cache_write(Tensor::zeros({B, 2, H, D}), Tensor::zeros({B, 1, H, D}), cache_k, cache_v,
-                        Tensor::from_host_i32(std::vector<int32_t>{0}, {1}));
-  }, {"kv_cache_write", "keys"});
+  test::expect_error(
+      [&] {
+        ops::kv_cache_write(Tensor::zeros({B, 2, H, D}), Tensor::zeros({B, 1, H, D}), cache_k,
+                            cache_v, Tensor::from_host_i32(std::vector<int32_t>{0}, {1}));
+      },
+      {"kv_cache_write", "keys"});
 }
 
 struct DecodeCase {
@@ -101,10 +111,13 @@ void check_attention_decode(Rng& rng, const DecodeCase& c) {
   opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
   opts.sliding_window = c.window;
   opts.softcap = c.softcap;
-  const Tensor cached = Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.cached)}, {1});
-  const Tensor ck = test::to_gpu(k, {c.batch, c.cap, c.hkv, c.d}), cv = test::to_gpu(v, {c.batch, c.cap, c.hkv, c.d});
+  const Tensor cached =
+      Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.cached)}, {1});
+  const Tensor ck = test::to_gpu(k, {c.batch, c.cap, c.hkv, c.d}),
+               cv = test::to_gpu(v, {c.batch, c.cap, c.hkv, c.d});
   const Tensor mt = Tensor::from_host_i32(mask, {c.batch, c.cap});
-  const Tensor got = ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
+  const Tensor got =
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
   // The reference sees the filled slots only.
   std::vector<double> kf, vf;
   std::vector<int64_t> mf;
@@ -115,25 +128,28 @@ void check_attention_decode(Rng& rng, const DecodeCase& c) {
     mf.insert(mf.end(), mask.begin() + b * c.cap, mask.begin() + b * c.cap + keys);
   }
   const auto want = ref::attention(q, kf, vf, mf, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts);
-  const std::string what = "d=" + std::to_string(c.d) + " keys=" + std::to_string(keys) + " window=" +
-                           std::to_string(c.window) + " softcap=" + std::to_string(c.softcap);
+  const std::string what = "d=" + std::to_string(c.d) + " keys=" + std::to_string(keys) +
+                           " window=" + std::to_string(c.window) +
+                           " softcap=" + std::to_string(c.softcap);
   test::expect_close(got, want, 2e-6, 2e-5, what);
   // Deterministic, and without a mask every slot is a token.
-  const Tensor again = ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
+  const Tensor again =
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
   test::expect_bitwise_equal(got, again, what + " (twice)");
   const auto no_mask = ref::attention(q, kf, vf, {}, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts);
-  test::expect_close(ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, {}, cached, opts),
-                     no_mask, 2e-6, 2e-5, what + " without a mask");
+  test::expect_close(
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, {}, cached, opts),
+      no_mask, 2e-6, 2e-5, what + " without a mask");
 }
 
 TEST(DecodeOps, AttentionDecodeMatchesReference) {
   Rng rng(23);
-  check_attention_decode(rng, {1, 9, 4, 2, 6, 0, 0, 0});           // the first key only
-  check_attention_decode(rng, {2, 40, 4, 2, 6, 17, 0, 0});         // odd head dim, GQA
-  check_attention_decode(rng, {3, 300, 2, 1, 64, 260, 0, 0});      // three key chunks, a masked row
-  check_attention_decode(rng, {2, 300, 4, 4, 32, 200, 50, 0});     // sliding window
-  check_attention_decode(rng, {2, 64, 2, 2, 130, 40, 0, 30.0f});   // dims past 128, soft-cap
-  check_attention_decode(rng, {1, 20, 2, 1, 256, 19, 0, 0});       // the largest head dim
+  check_attention_decode(rng, {1, 9, 4, 2, 6, 0, 0, 0});          // the first key only
+  check_attention_decode(rng, {2, 40, 4, 2, 6, 17, 0, 0});        // odd head dim, GQA
+  check_attention_decode(rng, {3, 300, 2, 1, 64, 260, 0, 0});     // three key chunks, a masked row
+  check_attention_decode(rng, {2, 300, 4, 4, 32, 200, 50, 0});    // sliding window
+  check_attention_decode(rng, {2, 64, 2, 2, 130, 40, 0, 30.0f});  // dims past 128, soft-cap
+  check_attention_decode(rng, {1, 20, 2, 1, 256, 19, 0, 0});      // the largest head dim
 }
 
 TEST(DecodeOps, AttentionDecodeBadInput) {
@@ -141,19 +157,34 @@ TEST(DecodeOps, AttentionDecodeBadInput) {
   const Tensor cached = Tensor::from_host_i32(std::vector<int32_t>{3}, {1});
   ops::AttentionOptions opts;
   opts.scale = 0.5f;
-  test::expect_error([&] { ops::attention_decode(Tensor::zeros({2, 2, 2, 4}), cache, cache, {}, cached, opts); },
-                     {"attention_decode", "q"});
-  test::expect_error([&] { ops::attention_decode(Tensor::zeros({2, 1, 3, 4}), cache, cache, {}, cached, opts); },
-                     {"multiple"});
-  test::expect_error([&] {
-    ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, Tensor::zeros({2, 7}, DType::I32), cached, opts);
-  }, {"key_padding_mask"});
-  test::expect_error([&] {
-    ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, Tensor::zeros({1}), opts);
-  }, {"cached", "I32"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 2, 2, 4}), cache, cache, {}, cached, opts);
+      },
+      {"attention_decode", "q"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 3, 4}), cache, cache, {}, cached, opts);
+      },
+      {"multiple"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache,
+                              Tensor::zeros({2, 7}, DType::I32), cached, opts);
+      },
+      {"key_padding_mask"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, Tensor::zeros({1}),
+                              opts);
+      },
+      {"cached", "I32"});
   ops::AttentionOptions unset;
-  test::expect_error([&] { ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, cached, unset); },
-                     {"scale"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, cached, unset);
+      },
+      {"scale"});
 }
 
 TEST(DecodeOps, RopeKvWrite) {
@@ -169,19 +200,22 @@ TEST(DecodeOps, RopeKvWrite) {
       const auto cos = test::as_f32(rng.uniform(static_cast<size_t>(P * half)));
       const auto sin = test::as_f32(rng.uniform(cos.size()));
       const std::vector<int32_t> pos = {5, 11};
-      auto ck = test::as_f32(rng.uniform(static_cast<size_t>(B * cap * hkv * D))), cv = test::as_f32(rng.uniform(ck.size()));
-      const Tensor cache_k = test::to_gpu(ck, {B, cap, hkv, D}), cache_v = test::to_gpu(cv, {B, cap, hkv, D});
+      auto ck = test::as_f32(rng.uniform(static_cast<size_t>(B * cap * hkv * D))),
+           cv = test::as_f32(rng.uniform(ck.size()));
+      const Tensor cache_k = test::to_gpu(ck, {B, cap, hkv, D}),
+                   cache_v = test::to_gpu(cv, {B, cap, hkv, D});
       const std::vector<int64_t> pos64(pos.begin(), pos.end());
       const auto q_want = ref::rope_apply(q, B, 1, hq, D, cos, sin, pos64, rot, interleaved);
       const auto k_rot = ref::rope_apply(k, B, 1, hkv, D, cos, sin, pos64, rot, interleaved);
       for (const int32_t slot : {4, 7}) {  // 7: outside the cache, nothing written
         const Tensor got_q = ops::rope_kv_write(
-            test::to_gpu(q, {B, 1, hq, D}), test::to_gpu(k, {B, 1, hkv, D}), test::to_gpu(v, {B, 1, hkv, D}),
-            test::to_gpu(cos, {P, half}), test::to_gpu(sin, {P, half}), Tensor::from_host_i32(pos, {B, 1}), cache_k,
-            cache_v, Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}), rot,
+            test::to_gpu(q, {B, 1, hq, D}), test::to_gpu(k, {B, 1, hkv, D}),
+            test::to_gpu(v, {B, 1, hkv, D}), test::to_gpu(cos, {P, half}),
+            test::to_gpu(sin, {P, half}), Tensor::from_host_i32(pos, {B, 1}), cache_k, cache_v,
+            Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}), rot,
             interleaved ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf);
-        const std::string what = std::string(interleaved ? "interleaved" : "rotate-half") + " D=" +
-                                 std::to_string(D) + " slot " + std::to_string(slot);
+        const std::string what = std::string(interleaved ? "interleaved" : "rotate-half") +
+                                 " D=" + std::to_string(D) + " slot " + std::to_string(slot);
         test::expect_close(got_q, q_want, 1e-6, 1e-6, what + ": q");
         ref::kv_cache_write(ck, k_rot, B, cap, hkv * D, slot);
         ref::kv_cache_write(cv, v, B, cap, hkv * D, slot);
@@ -190,12 +224,15 @@ TEST(DecodeOps, RopeKvWrite) {
       }
     }
   }
-  test::expect_error([] {
-    const Tensor c = Tensor::zeros({1, 4, 1, 4});
-    ops::rope_kv_write(Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({1, 1, 1, 4}),
-                       Tensor::zeros({8, 3}), Tensor::zeros({8, 3}), Tensor::zeros({1, 1}, DType::I32), c, c,
-                       Tensor::zeros({1}, DType::I32), 4, ops::RopeLayout::RotateHalf);
-  }, {"rope_kv_write", "cos/sin"});
+  test::expect_error(
+      [] {
+        const Tensor c = Tensor::zeros({1, 4, 1, 4});
+        ops::rope_kv_write(Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({1, 1, 1, 4}),
+                           Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({8, 3}),
+                           Tensor::zeros({8, 3}), Tensor::zeros({1, 1}, DType::I32), c, c,
+                           Tensor::zeros({1}, DType::I32), 4, ops::RopeLayout::RotateHalf);
+      },
+      {"rope_kv_write", "cos/sin"});
 }
 
 // f16 weights rounded on the host, as doubles and as a device tensor.
@@ -230,18 +267,26 @@ TEST(DecodeOps, LinearAccumulate) {
       ops::linear_accumulate(test::to_gpu(x, {rows, 1, in}), wt, test::to_gpu(b, {out}), acc);
       auto want = ref::linear(x, w, b, rows, in, out);
       for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
-      test::expect_close(acc, want, 2e-5, 1e-5, std::string(half ? "f16" : "f32") + " rows " + std::to_string(rows));
+      test::expect_close(acc, want, 2e-5, 1e-5,
+                         std::string(half ? "f16" : "f32") + " rows " + std::to_string(rows));
     }
   }
-  test::expect_error([] { ops::linear_accumulate(Tensor::zeros({2, 4}), Tensor::zeros({3, 4}), {}, Tensor::zeros({2, 4})); },
-                     {"linear_accumulate", "out"});
+  test::expect_error(
+      [] {
+        ops::linear_accumulate(Tensor::zeros({2, 4}), Tensor::zeros({3, 4}), {},
+                               Tensor::zeros({2, 4}));
+      },
+      {"linear_accumulate", "out"});
 }
 
 TEST(DecodeOps, GatedLinear) {
   Rng rng(26);
-  // (activation, rows, in): 9 rows take two products and gated_act; in = 37 reads halves one by one.
+  // (activation, rows, in): 9 rows take two products and gated_act; in = 37 reads halves one by
+  // one.
   const std::tuple<ops::Activation, int64_t, int64_t> cases[] = {
-      {ops::Activation::SiLU, 1, 48}, {ops::Activation::SiLU, 1, 37}, {ops::Activation::SiLU, 9, 48},
+      {ops::Activation::SiLU, 1, 48},
+      {ops::Activation::SiLU, 1, 37},
+      {ops::Activation::SiLU, 9, 48},
       {ops::Activation::GELUTanh, 3, 48}};
   for (const auto& [act, rows, in] : cases) {
     const int64_t inner = 19;
@@ -250,9 +295,10 @@ TEST(DecodeOps, GatedLinear) {
     const auto [wu, wut] = half_weights(rng, inner, in);
     const Tensor got = ops::gated_linear(test::to_gpu(x, {rows, 1, in}), wgt, wut, act);
     EXPECT_EQ(got.shape(), (Shape{rows, 1, inner}));
-    const auto want = ref::gated(act, ref::linear(x, wg, {}, rows, in, inner), ref::linear(x, wu, {}, rows, in, inner));
-    const std::string what = "act " + std::to_string(static_cast<int>(act)) + " rows " + std::to_string(rows) +
-                             " in " + std::to_string(in);
+    const auto want = ref::gated(act, ref::linear(x, wg, {}, rows, in, inner),
+                                 ref::linear(x, wu, {}, rows, in, inner));
+    const std::string what = "act " + std::to_string(static_cast<int>(act)) + " rows " +
+                             std::to_string(rows) + " in " + std::to_string(in);
     test::expect_close(got, want, 1e-5, 1e-5, what);
     // The composed path on the same f16 weights: same products, same formula.
     const Tensor composed = ops::gated_act(ops::linear(test::to_gpu(x, {rows, 1, in}), wgt),
@@ -262,13 +308,17 @@ TEST(DecodeOps, GatedLinear) {
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
   const auto w = test::as_f32(rng.uniform(3 * 8)), u = test::as_f32(rng.uniform(3 * 8));
-  test::expect_close(ops::gated_linear(test::to_gpu(x, {2, 8}), test::to_gpu(w, {3, 8}), test::to_gpu(u, {3, 8}),
-                                       ops::Activation::SiLU),
-                     ref::gated(ops::Activation::SiLU, ref::linear(x, w, {}, 2, 8, 3), ref::linear(x, u, {}, 2, 8, 3)),
+  test::expect_close(ops::gated_linear(test::to_gpu(x, {2, 8}), test::to_gpu(w, {3, 8}),
+                                       test::to_gpu(u, {3, 8}), ops::Activation::SiLU),
+                     ref::gated(ops::Activation::SiLU, ref::linear(x, w, {}, 2, 8, 3),
+                                ref::linear(x, u, {}, 2, 8, 3)),
                      1e-5, 1e-5, "f32 weights");
-  test::expect_error([] {
-    ops::gated_linear(Tensor::zeros({2, 8}), Tensor::zeros({3, 8}), Tensor::zeros({4, 8}), ops::Activation::SiLU);
-  }, {"gated_linear", "one shape"});
+  test::expect_error(
+      [] {
+        ops::gated_linear(Tensor::zeros({2, 8}), Tensor::zeros({3, 8}), Tensor::zeros({4, 8}),
+                          ops::Activation::SiLU);
+      },
+      {"gated_linear", "one shape"});
 }
 
 }  // namespace

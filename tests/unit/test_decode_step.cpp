@@ -16,8 +16,8 @@
 #include "core/autograd.h"
 #include "infer/decode_step.h"
 #include "infer/generate.h"
-#include "models/registry.h"
 #include "models/decoder.h"
+#include "models/registry.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -25,7 +25,9 @@ namespace vkf {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path fixtures() { return fs::path(__FILE__).parent_path().parent_path() / "fixtures"; }
+fs::path fixtures() {
+  return fs::path(__FILE__).parent_path().parent_path() / "fixtures";
+}
 
 std::vector<std::string> parity_cases() {
   std::vector<std::string> out;
@@ -41,7 +43,8 @@ models::DecoderModel load(const std::string& c, DType matrices = DType::F32) {
 
 // Two left-padded prompts and the tokens fed after them (teacher forcing: the same for every path).
 const std::vector<std::vector<int32_t>> kPrompts = {{5, 9, 13, 21, 7, 30}, {17, 3, 11}};
-const std::vector<std::vector<int32_t>> kFed = {{4, 8, 12, 16, 20, 24, 28}, {1, 33, 6, 40, 2, 19, 23}};
+const std::vector<std::vector<int32_t>> kFed = {{4, 8, 12, 16, 20, 24, 28},
+                                                {1, 33, 6, 40, 2, 19, 23}};
 constexpr int64_t kPromptLen = 6, kSteps = 7;
 
 struct Batch {
@@ -70,8 +73,8 @@ std::vector<std::vector<double>> generic_logits(models::DecoderModel& model) {
   autograd::NoGradScope no_grad;
   Batch b = left_padded();
   auto cache = model.make_cache(2, kPromptLen + kSteps);
-  model.forward(Tensor::from_host_i32(b.ids, {2, kPromptLen}), Tensor::from_host_i32(b.mask, {2, kPromptLen}), {},
-                &cache, b.pos);
+  model.forward(Tensor::from_host_i32(b.ids, {2, kPromptLen}),
+                Tensor::from_host_i32(b.mask, {2, kPromptLen}), {}, &cache, b.pos);
   std::vector<int32_t> mask = b.mask;
   int64_t keys = kPromptLen;
   std::vector<std::vector<double>> out;
@@ -84,22 +87,26 @@ std::vector<std::vector<double>> generic_logits(models::DecoderModel& model) {
     }
     mask.swap(grown);
     ++keys;
-    const std::vector<int32_t> ids = {kFed[0][static_cast<size_t>(s)], kFed[1][static_cast<size_t>(s)]};
+    const std::vector<int32_t> ids = {kFed[0][static_cast<size_t>(s)],
+                                      kFed[1][static_cast<size_t>(s)]};
     const std::vector<int32_t> pos = {b.next[0]++, b.next[1]++};
-    out.push_back(model.forward(Tensor::from_host_i32(ids, {2, 1}), Tensor::from_host_i32(mask, {2, keys}), {},
-                                &cache, pos).to_double());
+    out.push_back(model
+                      .forward(Tensor::from_host_i32(ids, {2, 1}),
+                               Tensor::from_host_i32(mask, {2, keys}), {}, &cache, pos)
+                      .to_double());
   }
   return out;
 }
 
 // The same steps through the runner (which returns logits when device_argmax is off).
-std::vector<std::vector<double>> runner_logits(models::DecoderModel& model, bool replay, bool* replayed = nullptr) {
+std::vector<std::vector<double>> runner_logits(models::DecoderModel& model, bool replay,
+                                               bool* replayed = nullptr) {
   autograd::NoGradScope no_grad;
   Batch b = left_padded();
   const int64_t cap = kPromptLen + kSteps;
   auto cache = model.make_cache(2, cap);
-  model.forward(Tensor::from_host_i32(b.ids, {2, kPromptLen}), Tensor::from_host_i32(b.mask, {2, kPromptLen}), {},
-                &cache, b.pos);
+  model.forward(Tensor::from_host_i32(b.ids, {2, kPromptLen}),
+                Tensor::from_host_i32(b.mask, {2, kPromptLen}), {}, &cache, b.pos);
   std::vector<int32_t> slots(static_cast<size_t>(2 * cap), 1);
   for (size_t r = 0; r < 2; ++r)
     std::copy(b.mask.begin() + static_cast<std::ptrdiff_t>(r) * kPromptLen,
@@ -108,7 +115,8 @@ std::vector<std::vector<double>> runner_logits(models::DecoderModel& model, bool
   infer::DecodeStepRunner runner(model, cache, slots, replay, false);
   std::vector<std::vector<double>> out;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const std::vector<int32_t> ids = {kFed[0][static_cast<size_t>(s)], kFed[1][static_cast<size_t>(s)]};
+    const std::vector<int32_t> ids = {kFed[0][static_cast<size_t>(s)],
+                                      kFed[1][static_cast<size_t>(s)]};
     const std::vector<int32_t> pos = {b.next[0]++, b.next[1]++};
     runner.step(ids, pos);
     const auto l = runner.logits();
@@ -124,7 +132,8 @@ TEST(DecodeStep, FollowsTheGeneralForwardPass) {
     SCOPED_TRACE(c);
     auto model = load(c);
     if (!model.decode_step_unsupported().empty()) {
-      EXPECT_EQ(infer::effective_decode_mode(model, infer::DecodeMode::Replay), infer::DecodeMode::Generic);
+      EXPECT_EQ(infer::effective_decode_mode(model, infer::DecodeMode::Replay),
+                infer::DecodeMode::Generic);
       continue;
     }
     const auto want = generic_logits(model);
@@ -147,12 +156,13 @@ TEST(DecodeStep, PrefillLastPositionOnly) {
   autograd::NoGradScope no_grad;
   auto model = load("llama");
   const Batch b = left_padded();
-  const Tensor ids = Tensor::from_host_i32(b.ids, {2, kPromptLen}), mask = Tensor::from_host_i32(b.mask, {2, kPromptLen});
+  const Tensor ids = Tensor::from_host_i32(b.ids, {2, kPromptLen}),
+               mask = Tensor::from_host_i32(b.mask, {2, kPromptLen});
   const Tensor full = model.forward(ids, mask, {}, nullptr, b.pos);
   const Tensor last = model.forward(ids, mask, {}, nullptr, b.pos, true);
   EXPECT_EQ(last.shape(), (Shape{2, 1, model.spec().vocab_size}));
-  test::expect_close(last, full.slice(1, kPromptLen - 1, kPromptLen).contiguous().to_double(), 1e-5, 1e-5,
-                     "last-position logits");
+  test::expect_close(last, full.slice(1, kPromptLen - 1, kPromptLen).contiguous().to_double(), 1e-5,
+                     1e-5, "last-position logits");
 }
 
 // Greedy tokens of the fixture prompts in every mode, with the device argmax and without.
@@ -165,9 +175,11 @@ TEST(DecodeStep, GreedyTokensAgreeAcrossModes) {
     auto model = load(c);
     cfg.decode_mode = infer::DecodeMode::Generic;
     cfg.device_argmax = false;
-    const auto want = infer::generate(model, kPrompts, cfg);  // the host's choice over read-back logits
-    const std::pair<infer::DecodeMode, bool> runs[] = {
-        {infer::DecodeMode::Replay, true}, {infer::DecodeMode::Eager, false}, {infer::DecodeMode::Generic, true}};
+    const auto want =
+        infer::generate(model, kPrompts, cfg);  // the host's choice over read-back logits
+    const std::pair<infer::DecodeMode, bool> runs[] = {{infer::DecodeMode::Replay, true},
+                                                       {infer::DecodeMode::Eager, false},
+                                                       {infer::DecodeMode::Generic, true}};
     for (const auto& [mode, device] : runs) {
       cfg.decode_mode = mode;
       cfg.device_argmax = device;
@@ -184,21 +196,25 @@ TEST(DecodeStep, LengthDependentRopeFallsBack) {
   nlohmann::json config = base.spec().config;
   config.erase("rope_scaling");
   config["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
-  config["max_position_embeddings"] = 8;  // short, so that generation passes it and the table changes
+  config["max_position_embeddings"] =
+      8;  // short, so that generation passes it and the table changes
   std::map<std::string, Tensor> params;
   for (const auto& name : base.parameter_names()) params[name] = base.param(name);
   models::DecoderModel model(models::spec_from_config(config, "dynamic-rope llama"), params);
   EXPECT_NE(model.decode_step_unsupported().find("dynamic"), std::string::npos);
-  EXPECT_EQ(infer::effective_decode_mode(model, infer::DecodeMode::Replay), infer::DecodeMode::Generic);
+  EXPECT_EQ(infer::effective_decode_mode(model, infer::DecodeMode::Replay),
+            infer::DecodeMode::Generic);
   auto cache = model.make_cache(1, 4);
   models::DecodeInputs in;
   in.ids = Tensor::zeros({1, 1}, DType::I32);
   in.positions = Tensor::zeros({1, 1}, DType::I32);
   in.cached = Tensor::zeros({1}, DType::I32);
-  test::expect_error([&] {
-    autograd::NoGradScope no_grad;
-    model.decode_step(in, cache);
-  }, {"decode_step", "depend on the sequence length"});
+  test::expect_error(
+      [&] {
+        autograd::NoGradScope no_grad;
+        model.decode_step(in, cache);
+      },
+      {"decode_step", "depend on the sequence length"});
   infer::GenerationConfig cfg;
   cfg.max_new_tokens = 6;
   cfg.decode_mode = infer::DecodeMode::Generic;
@@ -220,11 +236,13 @@ TEST(DecodeStep, HalfPrecisionWeights) {
     // The general path (prefill kernels) and the decode step.
     const auto want_exact = generic_logits(rounded), want_f32 = generic_logits(f32);
     for (const bool replay : {false, true}) {
-      const auto got = f16.decode_step_unsupported().empty() ? runner_logits(f16, replay) : generic_logits(f16);
+      const auto got =
+          f16.decode_step_unsupported().empty() ? runner_logits(f16, replay) : generic_logits(f16);
       double worst = 0, scale = 0;
       for (int64_t s = 0; s < kSteps; ++s) {
         const auto i = static_cast<size_t>(s);
-        test::expect_close(got[i], want_exact[i], 2e-5, 2e-5, c + " f16 vs f32 on f16 values, step " + std::to_string(s));
+        test::expect_close(got[i], want_exact[i], 2e-5, 2e-5,
+                           c + " f16 vs f32 on f16 values, step " + std::to_string(s));
         worst = std::max(worst, test::max_abs_diff(got[i], want_f32[i]));
         for (double v : want_f32[i]) scale = std::max(scale, std::fabs(v));
       }
@@ -244,7 +262,8 @@ TEST(DecodeStep, HalfPrecisionLoadAndSave) {
   EXPECT_EQ(models::DecoderModel::checkpoint_matrix_dtype(dir), DType::F32);  // an f32 checkpoint
   auto f16 = load("llama", DType::F16);
   for (const auto& name : f16.parameter_names())
-    EXPECT_EQ(f16.param(name).dtype(), f16.param(name).rank() == 2 ? DType::F16 : DType::F32) << name;
+    EXPECT_EQ(f16.param(name).dtype(), f16.param(name).rank() == 2 ? DType::F16 : DType::F32)
+        << name;
   test::expect_error([&] { f16.set_requires_grad(true); }, {"f16", "inference", "f32"});
   const fs::path out = fs::temp_directory_path() / "vkf_test_f16_save";
   fs::remove_all(out);

@@ -19,7 +19,9 @@ using test::Rng;
 // A host-visible buffer of n int32/float words, freed through the stream.
 struct HostWords {
   vk::Allocation alloc;
-  explicit HostWords(size_t n) { alloc = vk::Context::get().allocator().allocate(n * 4, vk::MemoryKind::Staging); }
+  explicit HostWords(size_t n) {
+    alloc = vk::Context::get().allocator().allocate(n * 4, vk::MemoryKind::Staging);
+  }
   ~HostWords() { vk::Context::get().stream().release(alloc); }
   int32_t* ints() const { return static_cast<int32_t*>(alloc.mapped()); }
   float* floats() const { return static_cast<float*>(alloc.mapped()); }
@@ -43,11 +45,13 @@ TEST(Graph, ReplaysWithDeviceInputs) {
     stream.copy(slot_in.alloc, 0, slot.allocation(), 0, 4);
     const Tensor doubled = ops::scale(kt, 2.0f);  // a temporary made inside the capture
     ops::kv_cache_write(doubled, kt, cache_k, cache_v, slot);
-    stream.read_back(cache_k.allocation(), 0, out.alloc, 0, static_cast<uint64_t>(B * cap * row) * 4);
+    stream.read_back(cache_k.allocation(), 0, out.alloc, 0,
+                     static_cast<uint64_t>(B * cap * row) * 4);
     graph = stream.end_capture();
   }
   stream.synchronize();
-  EXPECT_GT(vk::memory_stats().held_bytes, held_before) << "the graph keeps the tensors its commands use";
+  EXPECT_GT(vk::memory_stats().held_bytes, held_before)
+      << "the graph keeps the tensors its commands use";
   EXPECT_EQ(graph->dispatch_count(), 2u);
   std::vector<double> want(static_cast<size_t>(B * cap * row), 0.0);
   for (const int32_t s : {4, 0, 2}) {
@@ -57,12 +61,14 @@ TEST(Graph, ReplaysWithDeviceInputs) {
     stream.wait(*graph);
     EXPECT_EQ(stream.dispatch_count() - d0, 2u);
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t c = 0; c < row; ++c) want[static_cast<size_t>((b * cap + s) * row + c)] = 2 * k[static_cast<size_t>(b * row + c)];
+      for (int64_t c = 0; c < row; ++c)
+        want[static_cast<size_t>((b * cap + s) * row + c)] =
+            2 * k[static_cast<size_t>(b * row + c)];
     std::vector<double> got(want.size());
     for (size_t i = 0; i < got.size(); ++i) got[i] = out.floats()[i];
     test::expect_close(got, want, 0, 0, "read back after replay at slot " + std::to_string(s));
-    test::expect_close(cache_v.slice(1, s, s + 1).contiguous().reshape({B * row}),
-                       test::as_f32(k), 0, 0, "values at slot " + std::to_string(s));
+    test::expect_close(cache_v.slice(1, s, s + 1).contiguous().reshape({B * row}), test::as_f32(k),
+                       0, 0, "values at slot " + std::to_string(s));
   }
   // Ordered with the stream's own work: a fill before, a read after, synchronize() in between.
   cache_k.fill_(0.0f);
@@ -73,18 +79,22 @@ TEST(Graph, ReplaysWithDeviceInputs) {
     for (int64_t j = 0; j < cap; ++j)
       for (int64_t c = 0; c < row; ++c) {
         const double w = j == 1 ? 2 * k[static_cast<size_t>(b * row + c)] : 0.0;
-        EXPECT_EQ(after[static_cast<size_t>((b * cap + j) * row + c)], w) << b << " " << j << " " << c;
+        EXPECT_EQ(after[static_cast<size_t>((b * cap + j) * row + c)], w)
+            << b << " " << j << " " << c;
       }
   graph.reset();
   stream.synchronize();
-  EXPECT_EQ(vk::memory_stats().held_bytes, held_before) << "destroying the graph frees what it kept";
+  EXPECT_EQ(vk::memory_stats().held_bytes, held_before)
+      << "destroying the graph frees what it kept";
 }
 
 TEST(Graph, HostTransfersAreRefused) {
   auto& stream = vk::Context::get().stream();
   const Tensor t = Tensor::zeros({4});
   stream.begin_capture();
-  const std::string upload = test::error_message([] { Tensor::from_host(std::vector<float>{1, 2}, {2}); });
+  const std::string upload = test::error_message([] {
+    Tensor::from_host(std::vector<float>{1, 2}, {2});
+  });
   const std::string download = test::error_message([&] { t.to_float(); });
   EXPECT_TRUE(stream.capturing());
   auto graph = stream.end_capture();

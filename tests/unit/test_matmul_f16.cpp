@@ -41,7 +41,9 @@ HalfMatrix half_matrix(Rng& rng, const Shape& shape) {
   return h;
 }
 
-double atol_for(int64_t k) { return 1e-6 + 3e-7 * static_cast<double>(k); }
+double atol_for(int64_t k) {
+  return 1e-6 + 3e-7 * static_cast<double>(k);
+}
 
 // y = x W^T + b for x [rows, in] (x may be a strided window), W f16 [out, in].
 void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, int64_t x_pad = 0,
@@ -50,7 +52,8 @@ void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, in
   const auto x_big = test::as_f32(rng.uniform(static_cast<size_t>(rows * (in + x_pad))));
   std::vector<double> x(static_cast<size_t>(rows * in));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < in; ++c) x[static_cast<size_t>(r * in + c)] = x_big[static_cast<size_t>(r * (in + x_pad) + x_pad + c)];
+    for (int64_t c = 0; c < in; ++c)
+      x[static_cast<size_t>(r * in + c)] = x_big[static_cast<size_t>(r * (in + x_pad) + x_pad + c)];
   const Tensor xt = test::to_gpu(x_big, {rows, in + x_pad}).slice(1, x_pad, x_pad + in);
   std::vector<double> b;
   Tensor bt;
@@ -62,7 +65,8 @@ void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, in
   EXPECT_EQ(y.shape(), (Shape{rows, out}));
   test::expect_close(y, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
                      what + " rows=" + std::to_string(rows) + " in=" + std::to_string(in) +
-                         " out=" + std::to_string(out) + " plan " + ops::detail::gemm_plan(1, rows, out));
+                         " out=" + std::to_string(out) + " plan " +
+                         ops::detail::gemm_plan(1, rows, out));
 }
 
 TEST(MatmulF16, SkinnyKernel) {
@@ -88,29 +92,35 @@ TEST(MatmulF16, BatchesGridSplitPrecise) {
   const HalfMatrix w = half_matrix(rng, {29, 24});
   const auto x = test::as_f32(rng.uniform(3 * 24));
   const auto want = ref::linear(x, w.values, {}, 3, 24, 29);
-  test::expect_close(ops::linear(test::to_gpu(x, {3, 1, 24}), w.tensor), want, atol_for(24), 1e-5, "3-D x");
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 1, 24}), w.tensor), want, atol_for(24), 1e-5,
+                     "3-D x");
   // Several dispatches per product.
   ops::detail::set_grid_limit(2);
-  test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, atol_for(24), 1e-5, "grid split");
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, atol_for(24), 1e-5,
+                     "grid split");
   ops::detail::set_grid_limit(65535);
   // The precise build accumulates in double: about one rounding per output.
   if (vk::Context::get().info().float64_arithmetic) {
     set_math_mode(MathMode::Precise);
-    test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, 1e-7, 1e-7, "precise");
+    test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, 1e-7, 1e-7,
+                       "precise");
     const auto x9 = test::as_f32(rng.uniform(9 * 24));
-    test::expect_close(ops::linear(test::to_gpu(x9, {9, 24}), w.tensor), ref::linear(x9, w.values, {}, 9, 24, 29),
-                       1e-7, 1e-7, "precise tiled");
+    test::expect_close(ops::linear(test::to_gpu(x9, {9, 24}), w.tensor),
+                       ref::linear(x9, w.values, {}, 9, 24, 29), 1e-7, 1e-7, "precise tiled");
     set_math_mode(MathMode::Fast);
   }
   // Transposed activations (opA read column-wise) through the gemm entry point.
   const auto xs = test::as_f32(rng.uniform(24 * 3));  // stored [K, M]
   std::vector<double> xt(3 * 24);
   for (int m = 0; m < 3; ++m)
-    for (int k = 0; k < 24; ++k) xt[static_cast<size_t>(m * 24 + k)] = xs[static_cast<size_t>(k * 3 + m)];
+    for (int k = 0; k < 24; ++k)
+      xt[static_cast<size_t>(m * 24 + k)] = xs[static_cast<size_t>(k * 3 + m)];
   Tensor c = Tensor::empty({3, 29});
   ops::detail::gemm(ops::detail::describe(test::to_gpu(xs, {24, 3}))->transposed(),
-                    ops::detail::describe(w.tensor)->transposed(), *ops::detail::describe(c), 1.0f, 0.0f);
-  test::expect_close(c, ref::linear(xt, w.values, {}, 3, 24, 29), atol_for(24), 1e-5, "transposed opA");
+                    ops::detail::describe(w.tensor)->transposed(), *ops::detail::describe(c), 1.0f,
+                    0.0f);
+  test::expect_close(c, ref::linear(xt, w.values, {}, 3, 24, 29), atol_for(24), 1e-5,
+                     "transposed opA");
 }
 
 TEST(MatmulF16, InputGradientThroughF16Weight) {
@@ -118,8 +128,9 @@ TEST(MatmulF16, InputGradientThroughF16Weight) {
   const HalfMatrix w = half_matrix(rng, {13, 20});
   const auto x = test::as_f32(rng.uniform(3 * 20));
   const auto dy = test::as_f32(rng.uniform(3 * 13));
-  const auto grads = test::gpu_grads([&](std::vector<Tensor>& in) { return ops::linear(in[0], w.tensor); },
-                                     {test::to_gpu(x, {3, 20})}, test::to_gpu(dy, {3, 13}));
+  const auto grads =
+      test::gpu_grads([&](std::vector<Tensor>& in) { return ops::linear(in[0], w.tensor); },
+                      {test::to_gpu(x, {3, 20})}, test::to_gpu(dy, {3, 13}));
   std::vector<double> dx, dw, db;
   ref::linear_backward(x, w.values, dy, 3, 20, 13, false, dx, dw, db);
   test::expect_close(grads[0], dx, atol_for(13), 1e-5, "dx = dy W with W in f16");
@@ -140,9 +151,16 @@ TEST(MatmulF16, EmbeddingTable) {
 TEST(MatmulF16, BadInput) {
   Rng rng(16);
   const HalfMatrix w = half_matrix(rng, {4, 6});
-  test::expect_error([&] { ops::linear(Tensor::zeros({2, 6}, DType::F16), w.tensor); }, {"linear", "x", "f32"});
-  test::expect_error([&] { ops::linear(Tensor::zeros({2, 6}), Tensor::zeros({4, 6}, DType::I32)); },
-                     {"weight", "f16"});
+  test::expect_error(
+      [&] {
+        ops::linear(Tensor::zeros({2, 6}, DType::F16), w.tensor);
+      },
+      {"linear", "x", "f32"});
+  test::expect_error(
+      [&] {
+        ops::linear(Tensor::zeros({2, 6}), Tensor::zeros({4, 6}, DType::I32));
+      },
+      {"weight", "f16"});
   test::expect_error([&] { ops::linear(Tensor::zeros({2, 5}), w.tensor); }, {"input features"});
   // An f16 weight carries no gradient.
   Tensor copy = w.tensor.clone();
