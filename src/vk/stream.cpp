@@ -3,6 +3,7 @@
 #include "vk/stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <tuple>
 
@@ -397,7 +398,21 @@ void Stream::replay(Graph& g) {
 
 void Stream::wait(Graph& g) {
   if (!g.pending_) return;
-  VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g.fence_, VK_TRUE, UINT64_MAX));
+  // A replay's result is usually wanted at once (a decode step needs its token to go on), and a
+  // driver's wake-up from a fence wait can take tens of microseconds: on a GPU, poll for a while
+  // first. (Not on a CPU device, whose own worker threads need the cores.)
+  VkResult status = VK_NOT_READY;
+  if (ctx_.info().type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while ((status = vkGetFenceStatus(ctx_.device(), g.fence_)) == VK_NOT_READY &&
+           std::chrono::steady_clock::now() < until) {
+    }
+  }
+  if (status == VK_NOT_READY) {
+    VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g.fence_, VK_TRUE, UINT64_MAX));
+  } else {
+    VKF_VK_CHECK(status);
+  }
   VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g.fence_));
   g.pending_ = false;
   ctx_.check_validation();
