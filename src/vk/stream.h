@@ -11,7 +11,8 @@
 // a copy from host-visible memory recorded first in the graph). A graph keeps every allocation its
 // commands touch: one whose owner releases it is freed only when the graph is destroyed, so the
 // addresses baked into the recording stay valid. Host transfers (upload, download) cannot be
-// captured; read_back() records a copy into host-visible memory that can.
+// captured; read_back() records a copy into host-visible memory that can. Profiling does not
+// time the dispatches of a graph.
 #pragma once
 
 #include <vulkan/vulkan.h>
