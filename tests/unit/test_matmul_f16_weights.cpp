@@ -3,8 +3,9 @@
 // the skinny f16 kernel (M <= 8) with 16-byte loads and its scalar fallback (K % 8 != 0,
 // unaligned or transposed activations), its unrolled main loop and tail, several dispatches per
 // product, the tiled kernel's f16b variant (M > 8, and N <= 8, which the f32 path would
-// transpose), bias, the precise build, and dx through an f16 weight. Embedding rows of an f16
-// table widen exactly. Bad input is refused.
+// transpose; in F16 matmul precision also where the f32 path takes the tensor-core kernel or
+// split-K), bias, the precise build, and dx through an f16 weight. Embedding rows of an f16 table
+// widen exactly. Bad input is refused.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/launch.h"
 #include "ops/embed.h"
 #include "ops/matmul.h"
+#include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
 #include "test_util.h"
@@ -45,15 +47,18 @@ double atol_for(int64_t k) {
   return 1e-6 + 3e-7 * static_cast<double>(k);
 }
 
-// y = x W^T + b for x [rows, in] (x may be a strided window), W f16 [out, in].
+// y = x W^T + b for x [rows, in] (x may be a strided window), W f16 [out, in]. `x_rounded`: the
+// kernel rounds x to f16 as it loads it (F16 matmul precision on the tiled kernel).
 void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, int64_t x_pad = 0,
-                  const std::string& what = "") {
+                  const std::string& what = "", bool x_rounded = false) {
   const HalfMatrix w = half_matrix(rng, {out, in});
   const auto x_big = test::as_f32(rng.uniform(static_cast<size_t>(rows * (in + x_pad))));
   std::vector<double> x(static_cast<size_t>(rows * in));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < in; ++c)
       x[static_cast<size_t>(r * in + c)] = x_big[static_cast<size_t>(r * (in + x_pad) + x_pad + c)];
+  if (x_rounded)
+    for (double& v : x) v = f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(v)));
   const Tensor xt = test::to_gpu(x_big, {rows, in + x_pad}).slice(1, x_pad, x_pad + in);
   std::vector<double> b;
   Tensor bt;
@@ -83,6 +88,28 @@ TEST(MatmulF16Weights, TiledKernelVariant) {
   check_linear(rng, 9, 33, 17, true, 0, "M > 8");
   check_linear(rng, 20, 40, 5, true, 0, "N <= 8 stays on the f16 weight");
   check_linear(rng, 70, 130, 67, false, 3, "several tiles, strided x");
+}
+
+// The tensor-core kernel and split-K read an f32 B: in F16 matmul precision, with the tensor-core
+// kernel available (its emulated build, on any device) and split-K forced, a product that would
+// take them still reads an f16 weight through the tiled kernel's f16b variant, which rounds x.
+TEST(MatmulF16Weights, F16PrecisionKeepsF16WeightOnTiledKernel) {
+  struct Restore {
+    ~Restore() {
+      set_matmul_precision(MatmulPrecision::F32);
+      ops::detail::set_coopmat_emulation(false);
+      ops::detail::set_split_k(0);
+    }
+  } restore;
+  set_matmul_precision(MatmulPrecision::F16);
+  ops::detail::set_coopmat_emulation(true);
+  ASSERT_EQ(ops::detail::gemm_plan(1, 20, 24, 64).rfind("coopmat", 0), 0u)
+      << "an f32 product of this shape should take the tensor-core kernel: "
+      << ops::detail::gemm_plan(1, 20, 24, 64);
+  Rng rng(15);
+  check_linear(rng, 20, 64, 24, true, 0, "tensor-core kernel available", true);
+  ops::detail::set_split_k(4);
+  check_linear(rng, 20, 64, 24, true, 0, "split-K forced", true);
 }
 
 TEST(MatmulF16Weights, BatchesGridSplitPrecise) {
