@@ -5,7 +5,8 @@
 // argmax. Weights held in f16: logits equal those of the f32 path on the same f16-rounded weights
 // at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
 // tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
-// back to the general path. A prefill computes the head on the last position only.
+// back to the general path. A prefill computes the head on the last position only. An active
+// adapter is applied by the decode step too.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "infer/generate.h"
 #include "models/decoder.h"
 #include "models/registry.h"
+#include "peft/lora.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -151,7 +153,32 @@ TEST(DecodeStep, FollowsTheGeneralForwardPass) {
   }
 }
 
-// A prefill needs the last position's logits only: the head runs on that position alone.
+// An active adapter is applied by the decode step as forward() applies it: LoRA on the
+// projections, LoRA on the embedding, and saved copies of the final norm and the LM head
+// (modules_to_save). The steps' logits follow the general forward pass with the adapter, and
+// differ from those of the same model with adapters disabled.
+TEST(DecodeStep, FollowsTheGeneralForwardPassWithAnAdapter) {
+  for (const std::string c : {"llama_lora", "llama_embedding", "llama_save"}) {
+    SCOPED_TRACE(c);
+    const fs::path dir = fixtures() / "peft" / c;
+    auto model = models::DecoderModel::load(dir.string());
+    model.add_adapter("default", peft::LoraAdapter::load(model, (dir / "adapter").string()));
+    const auto want = generic_logits(model);
+    const auto got = runner_logits(model, true);
+    model.set_adapters_enabled(false);
+    const auto base = runner_logits(model, true);
+    double adapter_effect = 0;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const auto i = static_cast<size_t>(s);
+      test::expect_close(got[i], want[i], 2e-5, 2e-5, c + " step " + std::to_string(s));
+      adapter_effect = std::max(adapter_effect, test::max_abs_diff(base[i], want[i]));
+    }
+    EXPECT_GT(adapter_effect, 1e-3) << c << ": the adapter should change the logits";
+  }
+}
+
+// A prefill needs the last position's logits only: the head runs on that position alone. With a
+// KV cache, the cache counts the prompt's positions once.
 TEST(DecodeStep, PrefillLastPositionOnly) {
   autograd::NoGradScope no_grad;
   auto model = load("llama");
@@ -163,6 +190,10 @@ TEST(DecodeStep, PrefillLastPositionOnly) {
   EXPECT_EQ(last.shape(), (Shape{2, 1, model.spec().vocab_size}));
   test::expect_close(last, full.slice(1, kPromptLen - 1, kPromptLen).contiguous().to_double(), 1e-5,
                      1e-5, "last-position logits");
+  auto cache = model.make_cache(2, kPromptLen + 1);
+  const Tensor cached = model.forward(ids, mask, {}, &cache, b.pos, true);
+  EXPECT_EQ(cache.length, kPromptLen);
+  test::expect_close(cached, last.to_double(), 1e-5, 1e-5, "last-position logits with a cache");
 }
 
 // Greedy tokens of the fixture prompts in every mode, with the device argmax and without.
