@@ -166,7 +166,7 @@ std::string f16_convert_name() {
                                           : "emulated";
 }
 
-std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
+std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n, bool trans_a) {
   if (matmul_precision() != MatmulPrecision::F16 || g_choice == "off") return std::nullopt;
   const CoopmatSupport s = coopmat_support();
   if (!s.unsupported.empty()) return std::nullopt;
@@ -175,10 +175,13 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
     return std::nullopt;
   }
   // Auto: the largest tile that still gives the GPU plenty of workgroups (a device has on the
-  // order of 100 compute units, each wanting a couple of resident workgroups).
+  // order of 100 compute units, each wanting a couple of resident workgroups). Which large tile
+  // depends on A's layout, as measured on the H200 (bench/RESULTS.md): with A transposed (weight
+  // gradients, A^T B summed over tokens) 256x128 / 128x256 ran fastest, while with row-major A
+  // they fell to ~60 TFLOP/s on the MLP's shapes and 128x128 with 64x64 per subgroup held 86-104.
   const auto& tiles = coopmat_tiles();
   const CoopmatTile &small = tiles[0], &medium = tiles[1];
-  const CoopmatTile& large = m > n ? tiles[4] : tiles[3];
+  const CoopmatTile& large = !trans_a ? tiles[2] : m > n ? tiles[4] : tiles[3];
   constexpr int64_t kLargeGroups = 256, kMediumGroups = 128;
   for (const CoopmatTile* t : {&large, &medium}) {
     const int64_t enough = t == &large ? kLargeGroups : kMediumGroups;

@@ -6,6 +6,7 @@
 #include "vk/context.h"
 #include "vk/device_info.h"
 #include "vk/error.h"
+#include "vk/stream.h"
 
 namespace vkf::vk {
 namespace {
@@ -124,6 +125,51 @@ void Allocator::destroy_block(Block* block) {
   vkFreeMemory(device_, block->memory, nullptr);
 }
 
+Block* Allocator::new_block_reclaiming(uint64_t size, MemoryKind kind, bool dedicated) {
+  // Kept blocks go back before the heap would run over (a driver may oversubscribe device memory
+  // instead of failing); the failure below still catches what this estimate misses.
+  if (kind == MemoryKind::Device && !cached_dedicated_.empty()) {
+    const uint64_t heap = props_.memoryHeaps[props_.memoryTypes[memory_type(kind)].heapIndex].size;
+    const uint64_t left = memory_budget_ ? available_bytes(kind)
+                                         : heap - std::min(heap, stats_.device_bytes_reserved);
+    if (size > left) release_cached();
+  }
+  try {
+    return new_block(size, kind, dedicated);
+  } catch (const OutOfMemory&) {
+    if (kind != MemoryKind::Device || release_cached() == 0) throw;
+    return new_block(size, kind, dedicated);
+  }
+}
+
+// The smallest kept block of at least `size` bytes, unless even that one would waste more than
+// 1/kReuseSlackDivisor of itself (then a block of the exact size is the better use of memory).
+Block* Allocator::reuse_cached(uint64_t size) {
+  auto it = cached_dedicated_.lower_bound(size);
+  if (it == cached_dedicated_.end() || it->first - size > it->first / kReuseSlackDivisor) return nullptr;
+  Block* block = it->second;
+  cached_dedicated_.erase(it);
+  accounting_.cached_bytes -= block->size;
+  block->free_ranges.clear();
+  block->free_ranges[0] = block->size;
+  return block;
+}
+
+uint64_t Allocator::release_cached() {
+  uint64_t released = 0;
+  for (auto& [size, block] : cached_dedicated_) {
+    released += size;
+    stats_.device_bytes_reserved -= size;
+    account(0, 0, -static_cast<int64_t>(size));
+    destroy_block(block);
+    blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
+                               [b = block](const auto& p) { return p.get() == b; }));
+  }
+  cached_dedicated_.clear();
+  accounting_.cached_bytes = 0;
+  return released;
+}
+
 Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
   const uint64_t size = align_up(std::max<uint64_t>(bytes, 1), kAllocationAlignment);
   const uint64_t block_size = kind == MemoryKind::Device ? kDeviceBlockBytes : kStagingBlock;
@@ -142,11 +188,13 @@ Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
       if (chosen) break;
     }
     if (!chosen) {
-      chosen = new_block(block_size, kind, false);
+      chosen = new_block_reclaiming(block_size, kind, false);
       offset = 0;
     }
   } else {
-    chosen = new_block(size, kind, true);  // large tensors get their own block, freed with them
+    // Large tensors get a block of their own (device ones kept for reuse when freed).
+    if (kind == MemoryKind::Device) chosen = reuse_cached(size);
+    if (!chosen) chosen = new_block_reclaiming(size, kind, true);
     offset = 0;
   }
   auto it = chosen->free_ranges.find(offset);
@@ -171,11 +219,12 @@ void Allocator::free(const Allocation& a) {
     stats_.device_bytes_in_use -= a.size;
     account(0, -static_cast<int64_t>(a.size), 0);
   }
+  if (b->dedicated && b->kind == MemoryKind::Device) {
+    cached_dedicated_.emplace(b->size, b);  // still reserved; see reuse_cached()
+    accounting_.cached_bytes += b->size;
+    return;
+  }
   if (b->dedicated) {
-    if (b->kind == MemoryKind::Device) {
-      stats_.device_bytes_reserved -= b->size;
-      account(0, 0, -static_cast<int64_t>(b->size));
-    }
     destroy_block(b);
     blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
                                [b](const auto& p) { return p.get() == b; }));
@@ -241,6 +290,12 @@ void reset_memory_peak() {
 
 DeviceCapacity device_capacity() {
   return Context::get().allocator().capacity();
+}
+
+uint64_t release_cached_memory() {
+  Context& ctx = Context::get();
+  ctx.stream().synchronize();  // frees waiting for queued work land in the cache first
+  return ctx.allocator().release_cached();
 }
 
 }  // namespace vkf::vk

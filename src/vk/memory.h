@@ -23,10 +23,15 @@ enum class MemoryKind { Device, Staging };
 
 // Every allocation is rounded up to kAllocationAlignment. Device allocations of at most
 // kDeviceBlockBytes / 4 share blocks of kDeviceBlockBytes; larger ones get a block of their own.
-// (Memory planning counts bytes the same way.)
+// (Memory planning counts bytes the same way.) A freed block of its own is kept and handed to the
+// next large allocation it fits without wasting more than 1/kReuseSlackDivisor of itself: a
+// training step frees and re-allocates the same large activations every step, and a fresh
+// VkDeviceMemory costs the driver milliseconds (it clears the memory). Kept blocks go back to
+// the driver when an allocation would otherwise fail, or on release_cached_memory().
 constexpr uint64_t kAllocationAlignment = 256;
 constexpr uint64_t kDeviceBlockBytes = 256ull << 20;
 constexpr uint64_t kSharedAllocationMax = kDeviceBlockBytes / 4;
+constexpr uint64_t kReuseSlackDivisor = 8;
 
 struct Block {
   uint32_t id = 0;
@@ -70,6 +75,7 @@ struct DeviceMemoryStats {
   uint64_t live_bytes = 0, peak_live_bytes = 0;
   uint64_t held_bytes = 0, peak_held_bytes = 0;
   uint64_t reserved_bytes = 0, peak_reserved_bytes = 0;  // VkDeviceMemory blocks
+  uint64_t cached_bytes = 0;  // of reserved: freed blocks kept for reuse (no live tensor in them)
 };
 
 // How much device memory there is. heap_bytes is the size of the heap tensors are allocated from;
@@ -101,9 +107,14 @@ class Allocator {
   DeviceMemoryStats device_stats() const { return accounting_; }
   void reset_device_peaks();
   DeviceCapacity capacity() const;
+  // Gives every kept (freed, unused) dedicated block back to the driver; returns the bytes.
+  uint64_t release_cached();
 
  private:
   Block* new_block(uint64_t size, MemoryKind kind, bool dedicated);
+  // new_block, and when the driver is out of memory, release_cached() and one more try.
+  Block* new_block_reclaiming(uint64_t size, MemoryKind kind, bool dedicated);
+  Block* reuse_cached(uint64_t size);
   void destroy_block(Block* block);
   uint32_t memory_type(MemoryKind kind) const;
   uint64_t available_bytes(MemoryKind kind) const;
@@ -114,6 +125,7 @@ class Allocator {
   bool memory_budget_;
   VkPhysicalDeviceMemoryProperties props_{};
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::multimap<uint64_t, Block*> cached_dedicated_;  // size -> freed dedicated device block
   uint32_t next_block_id_ = 1;
   MemoryStats stats_;
   DeviceMemoryStats accounting_;
@@ -124,5 +136,7 @@ class Allocator {
 DeviceMemoryStats memory_stats();
 void reset_memory_peak();
 DeviceCapacity device_capacity();
+// Returns freed device blocks kept for reuse to the driver (as torch.cuda.empty_cache()); bytes.
+uint64_t release_cached_memory();
 
 }  // namespace vkf::vk

@@ -60,13 +60,36 @@ TEST(Vk, AccountsLiveHeldAndPeakBytes) {
   EXPECT_EQ(vk::memory_stats().held_bytes, s0.held_bytes);
   vk::reset_memory_peak();
   EXPECT_EQ(vk::memory_stats().peak_live_bytes, s0.live_bytes);
-  // A tensor too large to share a block gets its own, which counts as reserved while it lives.
+  // A tensor too large to share a block gets its own, which counts as reserved while it lives
+  // and, once freed, is kept for the next large tensor it fits until the cache is released.
+  vk::release_cached_memory();
+  const uint64_t reserved0 = vk::memory_stats().reserved_bytes;
+  uint64_t big_address = 0;
   {
     Tensor big = Tensor::empty({(100ll << 20) / 4});
-    EXPECT_GE(vk::memory_stats().peak_reserved_bytes, s0.reserved_bytes + (100ull << 20));
+    big_address = big.address();
+    EXPECT_GE(vk::memory_stats().peak_reserved_bytes, reserved0 + (100ull << 20));
   }
   vk::stream().synchronize();
-  EXPECT_EQ(vk::memory_stats().reserved_bytes, s0.reserved_bytes);
+  EXPECT_EQ(vk::memory_stats().reserved_bytes, reserved0 + (100ull << 20));
+  EXPECT_EQ(vk::memory_stats().cached_bytes, 100ull << 20);
+  {
+    // 95 MiB fits the kept 100 MiB block within the reuse slack: same memory, nothing new.
+    Tensor again = Tensor::empty({(95ll << 20) / 4});
+    EXPECT_EQ(again.address(), big_address);
+    EXPECT_EQ(vk::memory_stats().reserved_bytes, reserved0 + (100ull << 20));
+    EXPECT_EQ(vk::memory_stats().cached_bytes, 0u);
+    // 70 MiB would waste more than an eighth of a kept 100 MiB block: it gets its own.
+  }
+  vk::stream().synchronize();
+  {
+    Tensor smaller = Tensor::empty({(70ll << 20) / 4});
+    EXPECT_NE(smaller.address(), big_address);
+    EXPECT_EQ(vk::memory_stats().reserved_bytes, reserved0 + (170ull << 20));
+  }
+  EXPECT_EQ(vk::release_cached_memory(), 170ull << 20);
+  EXPECT_EQ(vk::memory_stats().reserved_bytes, reserved0);
+  EXPECT_EQ(vk::memory_stats().cached_bytes, 0u);
 }
 
 TEST(Vk, ReportsDeviceCapacity) {
