@@ -1,16 +1,24 @@
 // Generation throughput of vkformer: greedy decoding with the KV cache (vkf::infer::generate) on
-// the model shapes of bench/bench_models.h, at batch 1 and 8. Decode tokens/s counts the tokens
-// after the first of each row (the first comes from the prefill), over the time between the first
-// and the last token callback. Also prints the memory roofline of a decode step at batch 1: every
-// weight byte read once per token at the given bandwidth. Weights are f32 (vkformer computes in
-// f32; f16 weights are part of the mixed-precision work of the performance issue).
+// the model shapes of bench/bench_models.h, for each weight dtype (f32, f16), decode mode
+// (replay: the decode step recorded once and replayed; eager: the same step recorded anew each
+// token; generic: the general forward pass per token) and batch size; greedy tokens are chosen on
+// the device unless --host-argmax reads the logits back instead. Decode tokens/s counts the
+// tokens after the first of each row (the first comes from the prefill), over the time between the
+// first and the last token callback. The memory roofline at batch 1 reads every weight byte once
+// per token at --gbps. It also checks correctness in the same run: the tokens of every mode are
+// compared with those of the first mode of the same dtype (replay and eager run the same kernels,
+// so they must agree exactly), and f16 tokens with f32 ones (random weights make near-ties, so
+// this is a rate, not a gate). One JSON line per run, then a table.
 //
-//   decode_bench [--shape 1b|135m|tiny] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
+//   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
+//                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "bench_models.h"
@@ -20,13 +28,59 @@
 
 using namespace vkf;
 
+namespace {
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+infer::DecodeMode parse_mode(const std::string& m) {
+  if (m == "replay") return infer::DecodeMode::Replay;
+  if (m == "eager") return infer::DecodeMode::Eager;
+  if (m == "generic") return infer::DecodeMode::Generic;
+  throw Error(fmt::format("--modes: '{}' is not replay, eager or generic", m));
+}
+
+struct Result {
+  std::string dtype, mode;
+  int64_t batch = 0;
+  double tps = 0, ms = 0, roofline = 0, dispatches = 0;
+  std::string check;
+};
+
+// Fraction of generated tokens equal at the same place (rows compared up to the shorter length).
+double agreement(const std::vector<std::vector<int32_t>>& a,
+                 const std::vector<std::vector<int32_t>>& b) {
+  size_t same = 0, total = 0;
+  for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
+    const size_t n = std::max(a[r].size(), b[r].size());
+    total += n;
+    for (size_t i = 0; i < std::min(a[r].size(), b[r].size()); ++i) same += a[r][i] == b[r][i];
+  }
+  return total ? static_cast<double>(same) / static_cast<double>(total) : 1.0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app("vkformer generation throughput on fixed model shapes");
-  std::string shape = "1b", batches = "1,8";
+  std::string shape = "1b", batches = "1,8", dtypes = "f32,f16", modes = "replay,eager,generic";
   int64_t prompt_len = 32, new_tokens = 64;
   double gbps = 4300;
   int device = -1;
+  bool no_replay = false, host_argmax = false;
   app.add_option("--shape", shape, "1b, 135m or tiny")->capture_default_str();
+  app.add_option("--dtype", dtypes, "weight matrix dtypes, comma separated: f32, f16")
+      ->capture_default_str();
+  app.add_option("--modes", modes, "decode modes, comma separated: replay, eager, generic")
+      ->capture_default_str();
+  app.add_flag("--no-replay", no_replay, "drop the replay mode from --modes");
+  app.add_flag("--host-argmax", host_argmax,
+               "read the logits back and pick tokens on the host (the old path)");
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per row")->capture_default_str();
   app.add_option("--batch", batches, "batch sizes, comma separated")->capture_default_str();
@@ -36,42 +90,116 @@ int main(int argc, char** argv) {
   try {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
+    std::vector<std::string> dtype_list = split(dtypes), mode_list = split(modes);
+    for (const auto& d : dtype_list)
+      if (d != "f32" && d != "f16") throw Error(fmt::format("--dtype: '{}' is not f32 or f16", d));
+    // f32 runs first: the model is built in f32 and converted to f16 in place afterwards.
+    std::stable_sort(dtype_list.begin(), dtype_list.end(),
+                     [](const auto& a, const auto& b) { return a == "f32" && b != "f32"; });
+    dtype_list.erase(std::unique(dtype_list.begin(), dtype_list.end()), dtype_list.end());
+    if (no_replay)
+      mode_list.erase(std::remove(mode_list.begin(), mode_list.end(), "replay"), mode_list.end());
+    if (dtype_list.empty() || mode_list.empty())
+      throw Error("nothing to run: give --dtype and --modes");
+    for (const auto& m : mode_list) parse_mode(m);
+    VKF_REQUIRE(new_tokens >= 2, "--new must be at least 2 (decode steps follow the first token)");
+
     int64_t params = 0;
     models::DecoderModel model = bench::make_model(shape, params);
-    const double roofline = gbps * 1e9 / (static_cast<double>(params) * 4.0);
-    std::stringstream list(batches);
-    for (std::string item; std::getline(list, item, ',');) {
-      const int64_t batch = std::stoll(item);
-      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-      for (int64_t r = 0; r < batch; ++r)
-        for (int64_t t = 0; t < prompt_len; ++t)
-          prompts[static_cast<size_t>(r)].push_back(static_cast<int32_t>((r * 7919 + t * 104729) % model.spec().vocab_size));
-      infer::GenerationConfig cfg;
-      cfg.max_new_tokens = new_tokens;
-      auto run = [&](double& decode_s, int64_t& decoded) {
-        using clock = std::chrono::steady_clock;
-        clock::time_point first, last;
-        int64_t count = 0;
-        bool started = false;
-        infer::generate(model, prompts, cfg, [&](size_t, int32_t) {
-          const auto now = clock::now();
-          if (!started) started = true, first = now;
-          last = now;
-          ++count;
-        });
-        decode_s = std::chrono::duration<double>(last - first).count();
-        decoded = count - batch;  // tokens after each row's first
-      };
-      double s = 0;
-      int64_t n = 0;
-      run(s, n);  // warm-up: pipelines, caches
-      run(s, n);
-      const double tps = s > 0 ? static_cast<double>(n) / s : 0;
-      fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
-                 "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.2f},\"roofline_b1_f32\":{:.1f},\"device\":\"{}\"}}\n",
-                 shape, batch, prompt_len, new_tokens, params, tps, 1e3 * s / static_cast<double>(new_tokens - 1),
-                 roofline, vk::Context::get().info().name);
-      std::fflush(stdout);
+    // Weight bytes per token at batch 1: matrices in the dtype, vectors (norms) in f32.
+    int64_t vector_params = 0;
+    for (const auto& [name, s] : models::DecoderModel::parameter_shapes(model.spec()))
+      if (s.size() == 1) vector_params += shape_numel(s);
+    std::vector<Result> results;
+    // "dtype/batch" -> the tokens of the first mode run
+    std::map<std::string, std::vector<std::vector<int32_t>>> reference;
+    std::map<int64_t, std::vector<std::vector<int32_t>>> f32_tokens;
+    for (const auto& dtype : dtype_list) {
+      if (dtype == "f16") model.convert_matrices(DType::F16);
+      const double bytes =
+          static_cast<double>(params - vector_params) * (dtype == "f16" ? 2.0 : 4.0) +
+          4.0 * static_cast<double>(vector_params);
+      const double roofline = gbps * 1e9 / bytes;
+      for (const auto& batch_item : split(batches)) {
+        const int64_t batch = std::stoll(batch_item);
+        std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+        for (int64_t r = 0; r < batch; ++r)
+          for (int64_t t = 0; t < prompt_len; ++t)
+            prompts[static_cast<size_t>(r)].push_back(
+                static_cast<int32_t>((r * 7919 + t * 104729) % model.spec().vocab_size));
+        for (const auto& mode : mode_list) {
+          infer::GenerationConfig cfg;
+          cfg.max_new_tokens = new_tokens;
+          cfg.decode_mode = parse_mode(mode);
+          cfg.device_argmax = !host_argmax;
+          auto& stream = vk::Context::get().stream();
+          auto run = [&](double& decode_s, int64_t& decoded, uint64_t& dispatches) {
+            using clock = std::chrono::steady_clock;
+            clock::time_point first, last;
+            int64_t count = 0;
+            bool started = false;
+            uint64_t d0 = 0;
+            auto out = infer::generate(model, prompts, cfg, [&](size_t, int32_t) {
+              const auto now = clock::now();
+              if (!started) started = true, first = now, d0 = stream.dispatch_count();
+              last = now;
+              ++count;
+            });
+            decode_s = std::chrono::duration<double>(last - first).count();
+            decoded = count - batch;  // tokens after each row's first
+            dispatches = stream.dispatch_count() - d0;
+            return out;
+          };
+          double s = 0;
+          int64_t n = 0;
+          uint64_t dispatches = 0;
+          run(s, n, dispatches);  // warm-up: pipelines, caches
+          const auto tokens = run(s, n, dispatches);
+          Result r;
+          r.dtype = dtype;
+          r.mode = mode;
+          r.batch = batch;
+          r.tps = s > 0 ? static_cast<double>(n) / s : 0;
+          r.ms = 1e3 * s / static_cast<double>(new_tokens - 1);
+          r.roofline = roofline;
+          r.dispatches = static_cast<double>(dispatches) / static_cast<double>(new_tokens - 1);
+          const std::string key = dtype + "/" + batch_item;
+          if (!reference.contains(key)) {
+            reference[key] = tokens;
+            r.check = "reference";
+          } else {
+            const double same = agreement(tokens, reference[key]);
+            // replay and eager run the same kernels: any difference is a bug.
+            const bool exact_pair = (mode == "replay" || mode == "eager") &&
+                                    (mode_list.front() == "replay" || mode_list.front() == "eager");
+            r.check =
+                fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
+                            exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");
+          }
+          if (dtype == "f32" && !f32_tokens.contains(batch)) f32_tokens[batch] = tokens;
+          if (dtype == "f16" && f32_tokens.contains(batch))
+            r.check += fmt::format(", {:.1f}% = f32", 100 * agreement(tokens, f32_tokens[batch]));
+          fmt::print(
+              "{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"dtype\":\"{}\",\"mode\":\"{}\","
+              "\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
+              "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f},"
+              "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"device\":\"{}\"}}\n",
+              shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
+              roofline, r.check, vk::Context::get().info().name);
+          std::fflush(stdout);
+          results.push_back(r);
+        }
+      }
+    }
+    fmt::print("\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | "
+               "tokens |\n");
+    fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
+    for (const auto& r : results) {
+      const std::string share =
+          r.batch == 1 ? fmt::format("{:.0f}% of {:.0f}", 100 * r.tps / r.roofline, r.roofline)
+                       : "";
+      fmt::print("| {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode,
+                 r.batch, r.tps, r.ms, r.dispatches, share, r.check);
     }
     return 0;
   } catch (const std::exception& e) {

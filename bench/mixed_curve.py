@@ -86,10 +86,16 @@ def shuffled(n, seed):
     return order
 
 
-def write_tokens(path, steps, batch, seq, vocab=256, seed=0):
+def write_tokens(path, steps, batch, seq, vocab=256, seed=0, corpus_file=None):
     """[steps, batch, seq] int32 little-endian byte tokens; returns how many bytes the corpus had.
-    A vocabulary below 256 (small test models only) folds bytes modulo vocab."""
-    data = corpus_bytes()
+    A vocabulary below 256 (small test models only) folds bytes modulo vocab. `corpus_file`: the
+    bytes of that file instead of the repository's text files (tests: data that stays the same
+    when the code changes)."""
+    if corpus_file:
+        with open(corpus_file, "rb") as f:
+            data = f.read()
+    else:
+        data = corpus_bytes()
     windows = len(data) // seq
     need = steps * batch
     if windows < need:
@@ -276,13 +282,14 @@ def main():
     k.add_argument("--batch", type=int, default=TRAIN["batch"])
     k.add_argument("--seq", type=int, default=TRAIN["seq"])
     k.add_argument("--vocab", type=int, default=256, help="below 256: bytes folded modulo (small test models)")
+    k.add_argument("--corpus", help="take the bytes of this file instead of the repository's text files")
     c = sub.add_parser("compare", help="compare the loss logs in a folder")
     c.add_argument("dir")
     a = ap.parse_args()
     if a.cmd == "run":
         sys.exit(0 if run(a) else 1)
     if a.cmd == "tokens":
-        n = write_tokens(a.out, a.steps, a.batch, a.seq, a.vocab)
+        n = write_tokens(a.out, a.steps, a.batch, a.seq, a.vocab, corpus_file=a.corpus)
         print(f"tokens: {a.steps} x {a.batch} x {a.seq} from {n} bytes -> {a.out}")
         return
     sys.exit(0 if compare(a.dir) else 1)

@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 
 struct GenArgs {
   std::string model, prompt, active_adapter;
+  std::string dtype = "auto";
   std::vector<std::string> adapters;
   bool no_adapter = false;
   infer::GenerationConfig config;
@@ -42,6 +43,10 @@ void add_sampling_options(CLI::App* cmd, GenArgs& a) {
   cmd->add_option("--active-adapter", a.active_adapter, "which loaded adapter to use (default: the first)");
   cmd->add_flag("--no-adapter", a.no_adapter, "load the adapters but run the base model (peft's "
                 "disable_adapter)");
+  cmd->add_option("--dtype", a.dtype,
+                  "weight matrices on the device: auto (f16 for a 16-bit checkpoint, "
+                  "f32 for an f32 one), f16 or f32")
+      ->capture_default_str();
   cmd->add_option("--max-new-tokens", a.config.max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--do-sample", a.config.do_sample, "sample instead of greedy decoding");
   cmd->add_option("--temperature", a.config.temperature, "sampling temperature")->capture_default_str();
@@ -111,7 +116,7 @@ std::vector<int32_t> generate_text(models::DecoderModel& model, const Tokenizer&
 }
 
 int run_generate(GenArgs& a) {
-  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter);
+  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter, a.dtype);
   auto& model = loaded.model;
   auto tokenizer = Tokenizer::from_folder(loaded.tokenizer_dir);
   a.config.eos_token_ids = eos_ids(loaded.model_dir, tokenizer);
@@ -123,7 +128,7 @@ int run_generate(GenArgs& a) {
 }
 
 int run_chat(GenArgs& a) {
-  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter);
+  auto loaded = load_for_inference(a.model, a.adapters, a.active_adapter, a.no_adapter, a.dtype);
   auto& model = loaded.model;
   auto tokenizer = Tokenizer::from_folder(loaded.tokenizer_dir);
   VKF_REQUIRE(!tokenizer.chat_template().empty(),

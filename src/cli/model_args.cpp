@@ -7,6 +7,7 @@
 
 #include "hub/resolve.h"
 #include "peft/lora.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::cli {
@@ -19,8 +20,24 @@ bool is_adapter_only_folder(const std::string& dir) {
 }
 }  // namespace
 
-LoadedModel load_for_inference(const std::string& model_arg, const std::vector<std::string>& adapters,
-                               const std::string& active, bool disable) {
+DType matrix_dtype_for(const std::string& dtype, const std::string& model_dir) {
+  VKF_REQUIRE(dtype == "auto" || dtype == "f16" || dtype == "f32",
+              "--dtype '{}': use auto (the checkpoint's precision), f16 or f32", dtype);
+  if (dtype == "f32") return DType::F32;
+  const bool storage16 = vk::Context::get().info().storage16;
+  if (dtype == "f16") {
+    VKF_REQUIRE(storage16,
+                "--dtype f16: the Vulkan device {} has no 16-bit storage buffer access; use "
+                "--dtype f32",
+                vk::Context::get().info().name);
+    return DType::F16;
+  }
+  return storage16 ? models::DecoderModel::checkpoint_matrix_dtype(model_dir) : DType::F32;
+}
+
+LoadedModel load_for_inference(const std::string& model_arg,
+                               const std::vector<std::string>& adapters, const std::string& active,
+                               bool disable, const std::string& dtype) {
   // Any folder may be a Hub reference org/name[@rev]: resolved through the shared cache.
   const std::string model = hub::resolve_path(model_arg, hub::Need::Adapter);
   std::string base = model;
@@ -37,7 +54,8 @@ LoadedModel load_for_inference(const std::string& model_arg, const std::vector<s
     specs.insert(specs.begin(), model);
     if (!fs::exists(fs::path(model) / "tokenizer.json")) tokenizer_dir = base;
   }
-  LoadedModel out{models::DecoderModel::load(base), base, tokenizer_dir};
+  LoadedModel out{models::DecoderModel::load(base, matrix_dtype_for(dtype, base)), base,
+                  tokenizer_dir};
   int unnamed = 0;
   for (const auto& s : specs) {
     const size_t eq = s.find('=');

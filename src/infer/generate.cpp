@@ -1,5 +1,6 @@
-// Generation loop and token choice (see generate.h). Logits of the last position are read back
-// each step (one [B, vocab] download); the processors run on the host in double.
+// Generation loop and token choice (see generate.h). Greedy tokens are chosen on the device;
+// otherwise the logits of the last position are read back each step (one [B, vocab] download) and
+// the processors run on the host in double.
 #include "infer/generate.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <set>
 
 #include "core/autograd.h"
+#include "infer/decode_step.h"
+#include "ops/decode.h"
 #include "vk/error.h"
 
 namespace vkf::infer {
@@ -86,6 +89,12 @@ int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen
   return static_cast<int32_t>(order[0]);
 }
 
+DecodeMode effective_decode_mode(const models::DecoderModel& model, DecodeMode wanted) {
+  return wanted != DecodeMode::Generic && !model.decode_step_unsupported().empty()
+             ? DecodeMode::Generic
+             : wanted;
+}
+
 std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
                                            const std::vector<std::vector<int32_t>>& prompts,
                                            const GenerationConfig& c, const TokenCallback& on_token,
@@ -95,6 +104,7 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   VKF_REQUIRE(c.temperature > 0, "generate: temperature must be > 0 (use greedy decoding instead)");
   const int64_t V = model.spec().vocab_size;
   const int64_t B = static_cast<int64_t>(prompts.size());
+  const auto rows = static_cast<size_t>(B);
   size_t L = 0;
   for (const auto& p : prompts) {
     VKF_REQUIRE(!p.empty(), "generate: an empty prompt (it needs at least one token, e.g. BOS)");
@@ -103,59 +113,107 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   }
   autograd::NoGradScope no_grad;
   // Left padding, positions counted over real tokens (transformers: cumsum(mask) - 1).
-  std::vector<int32_t> ids(static_cast<size_t>(B) * L, c.pad_token_id), mask(ids.size(), 0), pos(ids.size(), 1);
-  std::vector<int32_t> next_pos(static_cast<size_t>(B));
-  std::vector<std::vector<int32_t>> seen(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<size_t>(b)];
+  std::vector<int32_t> ids(rows * L, c.pad_token_id), mask(ids.size(), 0), pos(ids.size(), 1);
+  std::vector<int32_t> next_pos(rows);
+  std::vector<std::vector<int32_t>> seen(rows);
+  for (size_t b = 0; b < rows; ++b) {
+    const auto& p = prompts[b];
     const size_t off = L - p.size();
     for (size_t t = 0; t < p.size(); ++t) {
       ids[b * L + off + t] = p[t];
       mask[b * L + off + t] = 1;
       pos[b * L + off + t] = static_cast<int32_t>(t);
     }
-    next_pos[static_cast<size_t>(b)] = static_cast<int32_t>(p.size());
-    seen[static_cast<size_t>(b)] = p;
+    next_pos[b] = static_cast<int32_t>(p.size());
+    seen[b] = p;
   }
-  models::KVCache cache = model.make_cache(B, static_cast<int64_t>(L) + std::max<int64_t>(c.max_new_tokens, 1));
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
-  std::vector<bool> done(static_cast<size_t>(B), false);
-  uint64_t rng = c.seed;
-  std::vector<int32_t> full_mask = mask;  // [B, keys], grows by one column per step
+  const int64_t capacity = static_cast<int64_t>(L) + std::max<int64_t>(c.max_new_tokens, 1);
+  models::KVCache cache = model.make_cache(B, capacity);
+  const bool on_device = c.device_argmax && !c.do_sample && c.repetition_penalty == 1.0;
+  const DecodeMode mode = effective_decode_mode(model, c.decode_mode);
+
+  // The step's result: each row's token (device argmax) or its logits, whichever path produced it.
+  std::vector<int32_t> device_ids(rows);
+  std::vector<float> host_logits;
+  auto take_result = [&](const Tensor& last) {  // last: [B, 1, V] logits of the newest position
+    if (on_device) {
+      const auto chosen = ops::argmax_rows(last).to_int();
+      for (size_t b = 0; b < rows; ++b) device_ids[b] = static_cast<int32_t>(chosen[b]);
+    } else {
+      host_logits = last.to_float();
+    }
+  };
+  take_result(model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
+                            Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache,
+                            pos,
+                            /*last_only=*/true));
+
+  std::unique_ptr<DecodeStepRunner> runner;
+  std::vector<int32_t> full_mask = mask;  // Generic: [B, keys], grows by one column per step
   int64_t keys = static_cast<int64_t>(L);
-  Tensor logits = model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
-                                Tensor::from_host_i32(full_mask, {B, keys}), {}, &cache, pos);
+  if (mode != DecodeMode::Generic && c.max_new_tokens > 1) {
+    // Every slot past the prompt holds a generated token, which every row attends to.
+    std::vector<int32_t> slots(rows * static_cast<size_t>(capacity), 1);
+    for (size_t b = 0; b < rows; ++b)
+      std::copy(mask.begin() + static_cast<std::ptrdiff_t>(b * L),
+                mask.begin() + static_cast<std::ptrdiff_t>((b + 1) * L),
+                slots.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(capacity)));
+    runner = std::make_unique<DecodeStepRunner>(model, cache, slots, mode == DecodeMode::Replay,
+                                                on_device);
+  }
+
+  std::vector<std::vector<int32_t>> out(rows);
+  std::vector<bool> done(rows, false);
+  uint64_t rng = c.seed;
   for (int64_t step = 0; step < c.max_new_tokens; ++step) {
-    const int64_t T = logits.dim(1);
-    const auto last = logits.slice(1, T - 1, T).to_float();  // [B, V]
-    std::vector<int32_t> chosen(static_cast<size_t>(B), c.pad_token_id);
+    std::vector<int32_t> chosen(rows, c.pad_token_id);
     bool all_done = true;
-    for (int64_t b = 0; b < B; ++b) {
-      if (done[static_cast<size_t>(b)]) continue;
-      std::vector<float> row(last.begin() + b * V, last.begin() + (b + 1) * V);
-      const int32_t t = choose_token(std::move(row), seen[static_cast<size_t>(b)], c, rng);
-      chosen[static_cast<size_t>(b)] = t;
-      out[static_cast<size_t>(b)].push_back(t);
-      seen[static_cast<size_t>(b)].push_back(t);
-      if (on_token) on_token(static_cast<size_t>(b), t);
+    for (size_t b = 0; b < rows; ++b) {
+      if (done[b]) continue;
+      int32_t t;
+      if (on_device) {
+        t = device_ids[b];
+      } else {
+        std::vector<float> row(host_logits.begin() + static_cast<std::ptrdiff_t>(b) * V,
+                               host_logits.begin() + static_cast<std::ptrdiff_t>(b + 1) * V);
+        t = choose_token(std::move(row), seen[b], c, rng);
+      }
+      chosen[b] = t;
+      out[b].push_back(t);
+      seen[b].push_back(t);
+      if (on_token) on_token(b, t);
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end() ||
-          (should_stop && should_stop(static_cast<size_t>(b), out[static_cast<size_t>(b)])))
-        done[static_cast<size_t>(b)] = true;
-      all_done = all_done && done[static_cast<size_t>(b)];
+          (should_stop && should_stop(b, out[b])))
+        done[b] = true;
+      all_done = all_done && done[b];
     }
     if (all_done || step + 1 == c.max_new_tokens) break;
-    // Append one column to the mask (every row attends to its new token, as transformers does).
-    std::vector<int32_t> grown(static_cast<size_t>(B * (keys + 1)));
-    for (int64_t b = 0; b < B; ++b) {
-      std::copy(full_mask.begin() + b * keys, full_mask.begin() + (b + 1) * keys, grown.begin() + b * (keys + 1));
-      grown[static_cast<size_t>(b * (keys + 1) + keys)] = 1;
+    std::vector<int32_t> step_pos(rows);
+    for (size_t b = 0; b < rows; ++b) step_pos[b] = next_pos[b]++;
+    if (runner) {
+      runner->step(chosen, step_pos);
+      if (on_device) {
+        const auto got = runner->chosen();
+        std::copy(got.begin(), got.end(), device_ids.begin());
+      } else {
+        const auto got = runner->logits();
+        host_logits.assign(got.begin(), got.end());
+      }
+      continue;
+    }
+    // Generic: append one column to the mask (every row attends to its new token, as transformers
+    // does).
+    std::vector<int32_t> grown(rows * static_cast<size_t>(keys + 1));
+    for (size_t b = 0; b < rows; ++b) {
+      std::copy(full_mask.begin() + static_cast<std::ptrdiff_t>(b) * keys,
+                full_mask.begin() + static_cast<std::ptrdiff_t>(b + 1) * keys,
+                grown.begin() + static_cast<std::ptrdiff_t>(b) * (keys + 1));
+      grown[b * static_cast<size_t>(keys + 1) + static_cast<size_t>(keys)] = 1;
     }
     full_mask.swap(grown);
     ++keys;
-    std::vector<int32_t> step_pos(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) step_pos[static_cast<size_t>(b)] = next_pos[static_cast<size_t>(b)]++;
-    logits = model.forward(Tensor::from_host_i32(chosen, {B, 1}), Tensor::from_host_i32(full_mask, {B, keys}),
-                           {}, &cache, step_pos);
+    take_result(model.forward(Tensor::from_host_i32(chosen, {B, 1}),
+                              Tensor::from_host_i32(full_mask, {B, keys}), {}, &cache, step_pos));
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // Text generation with a KV cache: left-padded batch prefill, then one token per step, with greedy
 // decoding or sampling processed as transformers' generate does (repetition penalty, temperature,
 // top-k, top-p, min-p, in that order), stopping per row at an EOS id or after max_new_tokens.
+// Greedy decoding without a repetition penalty chooses tokens on the device (argmax): one int32
+// per row comes back per step. The decode step is recorded once and replayed (decode_step.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,13 @@
 #include "models/decoder.h"
 
 namespace vkf::infer {
+
+// How the steps after the prefill run.
+enum class DecodeMode {
+  Replay,   // DecoderModel::decode_step, captured once (after a first eager step) and replayed
+  Eager,    // DecoderModel::decode_step, recorded anew at every step
+  Generic,  // DecoderModel::forward with the cache and a mask grown by one column per step
+};
 
 struct GenerationConfig {
   int64_t max_new_tokens = 32;
@@ -22,7 +31,16 @@ struct GenerationConfig {
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
   int32_t pad_token_id = 0;  // fills the left padding and finished rows
+  // Replay and Eager fall back to Generic for models decode_step() does not serve (rotary
+  // frequencies that depend on the sequence length: dynamic, longrope).
+  DecodeMode decode_mode = DecodeMode::Replay;
+  // Greedy tokens by argmax on the device (false: the logits come back and the host picks; for
+  // comparisons and benchmarks). Sampling and repetition penalties always pick on the host.
+  bool device_argmax = true;
 };
+
+// The mode generate() uses for `model` when asked for `wanted` (the fallback rule above).
+DecodeMode effective_decode_mode(const models::DecoderModel& model, DecodeMode wanted);
 
 // Called after each token with the row's generated tokens so far; returning true finishes that
 // row (stop strings: the caller decodes and looks for them).

@@ -15,6 +15,7 @@
 #include "nn/linear.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/decode.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
@@ -92,17 +93,40 @@ std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const 
 
 DecoderModel::DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params)
     : spec_(std::move(spec)), params_(std::move(params)) {
-  for (const auto& [name, shape] : parameter_shapes(spec_)) {
+  const auto shapes = parameter_shapes(spec_);
+  // Matrices share one dtype: that of the embedding (always a matrix).
+  if (auto it = params_.find(spec_.names.embed);
+      it != params_.end() && it->second.dtype() == DType::F16)
+    matrix_dtype_ = DType::F16;
+  for (const auto& [name, shape] : shapes) {
     auto it = params_.find(name);
     VKF_REQUIRE(it != params_.end(), "{} model: parameter '{}' is missing", spec_.model_type, name);
-    VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == DType::F32,
-                "{} model: parameter '{}' has shape {} ({}), expected {} (f32)", spec_.model_type,
-                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()), shape_str(shape));
+    const DType want = shape.size() == 2 ? matrix_dtype_ : DType::F32;
+    VKF_REQUIRE(it->second.shape() == shape && it->second.dtype() == want,
+                "{} model: parameter '{}' has shape {} ({}), expected {} ({})", spec_.model_type,
+                name, shape_str(it->second.shape()), dtype_name(it->second.dtype()),
+                shape_str(shape), dtype_name(want));
     order_.push_back(name);
   }
 }
 
-DecoderModel DecoderModel::load(const std::string& dir) {
+void DecoderModel::convert_matrices(DType dtype) {
+  VKF_REQUIRE(dtype == DType::F32 || dtype == DType::F16,
+              "convert_matrices: weight matrices are f32 or f16, not {}", dtype_name(dtype));
+  if (dtype == matrix_dtype_) return;
+  VKF_REQUIRE(
+      dtype == DType::F32 || !std::any_of(params_.begin(), params_.end(),
+                                          [](const auto& p) { return p.second.requires_grad(); }),
+      "convert_matrices: the model's parameters require gradients; f16 matrices are for inference");
+  autograd::NoGradScope no_grad;
+  for (const auto& [name, shape] : parameter_shapes(spec_))
+    if (shape.size() == 2) params_[name] = params_[name].to(dtype);
+  matrix_dtype_ = dtype;
+}
+
+DecoderModel DecoderModel::load(const std::string& dir, DType matrix_dtype) {
+  VKF_REQUIRE(matrix_dtype == DType::F32 || matrix_dtype == DType::F16,
+              "{}: weight matrices load as f32 or f16, not {}", dir, dtype_name(matrix_dtype));
   const fs::path root(dir);
   VKF_REQUIRE(fs::is_directory(root), "{}: not a folder; --model needs a Hugging Face model folder "
               "(config.json + *.safetensors)", dir);
@@ -120,9 +144,20 @@ DecoderModel DecoderModel::load(const std::string& dir) {
                     entry.dtype == io::StDtype::BF16 || entry.dtype == io::StDtype::F64,
                 "{}: tensor '{}' is {}; weights must be floating point",
                 weights.file_of(name).path(), name, io::st_dtype_name(entry.dtype));
-    params[name] = weights.load(name, DType::F32);
+    params[name] = weights.load(name, shape.size() == 2 ? matrix_dtype : DType::F32);
   }
   return DecoderModel(std::move(spec), std::move(params));
+}
+
+DType DecoderModel::checkpoint_matrix_dtype(const std::string& dir) {
+  const ArchSpec spec = spec_from_file((fs::path(dir) / "config.json").string());
+  const io::SafetensorsModel weights(dir);
+  VKF_REQUIRE(weights.contains(spec.names.embed),
+              "{}: tensor '{}' is missing; a {} model with this "
+              "config.json needs it",
+              weights.source(), spec.names.embed, spec.model_type);
+  const io::StDtype stored = weights.entry(spec.names.embed).dtype;
+  return stored == io::StDtype::F16 || stored == io::StDtype::BF16 ? DType::F16 : DType::F32;
 }
 
 const Tensor& DecoderModel::param(const std::string& name) const {
@@ -142,6 +177,10 @@ std::vector<Tensor> DecoderModel::parameters() const {
 }
 
 void DecoderModel::set_requires_grad(bool on) {
+  VKF_REQUIRE(!on || matrix_dtype_ == DType::F32,
+              "this {} model holds f16 weight matrices, which are for inference; load it with f32 "
+              "weights to train it",
+              spec_.model_type);
   for (auto& [name, t] : params_) t.set_requires_grad(on);
 }
 
@@ -207,6 +246,7 @@ struct DecoderModel::Step {
   Tensor positions;          // I32 [1, T] or [B, T]
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
+  const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
 };
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
@@ -222,7 +262,7 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
-                                     const Trace& trace) {
+                                     const Trace& trace, const Tensor* residual) {
   const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
@@ -261,7 +301,18 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   emit("k", k);
   emit("v", v);
   const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
-  if (layer.use_rope) {
+  if (step.decode) {
+    // The rotation and the append at the slot the device names, in one dispatch.
+    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
+    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
+    if (layer.use_rope) {
+      q = ops::rope_kv_write(q, k, v, rope_table(l, step.table_positions, true),
+                             rope_table(l, step.table_positions, false), step.positions, ck, cv,
+                             step.decode->cached, ops::rope_rotary_dim(layer.rope), s.rope_layout);
+    } else {
+      ops::kv_cache_write(k, v, ck, cv, step.decode->cached);
+    }
+  } else if (layer.use_rope) {
     const int64_t rot = ops::rope_rotary_dim(layer.rope);
     const Tensor& cos = rope_table(l, step.table_positions, true);
     const Tensor& sin = rope_table(l, step.table_positions, false);
@@ -270,7 +321,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     emit("q_rope", q);
     emit("k_rope", k);
   }
-  if (step.cache) {
+  if (step.cache && !step.decode) {
     // Append this call's keys/values and attend over every cached position.
     KVCache& c = *step.cache;
     const int64_t end = c.length + T;
@@ -293,32 +344,57 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
       opts.dropout_offset = r->offset;
     }
   }
-  Tensor a = ops::attention(q, k, v, step.mask, opts);
+  Tensor a;
+  if (step.decode) {
+    // The key count comes from the device (decode_step()).
+    a = ops::attention_decode(q, step.cache->k[static_cast<size_t>(l)],
+                              step.cache->v[static_cast<size_t>(l)], step.mask, step.decode->cached,
+                              opts);
+  } else {
+    a = ops::attention(q, k, v, step.mask, opts);
+  }
   emit("context", a);
   a = a.reshape({B, T, Hq * D});
+  if (residual) {
+    ops::linear_accumulate(a, P(n.o + ".weight"), bias(n.o, s.o_bias), *residual);
+    return {};
+  }
   Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
   emit("out", o);
   return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
-Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace) const {
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace,
+                               const Tensor* residual) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
   auto P = [&](const std::string& leaf) { return param(L(leaf)); };
   auto bias = [&](const std::string& proj) { return s.mlp_bias ? P(proj + ".bias") : Tensor(); };
+  // The last projection: into a new tensor, or added into the residual stream in place.
+  auto project = [&](const std::string& proj, const Tensor& a, const Tensor& b) {
+    if (!residual) return nn::linear(L(proj), a, P(proj + ".weight"), b);
+    ops::linear_accumulate(a, P(proj + ".weight"), b, *residual);
+    return Tensor();
+  };
   Tensor out;
   if (s.mlp == MlpKind::Plain) {
     Tensor a = ops::activation(nn::linear(L(n.fc), h, P(n.fc + ".weight"), bias(n.fc)), s.act);
-    out = nn::linear(L(n.proj), a, P(n.proj + ".weight"), bias(n.proj));
+    out = project(n.proj, a, bias(n.proj));
   } else if (s.fused_gate_up) {
     Tensor gu = nn::linear(L(n.gate_up), h, P(n.gate_up + ".weight"));
-    out = nn::linear(L(n.down), ops::gated_act_fused(gu, s.act, true), P(n.down + ".weight"));
+    out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
+  } else if (residual && !s.mlp_bias) {
+    // A folded decode step has no adapter or trace on these projections: both products and the
+    // activation in one pass over the two weights (ops::gated_linear; same sums as below).
+    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act),
+                  Tensor());
   } else {
     Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
     Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
-    out = nn::linear(L(n.down), ops::gated_act(g, u, s.act), P(n.down + ".weight"), bias(n.down));
+    out = project(n.down, ops::gated_act(g, u, s.act), bias(n.down));
   }
+  if (residual) return {};
   if (trace) trace(fmt::format("layers.{}.mlp.out", l), out);
   return ops::train_dropout(out, static_cast<float>(s.mlp_out_dropout));
 }
@@ -332,6 +408,19 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   };
   const float res_mult = static_cast<float>(s.residual_multiplier);
   auto scaled = [&](const Tensor& t) { return res_mult == 1.0f ? t : ops::scale(t, res_mult); };
+  // In a decode step (no tape, no trace, no adapter hooking the projections), the output
+  // projections of pre-norm and parallel layers add straight into the residual stream x (which
+  // this layer owns): one dispatch and one barrier fewer per residual. The same sums (a projection
+  // bias is added after the residual rather than before).
+  const bool fold = step.decode && !trace && !nn::active_adapter() &&
+                    !dropout_rng::active_stream() && res_mult == 1.0f &&
+                    (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
+  if (fold) {
+    const Tensor h = norm(x, L(n.norm1));
+    attention_block(l, h, step, trace, &x);
+    mlp_block(l, s.placement == NormPlacement::Pre ? norm(x, L(n.norm2)) : h, trace, &x);
+    return x;
+  }
   switch (s.placement) {
     case NormPlacement::Pre: {
       Tensor a = attention_block(l, norm(x, L(n.norm1)), step, trace);
@@ -368,17 +457,29 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   return x;
 }
 
-Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
-                             KVCache* cache, std::span<const int32_t> positions) {
-  const auto& s = spec_;
+Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                             const Trace& trace, KVCache* cache, std::span<const int32_t> positions,
+                             bool last_only) {
   const nn::AdapterScope adapter_scope(effective_adapter());
-  const HeadInput head = head_input(hidden_states(input_ids, attention_mask, trace, cache, positions));
+  Tensor hidden = hidden_states(input_ids, attention_mask, trace, cache, positions);
+  // The final norm works per position, so the last position of its output is what a norm of the
+  // last position alone would give.
+  const int64_t T = input_ids.dim(1);
+  if (last_only && T > 1) hidden = hidden.slice(1, T - 1, T).contiguous();
+  Tensor logits = apply_head(head_input(std::move(hidden)), trace);
+  // hidden_states() attended over the cache and appended this call's keys and values; the new
+  // positions count from here on (and only here: decode_step() leaves the count to its caller).
+  if (cache) cache->length += T;
+  return logits;
+}
+
+Tensor DecoderModel::apply_head(const HeadInput& head, const Trace& trace) const {
+  const auto& s = spec_;
   Tensor logits = nn::linear(kHeadModule, head.hidden, head.weight);
   if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
   if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
   if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
   if (trace) trace("logits", logits);
-  if (cache) cache->length += input_ids.dim(1);
   return logits;
 }
 
@@ -421,7 +522,7 @@ Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attent
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
               "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
-  const int64_t B = input_ids.dim(0), T = input_ids.dim(1), H = s.hidden_size;
+  const int64_t B = input_ids.dim(0), T = input_ids.dim(1);
   VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type, shape_str(input_ids.shape()));
   const int64_t past = cache ? cache->length : 0;
   if (cache) {
@@ -456,6 +557,55 @@ Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attent
     step.positions = Tensor::from_host_i32(positions, {B, T});
     step.table_positions = top + 1;
   }
+  return run(input_ids, step, trace);
+}
+
+std::string DecoderModel::decode_step_unsupported() const {
+  for (const auto& layer : spec_.layers) {
+    if (layer.use_rope && (layer.rope.type == "dynamic" || layer.rope.type == "longrope"))
+      return fmt::format("its '{}' rotary frequencies depend on the sequence length",
+                         layer.rope.type);
+  }
+  return "";
+}
+
+Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
+  const auto& s = spec_;
+  const std::string why = decode_step_unsupported();
+  VKF_REQUIRE(why.empty(), "{} decode_step: not available for this model: {}", s.model_type, why);
+  VKF_REQUIRE(!autograd::active_tape(),
+              "{} decode_step: a KV cache is for inference (no gradients)", s.model_type);
+  const int64_t B = cache.batch;
+  VKF_REQUIRE(B > 0 && !cache.k.empty(),
+              "{} decode_step: the KV cache is empty; make it with make_cache()", s.model_type);
+  const Shape column{B, 1};
+  for (const auto& [t, what] : {std::pair{&in.ids, "ids"}, {&in.positions, "positions"}}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::I32 && t->shape() == column,
+                "{} decode_step: {} must be I32 [{}, 1] (one per cache row)", s.model_type, what,
+                B);
+  }
+  VKF_REQUIRE(in.cached.defined() && in.cached.dtype() == DType::I32 && in.cached.numel() >= 1,
+              "{} decode_step: cached must be an I32 tensor (element 0: positions in the cache)",
+              s.model_type);
+  VKF_REQUIRE(!in.mask.defined() ||
+                  (in.mask.dtype() == DType::I32 && in.mask.shape() == (Shape{B, cache.capacity})),
+              "{} decode_step: mask must be I32 [{}, {}] (every cache slot)", s.model_type, B,
+              cache.capacity);
+  Step step;
+  step.mask = in.mask;
+  step.T = 1;
+  step.positions = in.positions;
+  step.table_positions = cache.capacity;  // every position the cache can hold
+  step.cache = &cache;
+  step.decode = &in;
+  // The adapter and the head as forward() applies them.
+  const nn::AdapterScope adapter_scope(effective_adapter());
+  return apply_head(head_input(run(in.ids, step, {})), {});
+}
+
+Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace& trace) {
+  const auto& s = spec_;
+  const int64_t H = s.hidden_size;
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
@@ -499,7 +649,7 @@ void DecoderModel::save(const std::string& dir, uint64_t max_shard_bytes) const 
   io::write_sharded(dir, tensors, max_shard_bytes);
   nlohmann::json config = spec_.config;
   config.erase("torch_dtype");
-  config["dtype"] = "float32";
+  config["dtype"] = matrix_dtype_ == DType::F16 ? "float16" : "float32";
   const std::string text = config.dump(2) + "\n";
   io::write_file_atomic((fs::path(dir) / "config.json").string(),
                         {reinterpret_cast<const uint8_t*>(text.data()), text.size()});

@@ -6,6 +6,8 @@
 // applies only while a training dropout stream is active (core/dropout_rng.h). With gradient
 // checkpointing on, a recorded forward keeps only each layer's input and recomputes the layer in
 // the backward pass (core/activation_checkpoint.h); gradients are bitwise the same.
+// For inference the weight matrices (embedding, projections, head) may be held in f16: half the
+// bytes to read per decoded token; activations and accumulations stay f32.
 #pragma once
 
 #include <functional>
@@ -31,16 +33,36 @@ struct KVCache {
   int64_t batch = 0, capacity = 0, length = 0;
 };
 
+// The per-step inputs of DecoderModel::decode_step(), all read on the device, so that one
+// recording of the step serves every position (infer/decode_step.h captures and replays it).
+struct DecodeInputs {
+  Tensor ids;        // I32 [B, 1]: each row's new token
+  Tensor positions;  // I32 [B, 1]: its rotary position
+  Tensor cached;     // I32, element 0: positions already in the cache (the new key's slot)
+  Tensor mask;       // I32 [B, capacity]: key padding mask over every cache slot, or undefined
+};
+
 class DecoderModel {
  public:
   // Loads config.json and the safetensors weights (single or sharded, f32/f16/bf16/f64) from a
-  // Hugging Face model folder; weights become f32 master copies.
-  static DecoderModel load(const std::string& dir);
+  // Hugging Face model folder; weights become f32 master copies, except that the weight matrices
+  // become `matrix_dtype` (F16: an inference model, rounded to nearest even).
+  static DecoderModel load(const std::string& dir, DType matrix_dtype = DType::F32);
+  // F16 when the checkpoint in `dir` stores its weight matrices in 16 bits (f16 or bf16; judged by
+  // the embedding matrix), else F32: the matrix dtype that keeps the file's precision at the
+  // smallest size (what `vkformer generate --dtype auto` loads).
+  static DType checkpoint_matrix_dtype(const std::string& dir);
+  // Every parameter f32, or the rank-2 ones (matrices) all f16 and the others f32.
   DecoderModel(ArchSpec spec, std::map<std::string, Tensor> params);
   // The parameters a model of this spec has: HF name and shape, in named_parameters() order.
   static std::vector<std::pair<std::string, Shape>> parameter_shapes(const ArchSpec& spec);
 
   const ArchSpec& spec() const { return spec_; }
+  // F32, or F16 when the weight matrices are held in half precision (inference only: they cannot
+  // carry gradients).
+  DType matrix_dtype() const { return matrix_dtype_; }
+  // Converts the weight matrices to `dtype` (F32 or F16) on the device, rounding to nearest even.
+  void convert_matrices(DType dtype);
   // Trainable parameters by HF name, in the order of transformers' named_parameters(); a tied
   // output matrix is not listed separately (it is the embedding).
   const std::vector<std::string>& parameter_names() const { return order_; }
@@ -66,9 +88,12 @@ class DecoderModel {
   // input_ids [B, T] (I32 or I64); attention_mask [B, T] (1 = token, 0 = padding) or undefined;
   // with a cache the mask covers every key, [B, cache->length + T]. Returns logits [B, T, vocab].
   // Positions are cache->length + 0..T-1 in every row, as transformers does, unless `positions`
-  // gives them per token ([B*T] row-major; generation with left padding).
+  // gives them per token ([B*T] row-major; generation with left padding). With `last_only`, the
+  // head runs on the last position only and logits are [B, 1, vocab] (a prefill needs nothing
+  // else: T times less head work and logits memory). cache->length grows by T.
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace = {},
-                 KVCache* cache = nullptr, std::span<const int32_t> positions = {});
+                 KVCache* cache = nullptr, std::span<const int32_t> positions = {},
+                 bool last_only = false);
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
   // What forward() turns into logits, for a loss fused with the LM head
@@ -88,20 +113,43 @@ class DecoderModel {
   // The module name nn::linear sees for the head (LoRA targets it as "lm_head").
   static constexpr const char* kHeadModule = "lm_head";
 
+  // One decoding step (one new token per row) over `cache`, whose capacity is fixed: writes the
+  // new keys and values at slot in.cached[0] and returns logits [B, 1, vocab]. Every value that
+  // changes from step to step is device data (DecodeInputs), and nothing is uploaded or read back,
+  // so the commands it records can be captured once and replayed; cache.length is left to the
+  // caller. Same results as forward() with that cache up to summation order: it runs fused
+  // kernels (rotary + cache append, one-query attention, residual adds in the projections'
+  // epilogues, gate/up/activation in one pass for f16 weights) where no adapter or trace needs
+  // the separate steps.
+  Tensor decode_step(const DecodeInputs& in, KVCache& cache);
+  // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
+  // sequence length change at every step).
+  std::string decode_step_unsupported() const;
+
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.
   void save(const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ull) const;
 
  private:
   // Embedding, layers and the final norm: [B, T, hidden_size]. The caller activates the adapter.
+  // With a cache, this call's keys and values are appended after cache->length, which the caller
+  // (forward()) then advances.
   Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
                        KVCache* cache, std::span<const int32_t> positions);
   HeadInput head_input(Tensor hidden) const;
+  // Logits from the head's input, as forward() and decode_step() both return them.
+  Tensor apply_head(const HeadInput& head, const Trace& trace) const;
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
+  // The embedding, layers and final norm of one step: the hidden states [B, T, hidden_size].
+  Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
-  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace);
-  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace) const;
+  // With `residual`, the block's output projection is added into *residual in place and an
+  // undefined tensor is returned.
+  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
+                         const Tensor* residual = nullptr);
+  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
+                   const Tensor* residual = nullptr) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 
   ArchSpec spec_;
@@ -114,6 +162,7 @@ class DecoderModel {
   std::map<std::string, RopeTable> rope_cache_;  // key: the rotary parameters
   std::map<std::string, std::shared_ptr<nn::ModuleAdapter>> adapters_;
   std::string active_;
+  DType matrix_dtype_ = DType::F32;
   bool adapters_enabled_ = true;
   bool gradient_checkpointing_ = false;
 };

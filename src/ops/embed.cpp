@@ -30,9 +30,11 @@ void check_ids_tensor(const Tensor& ids, const char* op) {
               shape_str(ids.shape()));
 }
 
-void check_weight(const Tensor& weight, const char* op, const char* what) {
+// `f16_ok`: the forward also reads a table stored in f16 (inference weights).
+void check_weight(const Tensor& weight, const char* op, const char* what, bool f16_ok = false) {
   VKF_REQUIRE(weight.defined(), "{}: {} is undefined", op, what);
-  VKF_REQUIRE(weight.dtype() == DType::F32, "{}: {} must be f32, got {}", op, what,
+  VKF_REQUIRE(weight.dtype() == DType::F32 || (f16_ok && weight.dtype() == DType::F16),
+              "{}: {} must be f32{}, got {}", op, what, f16_ok ? " or f16" : "",
               dtype_name(weight.dtype()));
   VKF_REQUIRE(weight.rank() == 2 && weight.dim(0) >= 1 && weight.dim(1) >= 1,
               "{}: {} must be [V, H] with V, H >= 1, got shape {}", op, what,
@@ -85,7 +87,7 @@ void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const char* where
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t> padding_idx) {
-  check_weight(weight, "embedding", "weight");
+  check_weight(weight, "embedding", "weight", true);
   check_ids_tensor(ids, "embedding");
   padding_row(padding_idx, weight.dim(0), "embedding");
   const Tensor w = weight.is_contiguous() ? weight : weight.contiguous();
@@ -101,8 +103,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t>
       uint32_t total, hidden, vocab;
     } push{w.address(), idc.address(), out.address(), checked_u32(total, "embedding output size"),
            static_cast<uint32_t>(hidden), static_cast<uint32_t>(vocab)};
-    launch(std::string("embed_forward_") + detail::id_variant(idc.dtype()), push, grid_1d(total, kLocal),
-           {&w, &idc}, {&out}, {}, {0.0, 8.0 * static_cast<double>(total)});
+    const bool f16 = w.dtype() == DType::F16;
+    launch(std::string("embed_forward_") + detail::id_variant(idc.dtype()) + (f16 ? "_f16" : ""),
+           push, grid_1d(total, kLocal), {&w, &idc}, {&out}, {},
+           {0.0, (f16 ? 6.0 : 8.0) * static_cast<double>(total)});
   }
   autograd::record_op("embedding", {w}, {out}, [idc, padding_idx](autograd::GradContext& ctx) {
     const Tensor& g = ctx.grad_output(0);

@@ -12,7 +12,8 @@
 namespace vkf::ops {
 
 // out[i..., :] = weight[ids[i...], :] for weight [V, H] f32 and ids of any shape, I32 or I64;
-// out has shape [ids..., H]. Differentiable in weight.
+// out has shape [ids..., H]. Differentiable in weight. The table may be stored in f16 (inference
+// weights; the output is f32, exactly the widened halves); such a table has no gradient.
 // An id outside [0, V) is not an error on the GPU (the host cannot see it without a wait): its
 // output row is all zeros and it contributes nothing to the weight gradient. Data loaders should
 // call check_ids() on the host, where ids are known anyway.

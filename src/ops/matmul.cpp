@@ -162,7 +162,9 @@ void matmul_into(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, c
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_tensor(x, "linear: argument x", DType::F32);
-  check_tensor(weight, "linear: argument weight", DType::F32);
+  VKF_REQUIRE(weight.defined() && (weight.dtype() == DType::F32 || weight.dtype() == DType::F16),
+              "linear: argument weight must be f32 (or f16, an inference weight), got {}",
+              weight.defined() ? dtype_name(weight.dtype()) : "an undefined tensor");
   VKF_REQUIRE(x.rank() >= 1, "linear: argument x must have rank >= 1 ([..., in]), got a scalar");
   VKF_REQUIRE(x.numel() > 0, "linear: argument x is empty (shape {})", shape_str(x.shape()));
   VKF_REQUIRE(weight.rank() == 2 && weight.numel() > 0,

@@ -24,7 +24,9 @@ void matmul_into(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, c
                  float alpha = 1.0f, float beta = 0.0f, const Tensor& bias = {});
 
 // y = x W^T + bias: x is [..., in], weight is [out, in] (the Hugging Face layout), bias is [out]
-// or undefined; y is [..., out]. Differentiable in x, weight and bias.
+// or undefined; y is [..., out]. Differentiable in x, weight and bias. The weight may be stored in
+// f16 (inference: half the bytes to read; products accumulate in fp32, x and y stay f32); such a
+// weight cannot carry a gradient.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 }  // namespace vkf::ops

@@ -65,7 +65,7 @@ constexpr Tile kMedium{4, 4, 16}, kLarge{8, 8, 8};
 TileChoice g_tile_choice = TileChoice::Auto;
 
 uint64_t byte_address(const Tensor& t, int64_t element_offset) {
-  return t.address() + static_cast<uint64_t>(element_offset) * 4;
+  return t.address() + static_cast<uint64_t>(element_offset) * dtype_size(t.dtype());
 }
 
 // Largest element offset a description reaches; the kernels index in 32 bits.
@@ -180,10 +180,12 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
   const Tile tile = pick_tile(c.batch, m, n);
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
+  // A weight stored in f16 is read by the f16b variant (halves widened as they are loaded).
+  const char* module = b.t.dtype() == DType::F16 ? "matmul_tiled_f16b" : "matmul_tiled";
   for_each_grid_part(c.batch, m, n, tile.bm(), tile.bn(), [&](const GridPart& g) {
     const GemmPush push =
         make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
-    launch("matmul_tiled", push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+    launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
            g.first ? cost : vk::DispatchCost{});
   });
 }
@@ -294,6 +296,32 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
   }
 }
 
+// a is [M <= 8, K] in f32, b a weight stored in f16 with contiguous rows (kernel_layout(b).trans:
+// the [N, K] Hugging Face layout read as K x N); bias indexed by column.
+void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
+                         float beta, const Tensor& bias, int64_t bias_stride,
+                         const vk::DispatchCost& cost) {
+  const int64_t m = c.rows, n = c.cols, k = a.cols;
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  constexpr uint32_t kCols = 8;  // matmul_skinny_f16's COLS
+  // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
+  const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
+                    a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8};
+  const int64_t zstep = g_max_groups, nstep = g_max_groups * kCols;
+  bool first = true;
+  for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
+    for (int64_t n0 = 0; n0 < n; n0 += nstep) {
+      const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
+      const GemmPush push = make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride);
+      const Grid grid{div_up(nc, kCols), 1, static_cast<uint32_t>(zc)};
+      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+             first ? cost : vk::DispatchCost{});
+      first = false;
+    }
+  }
+}
+
 bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
   if (!x.t.same_storage(y.t)) return false;
   auto span = [](const MatDesc& d) {
@@ -372,6 +400,10 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
               "matmul: internal: gemm operands need a contiguous row or column");
   VKF_REQUIRE(!storage_overlaps(a, c) && !storage_overlaps(b, c),
               "matmul: the output overlaps an input in memory");
+  VKF_REQUIRE(a.t.dtype() == DType::F32 && c.t.dtype() == DType::F32 &&
+                  (b.t.dtype() == DType::F32 || b.t.dtype() == DType::F16),
+              "matmul: internal: gemm takes f32 operands (b may be an f16 weight)");
+  const bool b_f16 = b.t.dtype() == DType::F16;
   if (a.batch == 1) a.bs = 0;
   if (b.batch == 1) b.bs = 0;
   if (c.batch == 1) c.bs = 0;
@@ -392,9 +424,10 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
   const double batch = static_cast<double>(c.batch);
   vk::DispatchCost cost;
   cost.flops = 2.0 * batch * c.rows * c.cols * a.cols;
-  cost.bytes = 4.0 * (static_cast<double>(a.batch) * a.rows * a.cols +
-                      static_cast<double>(b.batch) * b.rows * b.cols +
-                      batch * c.rows * c.cols * (beta != 0 ? 2 : 1));
+  cost.bytes =
+      4.0 * (static_cast<double>(a.batch) * a.rows * a.cols +
+             batch * c.rows * c.cols * (beta != 0 ? 2 : 1)) +
+      static_cast<double>(dtype_size(b.t.dtype())) * static_cast<double>(b.batch) * b.rows * b.cols;
 
   // A weight shared by a batch of row-major inputs: one taller product fills the GPU better.
   if (c.batch > 1 && b.batch == 1 && a.batch > 1) {
@@ -404,12 +437,18 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
       c = *cm;
     }
   }
-  if (c.rows <= kSkinnyMaxRows) {
+  if (b_f16 && c.rows <= kSkinnyMaxRows && kernel_layout(b).trans) {
+    dispatch_skinny_f16(a, b, c, alpha, beta, bias, bias_stride, cost);
+  } else if (c.rows <= kSkinnyMaxRows && !b_f16) {
     dispatch_skinny(a, b, c, alpha, beta, bias, 0, bias_stride, cost);
-  } else if (c.cols <= kSkinnyMaxRows) {
+  } else if (c.cols <= kSkinnyMaxRows && !b_f16) {
     // C^T = b^T a^T: the bias runs along the rows of the transposed output.
     dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
                     0, cost);
+  } else if (b_f16) {
+    // The split-K and tensor-core kernels read an f32 B: an f16 weight takes the tiled kernel's
+    // f16b variant.
+    dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
   } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols, kernel_layout(a).trans);
              chunks > 1) {
     dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);

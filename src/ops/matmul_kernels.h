@@ -14,7 +14,8 @@ namespace vkf::ops::detail {
 
 // A batch of f32 matrices in one tensor's storage: element (z, r, c) is at element offset
 // z*bs + r*rs + c*cs from t.address(). A batch of 1 has bs = 0, so such a matrix can be shared
-// by every entry of a batched product.
+// by every entry of a batched product. gemm's operand b may also be f16 (a weight stored in half
+// precision for inference; offsets and strides then count halves).
 struct MatDesc {
   Tensor t;
   int64_t batch = 1, rows = 0, cols = 0;
@@ -39,7 +40,9 @@ MatDesc describe_readable(const Tensor& t);
 MatDesc describe_rows(const Tensor& t);
 
 // c[z] = alpha * a[z] b[z] + beta * c[z] (+ bias[n] on every row) for every entry z of c's batch;
-// a is [M, K], b is [K, N] (each of batch 1 or c's batch), c is [M, N]. a and b must be
+// a is [M, K], b is [K, N] (each of batch 1 or c's batch), c is [M, N]; a, c f32, b f32 or f16
+// (f16 products accumulate in fp32: the skinny f16 kernel for M <= 8 over a weight with contiguous
+// rows, else the tiled kernel's f16b variant). a and b must be
 // kernel_readable(); c may have any strides but must not overlap a or b. bias, when defined, is a
 // rank-1 f32 tensor of N elements. With beta == 0, c is not read. With matmul_precision() F16,
 // every element of a and b is rounded to f16 (as f32_to_f16_bits) before it is multiplied;

@@ -256,7 +256,8 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const models::DecoderModel& model
     const std::string base_key = peft_key(m.module + ".base_layer.weight");
     if (m.embedding && f.find(base_key)) {
       const Tensor& w = model.param(m.module + ".weight");
-      const Tensor stored = take(base_key, w.shape());
+      // Compared in the base's dtype (an inference model may hold its matrices in f16).
+      const Tensor stored = take(base_key, w.shape()).to(w.dtype());
       VKF_REQUIRE(stored.to_bytes() == w.to_bytes(), "{}: '{}' differs from the base model's embedding "
                   "matrix (an adapter made for a resized or different base model); vkformer needs the "
                   "same base model", weights.string(), base_key);

@@ -18,7 +18,11 @@
 #define ACT_GELU_TANH 2u
 #define ACT_RELU 3u
 #define ACT_QUICK_GELU 4u
-layout(constant_id = 0) const uint ACT = ACT_SILU;
+// The spec constant's id: 0 unless the including kernel uses 0 for something else.
+#ifndef ACT_SPEC_ID
+#define ACT_SPEC_ID 0
+#endif
+layout(constant_id = ACT_SPEC_ID) const uint ACT = ACT_SILU;
 
 float sigmoid_f(float t) { return 1.0 / (1.0 + vexp(-t)); }
 

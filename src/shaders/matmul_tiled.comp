@@ -11,6 +11,7 @@
 // while the current one is multiplied. With ROUND_F16 every operand element is rounded to f16 as
 // it is loaded (mixed precision on devices without cooperative matrices; see f16_round.glsl).
 //!precise
+//!variant f16b -DB_F16=1
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -74,8 +75,14 @@ float load_a(uint base, uint m, uint k) {
 }
 float load_b(uint base, uint k, uint n) {
   if (n >= p.N || k >= p.K) return 0.0;
+#if defined(B_F16)
+  // The f16b variant: B holds halves (a weight stored in f16), widened exactly to fp32 here; it
+  // needs no ROUND_F16, as an f16 value rounds to itself.
+  return unpackHalf2x16(uint(U16Buf(uint64_t(p.b)).v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)])).x;
+#else
   const float v = p.b.v[base + (TRANS_B ? n * p.ldb + k : k * p.ldb + n)];
   return ROUND_F16 ? round_to_f16(v) : v;
+#endif
 }
 
 void main() {

@@ -1,8 +1,11 @@
-// Command recording, hazard tracking, batched submission and GPU timestamps (see stream.h).
+// Command recording, hazard tracking, batched submission, GPU timestamps and captured graphs
+// (see stream.h).
 #include "vk/stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <tuple>
 
 #include "vk/context.h"
 #include "vk/error.h"
@@ -21,6 +24,11 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
 
 Stream::~Stream() {
   // Best effort at teardown: wait, free what is pending, destroy the batches.
+  if (capture_) {
+    capture_ = nullptr;
+    capture_batch_ = Batch{};
+    capture_owner_.reset();
+  }
   try {
     synchronize();
   } catch (...) {
@@ -61,14 +69,18 @@ void Stream::begin(Batch& b) {
     vkCmdResetQueryPool(b.cmd, b.queries, 0, kQueriesPerBatch);
   }
   b.commands = 0;
-  b.limit = in_flight_.empty() ? kFirstBatchCommands
-                               : std::min(last_batch_limit_ * 2, kCommandsPerBatch);
+  // The GPU is idle when no batch and no graph replay is in flight.
+  const bool gpu_idle =
+      in_flight_.empty() &&
+      std::none_of(graphs_.begin(), graphs_.end(), [](const Graph* g) { return g->pending_; });
+  b.limit = gpu_idle ? kFirstBatchCommands : std::min(last_batch_limit_ * 2, kCommandsPerBatch);
   last_batch_limit_ = b.limit;
   b.timed.clear();
   b.recording = true;
 }
 
 Stream::Batch& Stream::current() {
+  if (capture_) return capture_batch_;
   if (!has_recording_) {
     if (!free_batches_.empty()) {
       recording_ = std::move(free_batches_.back());
@@ -106,6 +118,10 @@ void Stream::hazard(std::span<const BufferRange> reads, std::span<const BufferRa
   if (need) full_barrier();
   read_since_barrier_.insert(read_since_barrier_.end(), reads.begin(), reads.end());
   written_since_barrier_.insert(written_since_barrier_.end(), writes.begin(), writes.end());
+  if (capture_) {
+    capture_->touched_.insert(capture_->touched_.end(), reads.begin(), reads.end());
+    capture_->touched_.insert(capture_->touched_.end(), writes.begin(), writes.end());
+  }
 }
 
 void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
@@ -138,6 +154,11 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
     // Timestamps measure one kernel only if kernels do not overlap: serialize while profiling.
     full_barrier();
   }
+  if (capture_) {
+    // A graph is one command buffer: the batch limit never splits or submits it.
+    ++capture_->dispatches_;  // counted in dispatch_count() when replayed
+    return;
+  }
   ++dispatches_total_;
   if (++b.commands >= b.limit) submit();
 }
@@ -151,7 +172,7 @@ void Stream::copy(const Allocation& src, uint64_t src_offset, const Allocation& 
   hazard({&r, 1}, {&w, 1});
   VkBufferCopy region{src.offset + src_offset, dst.offset + dst_offset, bytes};
   vkCmdCopyBuffer(b.cmd, src.buffer(), dst.buffer(), 1, &region);
-  if (++b.commands >= b.limit) submit();
+  if (!capture_ && ++b.commands >= b.limit) submit();
 }
 
 void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32_t pattern) {
@@ -161,11 +182,15 @@ void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32
   BufferRange w{dst.block_id(), dst.offset + offset, bytes};
   hazard({}, {&w, 1});
   vkCmdFillBuffer(b.cmd, dst.buffer(), dst.offset + offset, bytes, pattern);
-  if (++b.commands >= b.limit) submit();
+  if (!capture_ && ++b.commands >= b.limit) submit();
 }
 
 void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset, uint64_t bytes) {
   if (bytes == 0) return;
+  VKF_REQUIRE(
+      !capture_,
+      "a captured graph cannot upload host data (every replay would copy the same "
+      "bytes); create its inputs before the capture and refresh them through device memory");
   Allocation staging = ctx_.allocator().allocate(bytes, MemoryKind::Staging);
   std::memcpy(staging.mapped(), data, bytes);
   copy(staging, 0, dst, dst_offset, bytes);
@@ -174,6 +199,9 @@ void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset
 
 void Stream::download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes) {
   if (bytes == 0) return;
+  VKF_REQUIRE(!capture_,
+              "a captured graph cannot wait for a download; record read_back() into "
+              "host-visible memory and read it after the replay");
   Allocation staging = ctx_.allocator().allocate(bytes, MemoryKind::Staging);
   copy(src, src_offset, staging, 0, bytes);
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
@@ -184,6 +212,18 @@ void Stream::download(const Allocation& src, uint64_t src_offset, void* data, ui
   synchronize();
   std::memcpy(data, staging.mapped(), bytes);
   ctx_.allocator().free(staging);
+}
+
+void Stream::read_back(const Allocation& src, uint64_t src_offset, const Allocation& host,
+                       uint64_t host_offset, uint64_t bytes) {
+  if (bytes == 0) return;
+  VKF_REQUIRE(host.mapped() != nullptr, "read_back: the destination is not host-visible memory");
+  copy(src, src_offset, host, host_offset, bytes);
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(current().cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0,
+                       1, &mb, 0, nullptr, 0, nullptr);
 }
 
 void Stream::submit() {
@@ -241,6 +281,13 @@ void Stream::wait_all() {
     free_batches_.push_back(std::move(b));
   }
   in_flight_.clear();
+  for (Graph* g : graphs_) {
+    if (g->pending_) {
+      VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g->fence_, VK_TRUE, UINT64_MAX));
+      VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g->fence_));
+      g->pending_ = false;
+    }
+  }
 }
 
 void Stream::synchronize() {
@@ -252,11 +299,23 @@ void Stream::synchronize() {
 void Stream::release(const Allocation& a) {
   if (!a) return;
   ctx_.allocator().released(a);  // no longer live for the accounting
+  defer_free(a);
+}
+
+void Stream::defer_free(const Allocation& a) {
+  // A live graph's commands may use it at every replay: the graph frees it when destroyed.
+  const BufferRange r = range_of(a);
+  for (Graph* g : graphs_) {
+    if (g->touches(r)) {
+      g->owned_.push_back(a);
+      return;
+    }
+  }
   // Device memory is free for the next allocation at once, as in PyTorch's caching allocator on
   // one stream: every later command that touches it is ordered after the earlier ones by the
   // barrier hazard() inserts (ranges are compared by block and offset, and a pipeline barrier
-  // covers everything submitted before it on the queue). Staging memory waits for the queued
-  // work instead: the host writes it directly, outside any barrier.
+  // covers everything submitted before it on the queue; a replayed graph ends with a full
+  // barrier). Staging memory waits for the queued work instead: the host writes it directly.
   if (a.block->kind == MemoryKind::Device) {
     ctx_.allocator().free(a);
     return;
@@ -275,6 +334,120 @@ void Stream::set_profiling(bool on) {
   synchronize();
   profiling_ = on;
   if (on) profile_.clear();
+}
+
+bool Graph::touches(const BufferRange& r) const {
+  return std::any_of(touched_.begin(), touched_.end(),
+                     [&](const BufferRange& t) { return t.overlaps(r); });
+}
+
+Graph::~Graph() {
+  try {
+    stream_.destroy(*this);
+  } catch (...) {
+  }
+}
+
+void Stream::begin_capture() {
+  VKF_REQUIRE(!capture_, "begin_capture: a capture is already in progress");
+  capture_owner_.reset(new Graph(*this));
+  Graph& g = *capture_owner_;
+  VkDevice dev = ctx_.device();
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VKF_VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &g.cmd_));
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VKF_VK_CHECK(vkCreateFence(dev, &fci, nullptr, &g.fence_));
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted many times
+  VKF_VK_CHECK(vkBeginCommandBuffer(g.cmd_, &bi));
+  capture_batch_ = Batch{};
+  capture_batch_.cmd = g.cmd_;
+  capture_batch_.recording = true;
+  // The stream's own hazards stay pending for its next command; the graph tracks its own.
+  saved_written_ = std::move(written_since_barrier_);
+  saved_read_ = std::move(read_since_barrier_);
+  written_since_barrier_.clear();
+  read_since_barrier_.clear();
+  capture_ = &g;
+  graphs_.push_back(&g);
+  full_barrier();  // a replay starts after everything submitted before it
+}
+
+std::unique_ptr<Graph> Stream::end_capture() {
+  VKF_REQUIRE(capture_, "end_capture: no capture is in progress");
+  full_barrier();  // and whatever is submitted after a replay sees all that it wrote
+  Graph& g = *capture_;
+  capture_ = nullptr;
+  capture_batch_ = Batch{};
+  written_since_barrier_ = std::move(saved_written_);
+  read_since_barrier_ = std::move(saved_read_);
+  saved_written_.clear();
+  saved_read_.clear();
+  VKF_VK_CHECK(vkEndCommandBuffer(g.cmd_));
+  auto key = [](const BufferRange& r) { return std::tuple(r.block, r.offset, r.size); };
+  std::sort(g.touched_.begin(), g.touched_.end(),
+            [&](const auto& x, const auto& y) { return key(x) < key(y); });
+  g.touched_.erase(std::unique(g.touched_.begin(), g.touched_.end(),
+                               [&](const auto& x, const auto& y) { return key(x) == key(y); }),
+                   g.touched_.end());
+  return std::move(capture_owner_);
+}
+
+void Stream::replay(Graph& g) {
+  VKF_REQUIRE(!capture_, "replay: a capture is in progress; end it first");
+  VKF_REQUIRE(&g.stream_ == this, "replay: the graph belongs to another stream");
+  submit();  // what was recorded before the replay runs before it
+  wait(g);   // a command buffer is pending at most once
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &g.cmd_;
+  VKF_VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, g.fence_));
+  g.pending_ = true;
+  // The graph ends with a full barrier: nothing recorded after it needs another for what came
+  // before.
+  written_since_barrier_.clear();
+  read_since_barrier_.clear();
+  dispatches_total_ += g.dispatches_;
+}
+
+void Stream::wait(Graph& g) {
+  if (!g.pending_) return;
+  // A replay's result is usually wanted at once (a decode step needs its token to go on), and a
+  // driver's wake-up from a fence wait can take tens of microseconds: on a GPU, poll for a while
+  // first. (Not on a CPU device, whose own worker threads need the cores.)
+  VkResult status = VK_NOT_READY;
+  if (ctx_.info().type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while ((status = vkGetFenceStatus(ctx_.device(), g.fence_)) == VK_NOT_READY &&
+           std::chrono::steady_clock::now() < until) {
+    }
+  }
+  if (status == VK_NOT_READY) {
+    VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g.fence_, VK_TRUE, UINT64_MAX));
+  } else {
+    VKF_VK_CHECK(status);
+  }
+  VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g.fence_));
+  g.pending_ = false;
+  ctx_.check_validation();
+}
+
+void Stream::destroy(Graph& g) {
+  VkDevice dev = ctx_.device();
+  if (g.pending_) {
+    vkWaitForFences(dev, 1, &g.fence_, VK_TRUE, UINT64_MAX);
+    g.pending_ = false;
+  }
+  graphs_.erase(std::remove(graphs_.begin(), graphs_.end(), &g), graphs_.end());
+  if (g.cmd_) vkFreeCommandBuffers(dev, pool_, 1, &g.cmd_);
+  if (g.fence_) vkDestroyFence(dev, g.fence_, nullptr);
+  g.cmd_ = VK_NULL_HANDLE;
+  g.fence_ = VK_NULL_HANDLE;
+  // Normal deferral now (another graph may still use some of them).
+  for (const Allocation& a : g.owned_) defer_free(a);
+  g.owned_.clear();
 }
 
 std::vector<KernelProfile> Stream::profile() {

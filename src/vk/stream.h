@@ -3,6 +3,16 @@
 // earlier command wrote (or, for writes, read) since the last barrier. Work is submitted in batches
 // and the host waits only when it must read a result (download) or on synchronize().
 // With profiling on, every dispatch is bracketed by GPU timestamps and aggregated per label.
+//
+// Capture: the commands recorded between begin_capture() and end_capture() go into a command
+// buffer of their own, returned as a Graph that replay() submits again and again with no
+// recording, allocation or push-constant change (a decode step: infer/decode_step.h). What a
+// replay must vary, its kernels read from device memory (the caller refreshes it, typically with
+// a copy from host-visible memory recorded first in the graph). A graph keeps every allocation its
+// commands touch: one whose owner releases it is freed only when the graph is destroyed, so the
+// addresses baked into the recording stay valid. Host transfers (upload, download) cannot be
+// captured; read_back() records a copy into host-visible memory that can. Profiling does not
+// time the dispatches of a graph.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -10,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +56,30 @@ struct DispatchCost {
   double bytes = 0;
 };
 
+class Stream;
+
+// A captured command buffer (see the header comment); destroy it before its Stream.
+class Graph {
+ public:
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  uint64_t dispatch_count() const { return dispatches_; }
+
+ private:
+  friend class Stream;
+  explicit Graph(Stream& stream) : stream_(stream) {}
+  bool touches(const BufferRange& r) const;
+
+  Stream& stream_;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  bool pending_ = false;              // submitted and not yet waited for
+  std::vector<BufferRange> touched_;  // every range its commands read or write
+  std::vector<Allocation> owned_;     // released by their owners while the graph lives
+  uint64_t dispatches_ = 0;
+};
+
 class Stream {
  public:
   explicit Stream(Context& ctx);
@@ -64,8 +99,23 @@ class Stream {
   // Copies device memory to the host; submits and waits (the one place a host wait is needed).
   void download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes);
 
+  // Records a copy into host-visible (staging) memory and makes it visible to the host once the
+  // work completes (after synchronize(), or Graph wait()). Unlike download(), it can be captured.
+  void read_back(const Allocation& src, uint64_t src_offset, const Allocation& host,
+                 uint64_t host_offset, uint64_t bytes);
+
   void submit();       // sends what is recorded, without waiting
-  void synchronize();  // sends what is recorded and waits for all work to finish
+  void synchronize();  // sends what is recorded and waits for all work (replays included)
+
+  // Capture (see the header comment). While capturing, dispatch/copy/fill/read_back record into
+  // the graph only; upload and download are refused.
+  void begin_capture();
+  std::unique_ptr<Graph> end_capture();
+  bool capturing() const { return capture_ != nullptr; }
+  // Submits the graph after what was recorded before it; returns without waiting. A graph's
+  // previous replay is waited for first.
+  void replay(Graph& graph);
+  void wait(Graph& graph);  // waits for the graph's last replay
   // Frees `a` once every command recorded so far has completed.
   void release(const Allocation& a);
 
@@ -94,6 +144,9 @@ class Stream {
   void retire(Batch& b);
   void wait_all();
   void collect_timestamps(Batch& b);
+  void defer_free(const Allocation& a);  // frees `a` after the work that may use it
+  void destroy(Graph& graph);
+  friend class Graph;
 
   Context& ctx_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
@@ -103,6 +156,11 @@ class Stream {
   bool has_recording_ = false;
   std::vector<BufferRange> written_since_barrier_;
   std::vector<BufferRange> read_since_barrier_;
+  Graph* capture_ = nullptr;  // the graph being recorded
+  Batch capture_batch_;       // its command buffer while recording
+  std::unique_ptr<Graph> capture_owner_;
+  std::vector<BufferRange> saved_written_, saved_read_;  // the stream's hazards across a capture
+  std::vector<Graph*> graphs_;                           // every live graph
   bool profiling_ = false;
   std::map<std::string, KernelProfile> profile_;
   uint64_t dispatches_total_ = 0;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `vkformer generate` and `vkformer chat` end to end: a parity fixture model plus a small
 # WordLevel tokenizer ("t<id>" tokens); greedy generation from a text prompt must print exactly the
-# tokens transformers' generate() produced (tests/fixtures/generate/greedy.json), and chat must run
-# a two-turn conversation from a pipe and exit 0 at end of input.
+# tokens transformers' generate() produced (tests/fixtures/generate/greedy.json), also with f16
+# weight matrices, and chat must run a two-turn conversation from a pipe and exit 0 at end of input.
 set -u
 bin="$1"
 root="$(cd "$(dirname "$0")/../fixtures" && pwd)"
@@ -21,6 +21,12 @@ prompt="t5 t9 t13 t21 t7 t30"
 out=$("$bin" generate --model "$work/model" --prompt "$prompt" --max-new-tokens 10 --no-special) ||
   fail "generate exited $?"
 [ "$out" = "$(cat "$work/expected.txt")" ] || fail "generate printed '$out', expected '$(cat "$work/expected.txt")'"
+# Weight matrices held in f16 (the fixture's f32 checkpoint loads as f32 by default): same tokens here.
+out=$("$bin" generate --model "$work/model" --prompt "$prompt" --max-new-tokens 10 --no-special --dtype f16) ||
+  fail "generate --dtype f16 exited $?"
+[ "$out" = "$(cat "$work/expected.txt")" ] || fail "generate --dtype f16 printed '$out', expected '$(cat "$work/expected.txt")'"
+err=$("$bin" generate --model "$work/model" --prompt "$prompt" --dtype f8 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$err" == *"--dtype 'f8'"* ]] || fail "--dtype f8 exited $rc: $err"
 # --stop: generation ends at the first token whose text contains the stop string.
 first=$(cut -d' ' -f1-3 "$work/expected.txt")
 third=$(cut -d' ' -f3 "$work/expected.txt")

@@ -1,0 +1,104 @@
+// The recorded decode step (see decode_step.h).
+#include "infer/decode_step.h"
+
+#include <cstring>
+
+#include "ops/decode.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace vkf::infer {
+
+DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache,
+                                   std::span<const int32_t> mask, bool replay, bool device_argmax)
+    : model_(model),
+      cache_(cache),
+      batch_(cache.batch),
+      vocab_(model.spec().vocab_size),
+      replay_(replay),
+      device_argmax_(device_argmax) {
+  const std::string why = model.decode_step_unsupported();
+  VKF_REQUIRE(why.empty(), "{}: the recorded decode step is not available: {}",
+              model.spec().model_type, why);
+  const int64_t B = batch_;
+  VKF_REQUIRE(static_cast<int64_t>(mask.size()) == B * cache.capacity,
+              "decode step: the mask has {} values for a [{}, {}] cache", mask.size(), B,
+              cache.capacity);
+  state_ = Tensor::zeros({2 * B + 1}, DType::I32);
+  inputs_.ids = state_.slice(0, 0, B).reshape({B, 1});
+  inputs_.positions = state_.slice(0, B, 2 * B).reshape({B, 1});
+  inputs_.cached = state_.slice(0, 2 * B, 2 * B + 1);
+  inputs_.mask = Tensor::from_host_i32(mask, {B, cache.capacity});
+  auto& alloc = vk::Context::get().allocator();
+  host_in_ = alloc.allocate(static_cast<uint64_t>(2 * B + 1) * 4, vk::MemoryKind::Staging);
+  host_out_ = alloc.allocate(static_cast<uint64_t>(device_argmax ? B : B * vocab_) * 4,
+                             vk::MemoryKind::Staging);
+}
+
+DecodeStepRunner::~DecodeStepRunner() {
+  graph_.reset();  // waits for its last replay, then hands back what it kept
+  auto& stream = vk::Context::get().stream();
+  stream.release(host_in_);
+  stream.release(host_out_);
+}
+
+void DecodeStepRunner::record() {
+  auto& stream = vk::Context::get().stream();
+  stream.copy(host_in_, 0, state_.allocation(), static_cast<uint64_t>(state_.offset()) * 4,
+              static_cast<uint64_t>(2 * batch_ + 1) * 4);
+  const Tensor logits = model_.decode_step(inputs_, cache_);  // [B, 1, V]
+  if (device_argmax_) {
+    const Tensor ids = ops::argmax_rows(logits);
+    stream.read_back(ids.allocation(), static_cast<uint64_t>(ids.offset()) * 4, host_out_, 0,
+                     static_cast<uint64_t>(batch_) * 4);
+  } else {
+    stream.read_back(logits.allocation(), static_cast<uint64_t>(logits.offset()) * 4, host_out_, 0,
+                     static_cast<uint64_t>(batch_ * vocab_) * 4);
+  }
+}
+
+void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_t> positions) {
+  const auto B = static_cast<size_t>(batch_);
+  VKF_REQUIRE(ids.size() == B && positions.size() == B,
+              "decode step: {} ids and {} positions for {} rows", ids.size(), positions.size(), B);
+  VKF_REQUIRE(cache_.length < cache_.capacity, "decode step: the KV cache is full ({} positions)",
+              cache_.capacity);
+  auto* in = static_cast<int32_t*>(host_in_.mapped());
+  std::memcpy(in, ids.data(), B * 4);
+  std::memcpy(in + B, positions.data(), B * 4);
+  in[2 * B] = static_cast<int32_t>(cache_.length);
+  auto& stream = vk::Context::get().stream();
+  // The first step runs eagerly: it builds what the step reads but never changes (rotary tables
+  // covering the whole cache, pipelines), which a capture cannot upload.
+  if (replay_ && steps_ > 0 && !graph_) {
+    stream.begin_capture();
+    try {
+      record();
+    } catch (...) {
+      stream.end_capture();
+      throw;
+    }
+    graph_ = stream.end_capture();
+  }
+  if (graph_) {
+    stream.replay(*graph_);
+    stream.wait(*graph_);
+  } else {
+    record();
+    stream.synchronize();
+  }
+  ++cache_.length;
+  ++steps_;
+}
+
+std::span<const int32_t> DecodeStepRunner::chosen() const {
+  VKF_REQUIRE(device_argmax_, "decode step: this runner returns logits, not ids");
+  return {static_cast<const int32_t*>(host_out_.mapped()), static_cast<size_t>(batch_)};
+}
+
+std::span<const float> DecodeStepRunner::logits() const {
+  VKF_REQUIRE(!device_argmax_, "decode step: this runner returns ids, not logits");
+  return {static_cast<const float*>(host_out_.mapped()), static_cast<size_t>(batch_ * vocab_)};
+}
+
+}  // namespace vkf::infer

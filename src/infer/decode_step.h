@@ -1,0 +1,61 @@
+// The decode step of generation as one unit of GPU work with fixed addresses: every row advances
+// by one token per step over a KV cache of fixed capacity, the step's varying values (token ids,
+// rotary positions, how many positions the cache holds) live in one small device buffer that a
+// copy from host-visible memory refreshes at the head of the step, and the step ends by copying
+// its result (each row's argmax token, or the logits) into host-visible memory. Nothing is
+// allocated, uploaded or read back by the step itself, so after a first step run eagerly (which
+// also builds the rotary tables and pipelines) it is captured once (vk::Stream::begin_capture)
+// and replayed at every later step: no recording, allocation or push-constant change per token.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/decoder.h"
+#include "vk/memory.h"
+#include "vk/stream.h"
+
+namespace vkf::infer {
+
+class DecodeStepRunner {
+ public:
+  // `mask`: the key padding mask of every cache slot, [cache.batch, cache.capacity] row-major
+  // (1 = token; slots past the prompt are 1). `replay`: capture the step once and replay it (else
+  // record it anew at every step). `device_argmax`: the step chooses each row's token by argmax on
+  // the device and returns B ids; else it returns the [B, vocab] logits. The model must support
+  // decode_step() (DecoderModel::decode_step_unsupported() is empty); model and cache must outlive
+  // the runner.
+  DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache,
+                   std::span<const int32_t> mask, bool replay, bool device_argmax);
+  ~DecodeStepRunner();
+  DecodeStepRunner(const DecodeStepRunner&) = delete;
+  DecodeStepRunner& operator=(const DecodeStepRunner&) = delete;
+
+  // Runs one step: token ids[b] at rotary position positions[b] for every row, written at cache
+  // slot cache.length (then cache.length grows by one). Waits for the result.
+  void step(std::span<const int32_t> ids, std::span<const int32_t> positions);
+  // The last step's result: B ids (device_argmax) or B x vocab logits (otherwise).
+  std::span<const int32_t> chosen() const;
+  std::span<const float> logits() const;
+  // Whether later steps replay a captured graph (true once one has been captured), and how many
+  // dispatches it holds.
+  bool replaying() const { return graph_ != nullptr; }
+  uint64_t graph_dispatches() const { return graph_ ? graph_->dispatch_count() : 0; }
+
+ private:
+  void record();  // the step's commands, into the stream or the capture
+
+  models::DecoderModel& model_;
+  models::KVCache& cache_;
+  const int64_t batch_, vocab_;
+  const bool replay_, device_argmax_;
+  Tensor state_;  // I32 [2B + 1]: ids, positions, positions cached (refreshed from host_in_)
+  models::DecodeInputs inputs_;  // views of state_, and the [B, capacity] mask
+  vk::Allocation host_in_, host_out_;
+  std::unique_ptr<vk::Graph> graph_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace vkf::infer

@@ -1,0 +1,60 @@
+// Ops of incremental decoding that read the step's varying values (the cache slot, how many keys
+// the cache holds) from a device buffer instead of push constants, so that a decode step recorded
+// once can be replayed at every position (infer/decode_step.h), and the greedy token choice on
+// the device. None is differentiable; none reads anything back to the host.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/rope.h"
+
+namespace vkf::ops {
+
+// out[r] = torch.argmax(x[r, :]): the first index of the largest value of each row (NaN counts
+// as the largest). x is f32 [R, V] (rows may be strided, elements contiguous) or [R, 1, V];
+// returns I32 [R].
+Tensor argmax_rows(const Tensor& x);
+
+// cache_k[b, slot] = k[b, 0] and cache_v[b, slot] = v[b, 0] for every row b, slot = slot_buf[0]
+// (I32, read on the device; a slot outside the cache writes nothing). k, v: f32 [B, 1, Hkv, D];
+// caches: contiguous f32 [B, capacity, Hkv, D].
+void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
+                    const Tensor& slot_buf);
+
+// kv_cache_write with the rotary embedding of the step applied on the way, in one dispatch:
+// returns apply_rope(q) and writes apply_rope(k) and v at slot slot_buf[0]. q: f32 [B, 1, Hq, D];
+// k, v: f32 [B, 1, Hkv, D]; cos, sin: f32 [P, rotary_dim / 2]; positions: I32 [B, 1] (one per row,
+// read on the device); caches as kv_cache_write's. Same rotation as ops::apply_rope.
+Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                     const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
+                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim,
+                     RopeLayout layout);
+
+// out += x W^T (+ bias) in place: a residual connection folded into the epilogue of the
+// projection that feeds it (one dispatch and one barrier fewer than linear + residual_add). x: f32
+// [..., in]; weight: f32 or f16 [out_features, in]; bias: f32 [out_features] or undefined; out: f32
+// [..., out_features] with x's leading shape, contiguous, not overlapping x or the weight. Not
+// differentiable.
+void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& out);
+
+// act(x Wg^T) * (x Wu^T): the first half of a gated MLP (SwiGLU, GeGLU; Llama's gate_proj and
+// up_proj), without biases. x: f32 [..., in]; w_gate, w_up: [inner, in], f32 or f16 alike; returns
+// f32 [..., inner]. Weights in f16 and at most 8 rows of x take one dispatch (both products and the
+// activation, each activation read once); otherwise it is linear(), linear() and gated_act(),
+// which the fused kernel matches sum for sum. Not differentiable (inference).
+Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act);
+
+// Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
+// filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32
+// [B, 1, Hq, D]; caches: contiguous f32 [B, capacity, Hkv, D]; key_padding_mask: undefined or I32
+// [B, capacity] (nonzero = token; only the filled slots are read). The query sits at position
+// cached[0] (the causal rule hides nothing; a sliding window hides keys j <= cached[0] - window).
+// Same semantics as ops::attention over the filled slots with Tq = 1 (dropout must be 0).
+// Returns [B, 1, Hq, D].
+Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
+                        const Tensor& key_padding_mask, const Tensor& cached,
+                        const AttentionOptions& opts);
+
+}  // namespace vkf::ops

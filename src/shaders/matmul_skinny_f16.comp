@@ -1,0 +1,177 @@
+// Skinny GEMM (M <= 8 rows of fp32 activations) against a weight stored in f16 with its rows
+// contiguous (TRANS_B: B is [N, K], the Hugging Face layout, converted to half on load). Decode's
+// projections are this product, and it is memory-bound: every weight byte is read once and the
+// whole cost is how many bytes are in flight. Each workgroup owns COLS weight rows (output
+// columns); KS = 32 consecutive threads walk one row's contiguous k with 16-byte loads of 8 halves
+// (VEC8), UNROLL independent loads issued before any is used (a row of K = 2048 is one round).
+// opA is small and read by every workgroup, so it is read straight from global memory (it stays
+// in cache): no shared staging and no barrier in the main loop. Accumulators, epilogue and output
+// are fp32 (fp64 in the precise build). Each thread sums its k in increasing order and a row's KS
+// partial sums meet in a fixed tree, so results are deterministic. Grid: x = blocks of COLS weight
+// rows, z = batch entries. Push constants and epilogue are the fp32 GEMMs' (matmul_push.glsl);
+// p.b addresses halves and its strides (ldb, sb) count halves.
+//
+// The `gated` variant computes a gated MLP's first half in one pass: out = act(opA Wg^T) *
+// (opA Wu^T) for a gate and an up weight of one shape (SwiGLU, GeGLU), each activation loaded once
+// for both: the same sums in the same order and the same final formula as two products followed
+// by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
+// ACT (id 3) picks the activation of activation.glsl.
+//!variant gated -DGATED=1
+//!precise
+#version 460
+#extension GL_EXT_control_flow_attributes : require
+#ifndef GATED
+#define GATED 0
+#endif
+#include "common.glsl"
+#include "precise_math.glsl"
+#define LOCAL_SIZE 256
+#define KS 32                     // threads sharing one weight row
+#define COLS (LOCAL_SIZE / KS)    // weight rows per workgroup
+#define MMAX 8                    // largest MROWS
+#define UNROLL 8                  // 16-byte weight loads in flight per thread (per weight)
+layout(local_size_x = LOCAL_SIZE) in;
+
+layout(constant_id = 0) const uint MROWS = 1;  // M, 1..MMAX
+layout(constant_id = 1) const bool TRANS_A = false;
+// 16-byte loads of the weight (8 halves) and of opA (two vec4): the host sets it when K % 8 == 0,
+// opA is row-major and every row start of both operands is 16-byte aligned.
+layout(constant_id = 2) const bool VEC8 = false;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
+
+shared VACC red[MMAX * LOCAL_SIZE];
+
+#if GATED
+#define ACT_SPEC_ID 3
+#include "activation.glsl"
+layout(push_constant, std430) uniform Push {
+  F32Buf a;       // [M, K] (row stride lda)
+  uint64_t b;     // gate weight [N, K] halves (row stride ldb)
+  uint64_t b2;    // up weight, same layout
+  F32Buf c;       // [M, N] (row stride c_rs)
+  uint M, N, K;
+  uint lda, ldb;
+  uint c_rs;
+  uint sa, sb;    // 0: one batch entry
+} p;
+#else
+#include "matmul_push.glsl"
+#endif
+
+VACC acc[MMAX];
+VACC acc2[MMAX];  // the up product (gated)
+
+float load_a(uint abase, uint m, uint k) {
+  return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
+}
+
+// Adds the products of k = 8g..8g+7 (w: the weight row's 8 halves there) to s[m].
+#define DOT8(s, wq, a0, a1)                                                \
+  {                                                                        \
+    const vec2 h0 = unpackHalf2x16(wq.x), h1 = unpackHalf2x16(wq.y);       \
+    const vec2 h2 = unpackHalf2x16(wq.z), h3 = unpackHalf2x16(wq.w);       \
+    VACC t = s;                                                            \
+    t += VACC(a0.x) * VACC(h0.x);                                          \
+    t += VACC(a0.y) * VACC(h0.y);                                          \
+    t += VACC(a0.z) * VACC(h1.x);                                          \
+    t += VACC(a0.w) * VACC(h1.y);                                          \
+    t += VACC(a1.x) * VACC(h2.x);                                          \
+    t += VACC(a1.y) * VACC(h2.y);                                          \
+    t += VACC(a1.z) * VACC(h3.x);                                          \
+    t += VACC(a1.w) * VACC(h3.y);                                          \
+    s = t;                                                                 \
+  }
+
+void accumulate8(uvec4 wg, uvec4 wu, uint abase, uint g) {
+  Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
+  [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+    const uint ai = (abase + m * p.lda) / 4 + 2 * g;
+    const vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
+    DOT8(acc[m], wg, a0, a1);
+#if GATED
+    DOT8(acc2[m], wu, a0, a1);
+#endif
+  }
+}
+
+// Sums the KS partial sums of each row (lanes tid - lane .. tid - lane + KS - 1) in
+// red[m * LOCAL_SIZE + tid], m < MROWS, by a fixed tree; the totals land in lane 0's entries.
+void reduce_lanes(uint tid, uint lane) {
+  barrier();
+  for (uint s = KS / 2; s > 0; s /= 2) {
+    if (lane < s) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] += red[m * LOCAL_SIZE + tid + s];
+    }
+    barrier();
+  }
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint lane = tid % KS, col = tid / KS;
+  const uint z = gl_WorkGroupID.z;
+  const uint n = gl_WorkGroupID.x * COLS + col;
+  const uint abase = z * p.sa, bbase = z * p.sb;
+  [[unroll]] for (uint m = 0; m < MMAX; ++m) {
+    acc[m] = 0.0;
+    acc2[m] = 0.0;
+  }
+
+  if (n < p.N) {
+#if GATED
+    const uint64_t b2 = p.b2;
+#else
+    const uint64_t b2 = uint64_t(p.b);
+#endif
+    if (VEC8) {
+      UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
+      const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
+      const uint groups = p.K / 8;
+      // UNROLL loads issued together (the last round's past the row are skipped, not issued).
+      for (uint g = lane; g < groups; g += UNROLL * KS) {
+        uvec4 wv[UNROLL], uv[UNROLL];
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+          const bool in_row = g + u * KS < groups;
+          wv[u] = in_row ? w.v[row + g + u * KS] : uvec4(0);
+          uv[u] = GATED != 0 && in_row ? wu.v[row + g + u * KS] : uvec4(0);
+        }
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+          if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
+      }
+    } else {
+      U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
+      const uint row = bbase + n * p.ldb;
+      for (uint k = lane; k < p.K; k += KS) {
+        const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
+        const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+          const VACC ak = VACC(load_a(abase, m, k));
+          acc[m] += ak * VACC(wk);
+#if GATED
+          acc2[m] += ak * VACC(uk);
+#endif
+        }
+      }
+    }
+  }
+
+  [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[m];
+  reduce_lanes(tid, lane);
+#if GATED
+  VACC gate[MMAX];
+  [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
+  barrier();  // red is read before it is reused
+  [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[m];
+  reduce_lanes(tid, lane);
+  // gated_act.comp's formula on the values the two products would have stored.
+  if (lane == 0 && n < p.N) {
+    [[unroll]] for (uint m = 0; m < MROWS; ++m)
+      p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
+  }
+#else
+  if (lane == 0 && n < p.N) {
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
+  }
+#endif
+}

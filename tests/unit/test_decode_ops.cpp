@@ -1,0 +1,325 @@
+// The decode ops against their CPU references: argmax_rows (ties to the first index, NaN, short
+// and long rows, the strided last position of [B, T, V] logits), kv_cache_write (slot read on the
+// device, a slot outside the cache writes nothing), rope_kv_write (ref::rope_apply then the write;
+// both layouts, partial rotary), attention_decode against ref::attention over the filled slots
+// (GQA, padding, sliding window, soft-cap, several key chunks, head dims from 6 to 256, a row that
+// sees no key), linear_accumulate (f32 and f16 weights) and gated_linear (fused kernel with 16-byte
+// and scalar loads, and the composed fallback) against ref::linear / ref::gated; determinism; bad
+// input.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/activation_ref.h"
+#include "ops/attention_ref.h"
+#include "ops/decode.h"
+#include "ops/decode_ref.h"
+#include "ops/matmul.h"
+#include "ops/matmul_ref.h"
+#include "ops/rope_ref.h"
+#include "test_util.h"
+
+namespace vkf {
+namespace {
+
+using test::Rng;
+
+TEST(DecodeOps, ArgmaxRows) {
+  Rng rng(21);
+  for (const int64_t cols : {1, 7, 256, 1000, 4099}) {
+    const int64_t rows = 4;
+    auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * cols), -3, 3));
+    if (cols > 10) {
+      // Row 1: the maximum twice (the first wins); row 2: a NaN (wins, as in torch.argmax).
+      x[static_cast<size_t>(cols + 5)] = x[static_cast<size_t>(cols + cols - 2)] = 10.0;
+      x[static_cast<size_t>(2 * cols + cols / 2)] = std::numeric_limits<double>::quiet_NaN();
+    }
+    const auto got = ops::argmax_rows(test::to_gpu(x, {rows, cols})).to_int();
+    const auto want = ref::argmax_rows(x, rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)])
+          << "cols " << cols << " row " << r;
+    if (cols > 10) {
+      EXPECT_EQ(want[1], 5);
+      EXPECT_EQ(want[2], cols / 2);
+    }
+  }
+  // The last position of [B, T, V] logits, read in place.
+  const auto logits = test::as_f32(rng.uniform(3 * 4 * 50));
+  const Tensor t = test::to_gpu(logits, {3, 4, 50});
+  std::vector<double> last;
+  for (int b = 0; b < 3; ++b)
+    last.insert(last.end(), logits.begin() + (b * 4 + 3) * 50, logits.begin() + (b * 4 + 4) * 50);
+  const auto got = ops::argmax_rows(t.slice(1, 3, 4)).to_int();
+  const auto want = ref::argmax_rows(last, 3, 50);
+  for (int b = 0; b < 3; ++b)
+    EXPECT_EQ(got[static_cast<size_t>(b)], want[static_cast<size_t>(b)]) << "row " << b;
+  test::expect_error(
+      [] {
+        ops::argmax_rows(Tensor::zeros({2, 3}, DType::I32));
+      },
+      {"argmax_rows", "f32"});
+  test::expect_error([] { ops::argmax_rows(Tensor::zeros({2, 3, 4})); }, {"one position per row"});
+}
+
+TEST(DecodeOps, KvCacheWrite) {
+  Rng rng(22);
+  const int64_t B = 2, cap = 5, H = 3, D = 4, row = H * D;
+  auto ck = rng.uniform(static_cast<size_t>(B * cap * row)), cv = rng.uniform(ck.size());
+  const auto k = rng.uniform(static_cast<size_t>(B * row)), v = rng.uniform(k.size());
+  const Tensor cache_k = test::to_gpu(ck, {B, cap, H, D}),
+               cache_v = test::to_gpu(cv, {B, cap, H, D});
+  for (const int32_t slot : {3, 0, 7, -1}) {
+    ops::kv_cache_write(test::to_gpu(k, {B, 1, H, D}), test::to_gpu(v, {B, 1, H, D}), cache_k,
+                        cache_v, Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}));
+    ref::kv_cache_write(ck, test::as_f32(k), B, cap, row, slot);
+    ref::kv_cache_write(cv, test::as_f32(v), B, cap, row, slot);
+    test::expect_close(cache_k, test::as_f32(ck), 0, 0, "keys, slot " + std::to_string(slot));
+    test::expect_close(cache_v, test::as_f32(cv), 0, 0, "values, slot " + std::to_string(slot));
+  }
+  test::expect_error(
+      [&] {
+        ops::kv_cache_write(Tensor::zeros({B, 2, H, D}), Tensor::zeros({B, 1, H, D}), cache_k,
+                            cache_v, Tensor::from_host_i32(std::vector<int32_t>{0}, {1}));
+      },
+      {"kv_cache_write", "keys"});
+}
+
+struct DecodeCase {
+  int64_t batch, cap, hq, hkv, d, cached;
+  int64_t window;
+  float softcap;
+};
+
+void check_attention_decode(Rng& rng, const DecodeCase& c) {
+  const int64_t keys = c.cached + 1;
+  const auto q = test::as_f32(rng.normal(static_cast<size_t>(c.batch * c.hq * c.d)));
+  const auto k = test::as_f32(rng.normal(static_cast<size_t>(c.batch * c.cap * c.hkv * c.d)));
+  const auto v = test::as_f32(rng.normal(k.size()));
+  // Left padding in row 0 (and in every other row a few holes); row 2, when present, sees no key.
+  std::vector<int32_t> mask(static_cast<size_t>(c.batch * c.cap), 1);
+  for (int64_t j = 0; j < std::min<int64_t>(7, keys); ++j) mask[static_cast<size_t>(j)] = 0;
+  for (int64_t b = 1; b < c.batch; ++b)
+    for (int64_t j = 3; j < keys; j += 11) mask[static_cast<size_t>(b * c.cap + j)] = 0;
+  if (c.batch > 2)
+    for (int64_t j = 0; j < c.cap; ++j) mask[static_cast<size_t>(2 * c.cap + j)] = 0;
+  ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  opts.sliding_window = c.window;
+  opts.softcap = c.softcap;
+  const Tensor cached =
+      Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.cached)}, {1});
+  const Tensor ck = test::to_gpu(k, {c.batch, c.cap, c.hkv, c.d}),
+               cv = test::to_gpu(v, {c.batch, c.cap, c.hkv, c.d});
+  const Tensor mt = Tensor::from_host_i32(mask, {c.batch, c.cap});
+  const Tensor got =
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
+  // The reference sees the filled slots only.
+  std::vector<double> kf, vf;
+  std::vector<int64_t> mf;
+  const int64_t row = c.hkv * c.d;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    kf.insert(kf.end(), k.begin() + b * c.cap * row, k.begin() + (b * c.cap + keys) * row);
+    vf.insert(vf.end(), v.begin() + b * c.cap * row, v.begin() + (b * c.cap + keys) * row);
+    mf.insert(mf.end(), mask.begin() + b * c.cap, mask.begin() + b * c.cap + keys);
+  }
+  const auto want = ref::attention(q, kf, vf, mf, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts);
+  const std::string what = "d=" + std::to_string(c.d) + " keys=" + std::to_string(keys) +
+                           " window=" + std::to_string(c.window) +
+                           " softcap=" + std::to_string(c.softcap);
+  test::expect_close(got, want, 2e-6, 2e-5, what);
+  // Deterministic, and without a mask every slot is a token.
+  const Tensor again =
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, mt, cached, opts);
+  test::expect_bitwise_equal(got, again, what + " (twice)");
+  const auto no_mask = ref::attention(q, kf, vf, {}, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts);
+  test::expect_close(
+      ops::attention_decode(test::to_gpu(q, {c.batch, 1, c.hq, c.d}), ck, cv, {}, cached, opts),
+      no_mask, 2e-6, 2e-5, what + " without a mask");
+}
+
+TEST(DecodeOps, AttentionDecodeMatchesReference) {
+  Rng rng(23);
+  check_attention_decode(rng, {1, 9, 4, 2, 6, 0, 0, 0});          // the first key only
+  check_attention_decode(rng, {2, 40, 4, 2, 6, 17, 0, 0});        // odd head dim, GQA
+  check_attention_decode(rng, {3, 300, 2, 1, 64, 260, 0, 0});     // three key chunks, a masked row
+  check_attention_decode(rng, {2, 300, 4, 4, 32, 200, 50, 0});    // sliding window
+  check_attention_decode(rng, {2, 64, 2, 2, 130, 40, 0, 30.0f});  // dims past 128, soft-cap
+  check_attention_decode(rng, {1, 20, 2, 1, 256, 19, 0, 0});      // the largest head dim
+}
+
+TEST(DecodeOps, AttentionDecodeBadInput) {
+  const Tensor cache = Tensor::zeros({2, 8, 2, 4});
+  const Tensor cached = Tensor::from_host_i32(std::vector<int32_t>{3}, {1});
+  ops::AttentionOptions opts;
+  opts.scale = 0.5f;
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 2, 2, 4}), cache, cache, {}, cached, opts);
+      },
+      {"attention_decode", "q"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 3, 4}), cache, cache, {}, cached, opts);
+      },
+      {"multiple"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache,
+                              Tensor::zeros({2, 7}, DType::I32), cached, opts);
+      },
+      {"key_padding_mask"});
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, Tensor::zeros({1}),
+                              opts);
+      },
+      {"cached", "I32"});
+  ops::AttentionOptions unset;
+  test::expect_error(
+      [&] {
+        ops::attention_decode(Tensor::zeros({2, 1, 2, 4}), cache, cache, {}, cached, unset);
+      },
+      {"scale"});
+}
+
+TEST(DecodeOps, RopeKvWrite) {
+  Rng rng(24);
+  const int64_t B = 2, cap = 7, hq = 4, hkv = 2, P = 16;
+  for (const bool interleaved : {false, true}) {
+    for (const int64_t D : {6, 8}) {
+      const int64_t rot = D == 8 ? 6 : D;  // partial rotary: the last dims pass through
+      const int64_t half = rot / 2;
+      const auto q = test::as_f32(rng.uniform(static_cast<size_t>(B * hq * D)));
+      const auto k = test::as_f32(rng.uniform(static_cast<size_t>(B * hkv * D)));
+      const auto v = test::as_f32(rng.uniform(k.size()));
+      const auto cos = test::as_f32(rng.uniform(static_cast<size_t>(P * half)));
+      const auto sin = test::as_f32(rng.uniform(cos.size()));
+      const std::vector<int32_t> pos = {5, 11};
+      auto ck = test::as_f32(rng.uniform(static_cast<size_t>(B * cap * hkv * D))),
+           cv = test::as_f32(rng.uniform(ck.size()));
+      const Tensor cache_k = test::to_gpu(ck, {B, cap, hkv, D}),
+                   cache_v = test::to_gpu(cv, {B, cap, hkv, D});
+      const std::vector<int64_t> pos64(pos.begin(), pos.end());
+      const auto q_want = ref::rope_apply(q, B, 1, hq, D, cos, sin, pos64, rot, interleaved);
+      const auto k_rot = ref::rope_apply(k, B, 1, hkv, D, cos, sin, pos64, rot, interleaved);
+      for (const int32_t slot : {4, 7}) {  // 7: outside the cache, nothing written
+        const Tensor got_q = ops::rope_kv_write(
+            test::to_gpu(q, {B, 1, hq, D}), test::to_gpu(k, {B, 1, hkv, D}),
+            test::to_gpu(v, {B, 1, hkv, D}), test::to_gpu(cos, {P, half}),
+            test::to_gpu(sin, {P, half}), Tensor::from_host_i32(pos, {B, 1}), cache_k, cache_v,
+            Tensor::from_host_i32(std::vector<int32_t>{slot}, {1}), rot,
+            interleaved ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf);
+        const std::string what = std::string(interleaved ? "interleaved" : "rotate-half") +
+                                 " D=" + std::to_string(D) + " slot " + std::to_string(slot);
+        test::expect_close(got_q, q_want, 1e-6, 1e-6, what + ": q");
+        ref::kv_cache_write(ck, k_rot, B, cap, hkv * D, slot);
+        ref::kv_cache_write(cv, v, B, cap, hkv * D, slot);
+        test::expect_close(cache_k, ck, 1e-6, 1e-6, what + ": cached keys");
+        test::expect_close(cache_v, cv, 0, 0, what + ": cached values");
+      }
+    }
+  }
+  test::expect_error(
+      [] {
+        const Tensor c = Tensor::zeros({1, 4, 1, 4});
+        ops::rope_kv_write(Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({1, 1, 1, 4}),
+                           Tensor::zeros({1, 1, 1, 4}), Tensor::zeros({8, 3}),
+                           Tensor::zeros({8, 3}), Tensor::zeros({1, 1}, DType::I32), c, c,
+                           Tensor::zeros({1}, DType::I32), 4, ops::RopeLayout::RotateHalf);
+      },
+      {"rope_kv_write", "cos/sin"});
+}
+
+// f16 weights rounded on the host, as doubles and as a device tensor.
+std::pair<std::vector<double>, Tensor> half_weights(Rng& rng, int64_t rows, int64_t cols) {
+  const auto v = rng.uniform(static_cast<size_t>(rows * cols));
+  std::vector<uint16_t> bits(v.size());
+  std::vector<double> values(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    bits[i] = f32_to_f16_bits(static_cast<float>(v[i]));
+    values[i] = f16_bits_to_f32(bits[i]);
+  }
+  return {values, Tensor::from_bytes(bits.data(), DType::F16, {rows, cols})};
+}
+
+TEST(DecodeOps, LinearAccumulate) {
+  Rng rng(25);
+  for (const bool half : {false, true}) {
+    for (const int64_t rows : {1, 3, 12}) {
+      const int64_t in = 40, out = 21;
+      const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
+      const auto r = test::as_f32(rng.uniform(static_cast<size_t>(rows * out)));
+      const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+      std::vector<double> w;
+      Tensor wt;
+      if (half) {
+        std::tie(w, wt) = half_weights(rng, out, in);
+      } else {
+        w = test::as_f32(rng.uniform(static_cast<size_t>(out * in)));
+        wt = test::to_gpu(w, {out, in});
+      }
+      const Tensor acc = test::to_gpu(r, {rows, 1, out});
+      ops::linear_accumulate(test::to_gpu(x, {rows, 1, in}), wt, test::to_gpu(b, {out}), acc);
+      auto want = ref::linear(x, w, b, rows, in, out);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
+      test::expect_close(acc, want, 2e-5, 1e-5,
+                         std::string(half ? "f16" : "f32") + " rows " + std::to_string(rows));
+    }
+  }
+  test::expect_error(
+      [] {
+        ops::linear_accumulate(Tensor::zeros({2, 4}), Tensor::zeros({3, 4}), {},
+                               Tensor::zeros({2, 4}));
+      },
+      {"linear_accumulate", "out"});
+}
+
+TEST(DecodeOps, GatedLinear) {
+  Rng rng(26);
+  // (activation, rows, in): 9 rows take two products and gated_act; in = 37 reads halves one by
+  // one.
+  const std::tuple<ops::Activation, int64_t, int64_t> cases[] = {
+      {ops::Activation::SiLU, 1, 48},
+      {ops::Activation::SiLU, 1, 37},
+      {ops::Activation::SiLU, 9, 48},
+      {ops::Activation::GELUTanh, 3, 48}};
+  for (const auto& [act, rows, in] : cases) {
+    const int64_t inner = 19;
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -2, 2));
+    const auto [wg, wgt] = half_weights(rng, inner, in);
+    const auto [wu, wut] = half_weights(rng, inner, in);
+    const Tensor got = ops::gated_linear(test::to_gpu(x, {rows, 1, in}), wgt, wut, act);
+    EXPECT_EQ(got.shape(), (Shape{rows, 1, inner}));
+    const auto want = ref::gated(act, ref::linear(x, wg, {}, rows, in, inner),
+                                 ref::linear(x, wu, {}, rows, in, inner));
+    const std::string what = "act " + std::to_string(static_cast<int>(act)) + " rows " +
+                             std::to_string(rows) + " in " + std::to_string(in);
+    test::expect_close(got, want, 1e-5, 1e-5, what);
+    // The composed path on the same f16 weights: same products, same formula.
+    const Tensor composed = ops::gated_act(ops::linear(test::to_gpu(x, {rows, 1, in}), wgt),
+                                           ops::linear(test::to_gpu(x, {rows, 1, in}), wut), act);
+    test::expect_close(got, composed.to_double(), 1e-6, 1e-6, what + " vs linear + gated_act");
+  }
+  // f32 weights take the composed path.
+  const auto x = test::as_f32(rng.uniform(2 * 8));
+  const auto w = test::as_f32(rng.uniform(3 * 8)), u = test::as_f32(rng.uniform(3 * 8));
+  test::expect_close(ops::gated_linear(test::to_gpu(x, {2, 8}), test::to_gpu(w, {3, 8}),
+                                       test::to_gpu(u, {3, 8}), ops::Activation::SiLU),
+                     ref::gated(ops::Activation::SiLU, ref::linear(x, w, {}, 2, 8, 3),
+                                ref::linear(x, u, {}, 2, 8, 3)),
+                     1e-5, 1e-5, "f32 weights");
+  test::expect_error(
+      [] {
+        ops::gated_linear(Tensor::zeros({2, 8}), Tensor::zeros({3, 8}), Tensor::zeros({4, 8}),
+                          ops::Activation::SiLU);
+      },
+      {"gated_linear", "one shape"});
+}
+
+}  // namespace
+}  // namespace vkf

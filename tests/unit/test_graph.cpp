@@ -1,0 +1,112 @@
+// Captured command buffers (vk::Stream::begin_capture / end_capture / replay): a graph replays
+// with values it reads from device memory refreshed by a copy from host-visible memory recorded
+// at its head; its results come back through read_back(); tensors its commands use stay valid
+// after their owners drop them (and are freed with the graph); synchronize() waits for replays;
+// work recorded before and after a replay is ordered with it; host transfers cannot be captured.
+#include <cstring>
+#include <vector>
+
+#include "ops/decode.h"
+#include "ops/elementwise.h"
+#include "test_util.h"
+#include "vk/context.h"
+
+namespace vkf {
+namespace {
+
+using test::Rng;
+
+// A host-visible buffer of n int32/float words, freed through the stream.
+struct HostWords {
+  vk::Allocation alloc;
+  explicit HostWords(size_t n) {
+    alloc = vk::Context::get().allocator().allocate(n * 4, vk::MemoryKind::Staging);
+  }
+  ~HostWords() { vk::Context::get().stream().release(alloc); }
+  int32_t* ints() const { return static_cast<int32_t*>(alloc.mapped()); }
+  float* floats() const { return static_cast<float*>(alloc.mapped()); }
+};
+
+TEST(Graph, ReplaysWithDeviceInputs) {
+  Rng rng(31);
+  auto& stream = vk::Context::get().stream();
+  const int64_t B = 2, cap = 6, row = 5;
+  const auto k = test::as_f32(rng.uniform(static_cast<size_t>(B * row)));
+  const Tensor cache_k = Tensor::zeros({B, cap, 1, row}), cache_v = Tensor::zeros({B, cap, 1, row});
+  Tensor slot = Tensor::zeros({1}, DType::I32);
+  HostWords slot_in(1), out(static_cast<size_t>(B * cap * row));
+  stream.synchronize();
+  const uint64_t held_before = vk::memory_stats().held_bytes;
+  std::unique_ptr<vk::Graph> graph;
+  {
+    Tensor kt = test::to_gpu(k, {B, 1, 1, row});  // dropped after the capture: the graph keeps it
+    stream.synchronize();
+    stream.begin_capture();
+    stream.copy(slot_in.alloc, 0, slot.allocation(), 0, 4);
+    const Tensor doubled = ops::scale(kt, 2.0f);  // a temporary made inside the capture
+    ops::kv_cache_write(doubled, kt, cache_k, cache_v, slot);
+    stream.read_back(cache_k.allocation(), 0, out.alloc, 0,
+                     static_cast<uint64_t>(B * cap * row) * 4);
+    graph = stream.end_capture();
+  }
+  stream.synchronize();
+  EXPECT_GT(vk::memory_stats().held_bytes, held_before)
+      << "the graph keeps the tensors its commands use";
+  EXPECT_EQ(graph->dispatch_count(), 2u);
+  std::vector<double> want(static_cast<size_t>(B * cap * row), 0.0);
+  for (const int32_t s : {4, 0, 2}) {
+    slot_in.ints()[0] = s;
+    const uint64_t d0 = stream.dispatch_count();
+    stream.replay(*graph);
+    stream.wait(*graph);
+    EXPECT_EQ(stream.dispatch_count() - d0, 2u);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < row; ++c)
+        want[static_cast<size_t>((b * cap + s) * row + c)] =
+            2 * k[static_cast<size_t>(b * row + c)];
+    std::vector<double> got(want.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = out.floats()[i];
+    test::expect_close(got, want, 0, 0, "read back after replay at slot " + std::to_string(s));
+    test::expect_close(cache_v.slice(1, s, s + 1).contiguous().reshape({B * row}), test::as_f32(k),
+                       0, 0, "values at slot " + std::to_string(s));
+  }
+  // Ordered with the stream's own work: a fill before, a read after, synchronize() in between.
+  cache_k.fill_(0.0f);
+  slot_in.ints()[0] = 1;
+  stream.replay(*graph);
+  const auto after = cache_k.to_double();  // download: synchronize() waits for the replay
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < cap; ++j)
+      for (int64_t c = 0; c < row; ++c) {
+        const double w = j == 1 ? 2 * k[static_cast<size_t>(b * row + c)] : 0.0;
+        EXPECT_EQ(after[static_cast<size_t>((b * cap + j) * row + c)], w)
+            << b << " " << j << " " << c;
+      }
+  graph.reset();
+  stream.synchronize();
+  EXPECT_EQ(vk::memory_stats().held_bytes, held_before)
+      << "destroying the graph frees what it kept";
+}
+
+TEST(Graph, HostTransfersAreRefused) {
+  auto& stream = vk::Context::get().stream();
+  const Tensor t = Tensor::zeros({4});
+  stream.begin_capture();
+  const std::string upload = test::error_message([] {
+    Tensor::from_host(std::vector<float>{1, 2}, {2});
+  });
+  const std::string download = test::error_message([&] { t.to_float(); });
+  EXPECT_TRUE(stream.capturing());
+  auto graph = stream.end_capture();
+  EXPECT_FALSE(stream.capturing());
+  EXPECT_NE(upload.find("cannot upload"), std::string::npos) << upload;
+  EXPECT_NE(download.find("read_back"), std::string::npos) << download;
+  test::expect_error([&] { stream.end_capture(); }, {"no capture"});
+  stream.begin_capture();
+  test::expect_error([&] { stream.begin_capture(); }, {"already"});
+  test::expect_error([&] { stream.replay(*graph); }, {"capture is in progress"});
+  stream.end_capture();
+}
+
+}  // namespace
+}  // namespace vkf

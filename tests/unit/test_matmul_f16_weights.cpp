@@ -1,0 +1,197 @@
+// Weights stored in f16 (inference): linear against the double reference (ref::linear) on the
+// f16 values themselves, so the only error left is fp32 accumulation, through every kernel path:
+// the skinny f16 kernel (M <= 8) with 16-byte loads and its scalar fallback (K % 8 != 0,
+// unaligned or transposed activations), its unrolled main loop and tail, several dispatches per
+// product, the tiled kernel's f16b variant (M > 8, and N <= 8, which the f32 path would
+// transpose; in F16 matmul precision also where the f32 path takes the tensor-core kernel or
+// split-K), bias, the precise build, and dx through an f16 weight. Embedding rows of an f16 table
+// widen exactly. Bad input is refused.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/dtype.h"
+#include "core/launch.h"
+#include "ops/embed.h"
+#include "ops/matmul.h"
+#include "ops/matmul_coopmat.h"
+#include "ops/matmul_kernels.h"
+#include "ops/matmul_ref.h"
+#include "test_util.h"
+#include "vk/context.h"
+
+namespace vkf {
+namespace {
+
+using test::Rng;
+
+// Random values rounded to f16, as doubles (exactly what the device holds) and as a tensor.
+struct HalfMatrix {
+  std::vector<double> values;
+  Tensor tensor;
+};
+HalfMatrix half_matrix(Rng& rng, const Shape& shape) {
+  const auto v = rng.uniform(static_cast<size_t>(shape_numel(shape)));
+  HalfMatrix h;
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    bits[i] = f32_to_f16_bits(static_cast<float>(v[i]));
+    h.values.push_back(f16_bits_to_f32(bits[i]));
+  }
+  h.tensor = Tensor::from_bytes(bits.data(), DType::F16, shape);
+  return h;
+}
+
+double atol_for(int64_t k) {
+  return 1e-6 + 3e-7 * static_cast<double>(k);
+}
+
+// y = x W^T + b for x [rows, in] (x may be a strided window), W f16 [out, in]. `x_rounded`: the
+// kernel rounds x to f16 as it loads it (F16 matmul precision on the tiled kernel).
+void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, int64_t x_pad = 0,
+                  const std::string& what = "", bool x_rounded = false) {
+  const HalfMatrix w = half_matrix(rng, {out, in});
+  const auto x_big = test::as_f32(rng.uniform(static_cast<size_t>(rows * (in + x_pad))));
+  std::vector<double> x(static_cast<size_t>(rows * in));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < in; ++c)
+      x[static_cast<size_t>(r * in + c)] = x_big[static_cast<size_t>(r * (in + x_pad) + x_pad + c)];
+  if (x_rounded)
+    for (double& v : x) v = f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(v)));
+  const Tensor xt = test::to_gpu(x_big, {rows, in + x_pad}).slice(1, x_pad, x_pad + in);
+  std::vector<double> b;
+  Tensor bt;
+  if (bias) {
+    b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+    bt = test::to_gpu(b, {out});
+  }
+  const Tensor y = ops::linear(xt, w.tensor, bt);
+  EXPECT_EQ(y.shape(), (Shape{rows, out}));
+  test::expect_close(y, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
+                     what + " rows=" + std::to_string(rows) + " in=" + std::to_string(in) +
+                         " out=" + std::to_string(out));
+}
+
+TEST(MatmulF16Weights, SkinnyKernel) {
+  Rng rng(11);
+  check_linear(rng, 1, 64, 37, false, 0, "vec8, a partial last workgroup");
+  check_linear(rng, 3, 61, 19, true, 0, "K % 8 != 0: halves one by one");
+  check_linear(rng, 8, 1040, 21, true, 0, "vec8: unrolled loop and tail");
+  check_linear(rng, 3, 64, 40, false, 8, "x a 16-byte aligned window: vec8");
+  check_linear(rng, 1, 64, 40, false, 1, "x an unaligned window: scalar");
+  check_linear(rng, 1, 2048, 9, false, 0, "long K");
+}
+
+TEST(MatmulF16Weights, TiledKernelVariant) {
+  Rng rng(12);
+  check_linear(rng, 9, 33, 17, true, 0, "M > 8");
+  check_linear(rng, 20, 40, 5, true, 0, "N <= 8 stays on the f16 weight");
+  check_linear(rng, 70, 130, 67, false, 3, "several tiles, strided x");
+}
+
+// The tensor-core kernel and split-K read an f32 B: in F16 matmul precision, with the tensor-core
+// kernel available (its emulated build, on any device) and split-K forced, a product that would
+// take them still reads an f16 weight through the tiled kernel's f16b variant, which rounds x.
+TEST(MatmulF16Weights, F16PrecisionKeepsF16WeightOnTiledKernel) {
+  struct Restore {
+    ~Restore() {
+      set_matmul_precision(MatmulPrecision::F32);
+      ops::detail::set_coopmat_emulation(false);
+      ops::detail::set_split_k(0);
+    }
+  } restore;
+  set_matmul_precision(MatmulPrecision::F16);
+  ops::detail::set_coopmat_emulation(true);
+  ASSERT_EQ(ops::detail::gemm_plan(1, 20, 24, 64).rfind("coopmat", 0), 0u)
+      << "an f32 product of this shape should take the tensor-core kernel: "
+      << ops::detail::gemm_plan(1, 20, 24, 64);
+  Rng rng(15);
+  check_linear(rng, 20, 64, 24, true, 0, "tensor-core kernel available", true);
+  ops::detail::set_split_k(4);
+  check_linear(rng, 20, 64, 24, true, 0, "split-K forced", true);
+}
+
+TEST(MatmulF16Weights, BatchesGridSplitPrecise) {
+  Rng rng(13);
+  // [3, 1, in] rows merge into one skinny product of 3 rows.
+  const HalfMatrix w = half_matrix(rng, {29, 24});
+  const auto x = test::as_f32(rng.uniform(3 * 24));
+  const auto want = ref::linear(x, w.values, {}, 3, 24, 29);
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 1, 24}), w.tensor), want, atol_for(24), 1e-5,
+                     "3-D x");
+  // Several dispatches per product.
+  ops::detail::set_grid_limit(2);
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, atol_for(24), 1e-5,
+                     "grid split");
+  ops::detail::set_grid_limit(65535);
+  // The precise build accumulates in double: about one rounding per output.
+  if (vk::Context::get().info().float64_arithmetic) {
+    set_math_mode(MathMode::Precise);
+    test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, 1e-7, 1e-7,
+                       "precise");
+    const auto x9 = test::as_f32(rng.uniform(9 * 24));
+    test::expect_close(ops::linear(test::to_gpu(x9, {9, 24}), w.tensor),
+                       ref::linear(x9, w.values, {}, 9, 24, 29), 1e-7, 1e-7, "precise tiled");
+    set_math_mode(MathMode::Fast);
+  }
+  // Transposed activations (opA read column-wise) through the gemm entry point.
+  const auto xs = test::as_f32(rng.uniform(24 * 3));  // stored [K, M]
+  std::vector<double> xt(3 * 24);
+  for (int m = 0; m < 3; ++m)
+    for (int k = 0; k < 24; ++k)
+      xt[static_cast<size_t>(m * 24 + k)] = xs[static_cast<size_t>(k * 3 + m)];
+  Tensor c = Tensor::empty({3, 29});
+  ops::detail::gemm(ops::detail::describe(test::to_gpu(xs, {24, 3}))->transposed(),
+                    ops::detail::describe(w.tensor)->transposed(), *ops::detail::describe(c), 1.0f,
+                    0.0f);
+  test::expect_close(c, ref::linear(xt, w.values, {}, 3, 24, 29), atol_for(24), 1e-5,
+                     "transposed opA");
+}
+
+TEST(MatmulF16Weights, InputGradientThroughF16Weight) {
+  Rng rng(14);
+  const HalfMatrix w = half_matrix(rng, {13, 20});
+  const auto x = test::as_f32(rng.uniform(3 * 20));
+  const auto dy = test::as_f32(rng.uniform(3 * 13));
+  const auto grads =
+      test::gpu_grads([&](std::vector<Tensor>& in) { return ops::linear(in[0], w.tensor); },
+                      {test::to_gpu(x, {3, 20})}, test::to_gpu(dy, {3, 13}));
+  std::vector<double> dx, dw, db;
+  ref::linear_backward(x, w.values, dy, 3, 20, 13, false, dx, dw, db);
+  test::expect_close(grads[0], dx, atol_for(13), 1e-5, "dx = dy W with W in f16");
+}
+
+TEST(MatmulF16Weights, EmbeddingTable) {
+  Rng rng(15);
+  const HalfMatrix w = half_matrix(rng, {11, 7});
+  const std::vector<int32_t> ids = {3, 0, 10, 3, 11};  // 11 is outside the table: a zero row
+  const auto got = ops::embedding(w.tensor, Tensor::from_host_i32(ids, {5})).to_double();
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t c = 0; c < 7; ++c) {
+      const double want = ids[i] < 11 ? w.values[static_cast<size_t>(ids[i]) * 7 + c] : 0.0;
+      EXPECT_EQ(got[i * 7 + c], want) << "token " << i << " column " << c;
+    }
+}
+
+TEST(MatmulF16Weights, BadInput) {
+  Rng rng(16);
+  const HalfMatrix w = half_matrix(rng, {4, 6});
+  test::expect_error(
+      [&] {
+        ops::linear(Tensor::zeros({2, 6}, DType::F16), w.tensor);
+      },
+      {"linear", "x", "f32"});
+  test::expect_error(
+      [&] {
+        ops::linear(Tensor::zeros({2, 6}), Tensor::zeros({4, 6}, DType::I32));
+      },
+      {"weight", "f16"});
+  test::expect_error([&] { ops::linear(Tensor::zeros({2, 5}), w.tensor); }, {"input features"});
+  // An f16 weight carries no gradient.
+  Tensor copy = w.tensor.clone();
+  test::expect_error([&] { copy.set_requires_grad(true); }, {"f32"});
+}
+
+}  // namespace
+}  // namespace vkf
