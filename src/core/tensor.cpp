@@ -71,8 +71,9 @@ Storage::Storage(uint64_t nbytes) : bytes(nbytes) {
   try {
     alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
   } catch (const OutOfMemory&) {
-    // Tensors freed while the host runs ahead of the GPU keep their memory until the queued work
-    // that may read them has finished: wait for it, which returns that memory, and try again.
+    // The allocator has already returned its kept blocks to the driver; what can still come back
+    // is memory waiting for queued work (staging blocks, graphs destroyed while in flight): wait
+    // for it and try once more.
     ctx.stream().synchronize();
     alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
   }
