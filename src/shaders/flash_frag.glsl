@@ -136,11 +136,16 @@ float emu_at(FragH f, uint r, uint c) {
   return f16_bits_to_float((smem[h / 8u][(h % 8u) / 2u] >> (16u * (h % 2u))) & 0xffffu);
 }
 
+// The 16-term loops below are unrolled: lavapipe (llvmpipe) ends every loop of an invocation once
+// the invocation has run 65535 loop iterations in all (a guard against endless loops), which the
+// kernels' tile loops would reach after a few hundred keys with 8 x 16 rolled multiply-adds per
+// fragment. Unrolled, a workgroup can walk about 150 tiles; unrolling everything would make
+// lavapipe's compile take half a minute.
 FragF emu_mma(FragH a, FragH b, FragF acc) {
   [[dont_unroll]] for (uint t = 0; t < 8u; ++t) {
     const uint e = emu_element(t), r = e / 16u, c = e % 16u;
     float sum = acc.v[t];
-    [[dont_unroll]] for (uint k = 0; k < 16u; ++k) sum += emu_at(a, r, k) * emu_at(b, k, c);
+    [[unroll]] for (uint k = 0; k < 16u; ++k) sum += emu_at(a, r, k) * emu_at(b, k, c);
     acc.v[t] = sum;
   }
   return acc;
@@ -153,7 +158,7 @@ uint emu_word(uint element, uint stride, bool col_major, uint r, uint c) {
 
 FragF emu_load_f(uint element, uint stride, bool col_major) {
   FragF f;
-  [[dont_unroll]] for (uint t = 0; t < 8u; ++t) {
+  [[unroll]] for (uint t = 0; t < 8u; ++t) {
     const uint e = emu_element(t), w = emu_word(element, stride, col_major, e / 16u, e % 16u);
     f.v[t] = uintBitsToFloat(smem[w / 4u][w % 4u]);
   }
@@ -161,7 +166,7 @@ FragF emu_load_f(uint element, uint stride, bool col_major) {
 }
 
 void emu_store_f(FragF f, uint element, uint stride) {
-  [[dont_unroll]] for (uint t = 0; t < 8u; ++t) {
+  [[unroll]] for (uint t = 0; t < 8u; ++t) {
     const uint e = emu_element(t), w = emu_word(element, stride, false, e / 16u, e % 16u);
     smem[w / 4u][w % 4u] = floatBitsToUint(f.v[t]);
   }
@@ -170,7 +175,7 @@ void emu_store_f(FragF f, uint element, uint stride) {
 // The fragment rounded to f16, row-major at `element` with `stride` uvec4 (8 halves) per row;
 // components 2s and 2s + 1 are adjacent elements, one word.
 void emu_store_h(FragF f, uint element, uint stride) {
-  [[dont_unroll]] for (uint t = 0; t < 8u; t += 2u) {
+  [[unroll]] for (uint t = 0; t < 8u; t += 2u) {
     const uint e = emu_element(t), r = e / 16u, c = e % 16u;
     const uint w = element * 4u + r * stride * 4u + c / 2u;
     smem[w / 4u][w % 4u] = pack2(f.v[t], f.v[t + 1u]);
