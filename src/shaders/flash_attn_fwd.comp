@@ -8,9 +8,9 @@
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
 // memory by the whole workgroup. Per tile each subgroup:
 //   1. S = q k^T into accumulators, stored to its scratch rows (f32);
-//   2. one invocation per row masks and transforms its scores, updates the running max, writes
-//      the probabilities over the scores as f16 (in place: probability c takes the two bytes at
-//      2c, inside score c / 2, which that invocation has already read) and their sum;
+//   2. one invocation per row masks and transforms its scores, updates the running max and sum,
+//      and once it has read them all writes the probabilities over them as f16 (probability c
+//      takes the two bytes at 2c of the row);
 //   3. rescales its output components by the row's alpha (each component's row is known from the
 //      index matrix, see flash_frag.glsl) and adds P V, P loaded back as f16 fragments.
 // A subgroup whose rows see no key of the tile (causal or window) skips its work on it. The
@@ -78,6 +78,14 @@ layout(push_constant, std430) uniform Push {
   AttnParams a;
   uint flags;
 } p;
+
+// Score c of the tile for the row whose scores start at word `words` of smem, transformed, or
+// MASKED where the key is padding, past the end, hidden by the causal or window rule, or the row
+// is past the end of the queries.
+float masked_score(bool row_ok, int pos, int j0, uint c, uint words) {
+  if (!row_ok || sKeyOk[c] == 0u || !position_visible(p.a, pos, j0 + int(c))) return MASKED;
+  return transform_score(p.a, uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]));
+}
 
 void main() {
   const uint tid = gl_LocalInvocationIndex;
@@ -158,32 +166,38 @@ void main() {
     }
     SG_SYNC();
 
-    // 2. Online softmax, one invocation per row.
+    // 2. Online softmax, one invocation per row. Rows are SP = 4 (mod 32) words apart, so the
+    // invocations of a column fall in 8 banks; each starts `rot` columns further on, which
+    // spreads them over all 32. The probabilities are kept in registers until every score of the
+    // row is read, then written over the scores.
     if (sees_tile && lane < ROWS_SG) {
       const uint r = sg_row0 + lane;
       const bool row_ok = r < q_rows;
       const int pos = pos_first + int(r);
       const uint words = scratch * 4u + lane * SP;  // this row's scores, as 32-bit words
+      const uint rot = lane / 8u;
       const float m_old = sM[r];
       float m_new = m_old;
-      [[dont_unroll]] for (uint c = 0; c < BKV; ++c) {
-        float x = MASKED;
-        if (row_ok && sKeyOk[c] != 0u && position_visible(p.a, pos, j0 + int(c)))
-          x = transform_score(p.a, uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]));
-        smem[(words + c) / 4u][(words + c) % 4u] = floatBitsToUint(x);
-        m_new = max(m_new, x);
+      UNROLL for (uint k = 0; k < BKV; ++k) {
+        const uint c = (k + rot) % BKV;
+        m_new = max(m_new, masked_score(row_ok, pos, j0, c, words));
       }
       float alpha = 1.0, sum = 0.0;
       if (m_new != MASKED) alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
-      [[dont_unroll]] for (uint c = 0; c < BKV; c += 2u) {
-        const float x0 = uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]);
-        const float x1 = uintBitsToFloat(smem[(words + c + 1u) / 4u][(words + c + 1u) % 4u]);
+      uint probs[BKV / 2];  // f16 pairs (c, c + 1) for c = 2 ((k + rot) % (BKV / 2))
+      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
+        const uint c = 2u * ((k + rot) % (BKV / 2u));
+        const float x0 = masked_score(row_ok, pos, j0, c, words);
+        const float x1 = masked_score(row_ok, pos, j0, c + 1u, words);
         const float p0 = x0 == MASKED ? 0.0 : exp(x0 - m_new);
         const float p1 = x1 == MASKED ? 0.0 : exp(x1 - m_new);
         sum += p0;
         sum += p1;
-        const uint w = words + c / 2u;  // probabilities c, c + 1 as f16, over score c / 2
-        smem[w / 4u][w % 4u] = pack2(p0, p1);
+        probs[k] = pack2(p0, p1);
+      }
+      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
+        const uint w = words + (k + rot) % (BKV / 2u);  // probabilities c, c + 1 over score c / 2
+        smem[w / 4u][w % 4u] = probs[k];
       }
       sM[r] = m_new;
       sL[r] = sL[r] * alpha + sum;
