@@ -222,8 +222,10 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
         const auto& p = prof[i];
         const double s = p.total_ms / 1e3;
         const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
-        // Tensor-core products against the f16 matrix peak, everything else against fp32's.
-        const bool tensor_cores = p.label.rfind("matmul_coopmat", 0) == 0;
+        // Tensor-core kernels (products, attention) against the f16 matrix peak, everything else
+        // against fp32's.
+        const bool tensor_cores =
+            p.label.rfind("matmul_coopmat", 0) == 0 || p.label.rfind("flash_attn_", 0) == 0;
         const double roof = std::max(tf / (tensor_cores ? a.peak_tflops_f16 : a.peak_tflops), gb / a.peak_gbps);
         std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
                      p.total_ms / a.steps,

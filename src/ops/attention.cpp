@@ -1,18 +1,21 @@
 // Fused attention (see attention.h): input validation, the forward dispatch, and the backward as
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
-// of each GQA group). Tile sizes live in the shaders' //!variant lines; the tables here mirror them
-// so the host can size the grids. Attention dropout's parameters travel in a six-word buffer (the
-// push constants have no room left), with bit 1 of `flags` saying it is on.
+// of each GQA group), each from one of three families chosen by ops/attention_coopmat.h: plain,
+// fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
+// //!variant lines and defines; the tables here mirror them so the host can size the grids.
+// Attention dropout's parameters travel in a six-word buffer (the push constants have no room
+// left), with bit 1 of `flags` saying it is on.
 #include "ops/attention.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/attention_coopmat.h"
 #include "ops/dropout.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -68,15 +71,7 @@ constexpr Tiles kDqTiles[] = {{32, 32}, {32, 16}, {16, 8}, {8, 4}};
 constexpr Tiles kDkvTiles[] = {{32, 32}, {16, 32}, {8, 16}, {4, 8}};
 constexpr int64_t kMaxHeadDim = 256;
 
-// The register-tiled kernels (attention_fast_*.comp) serve Fast math mode for head_dim <= 64; the
-// plain kernels serve Precise mode (parity), larger heads, dropout, and VKF_ATTENTION=plain.
-constexpr int64_t kFastMaxHeadDim = 64;
-bool use_fast_kernels(const Dims& dims, const AttentionOptions& opts) {
-  const char* env = std::getenv("VKF_ATTENTION");
-  const bool plain_forced = env && std::string(env) == "plain";
-  // Dropout of the probabilities lives in the plain kernels only.
-  return !plain_forced && math_mode() == MathMode::Fast && dims.d <= kFastMaxHeadDim && opts.dropout_p == 0;
-}
+using detail::AttentionKernels;
 // Every fast kernel has a variant for ~41 KiB of shared memory (NVIDIA's 48 KiB) and a smaller one
 // that fits 32 KiB (lavapipe).
 bool large_shared_memory() { return vk::Context::get().info().max_shared_memory >= 42u * 1024u; }
@@ -192,11 +187,13 @@ struct SavedForward {
   Tensor dropout;  // six words, or undefined when dropout is off
   Dims dims;
   AttnParams params;
-  bool fast = false;  // the register-tiled kernels (forward and backward)
+  AttentionKernels kernels = AttentionKernels::Plain;  // the family of forward and backward
 
   uint32_t flags() const {
     return (mask.defined() ? kFlagMask : 0) | (dropout.defined() ? kFlagDropout : 0);
   }
+  bool fast() const { return kernels == AttentionKernels::Fast; }
+  bool coopmat() const { return kernels == AttentionKernels::Coopmat; }
   uint64_t mask_address() const { return mask.defined() ? mask.address() : 0; }
   uint64_t dropout_address() const { return dropout.defined() ? dropout.address() : 0; }
 };
@@ -209,6 +206,15 @@ const char* fast_bwd_suffix(bool dq) {
   return dq ? (big ? "_k32" : "_k16") : (big ? "_q32" : "_q16");
 }
 
+// The tensor-core kernels' flag for reading rows as vec4: head_dim a multiple of 4 and every
+// operand starting 16-byte aligned.
+uint32_t vec4_flag(int64_t d, std::initializer_list<const Tensor*> operands) {
+  if (d % 4 != 0) return 0;
+  for (const Tensor* t : operands)
+    if (t->address() % 16 != 0) return 0;
+  return detail::kFlashFlagVec4;
+}
+
 void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor& grad = ctx.grad_output(0);
   if (!grad.defined()) return;
@@ -216,6 +222,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Dims& dims = s.dims;
   const int vi = variant_index(dims.d);
   const double qbytes = static_cast<double>(s.q.nbytes());
+  const uint32_t flags =
+      s.flags() | (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout}) : 0);
 
   Tensor delta = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
   const DeltaPush dp{dout.address(), s.out.address(), delta.address(),
@@ -229,12 +237,16 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     const DqPush push{s.q.address(),   s.k.address(),      s.v.address(),
                       s.mask_address(), dout.address(),    s.lse.address(),
                       delta.address(),  dq.address(),      s.dropout_address(),
-                      s.params,         s.flags()};
-    const int64_t rows = s.fast ? kFastBwdRows : kDqTiles[vi].bq;
+                      s.params,         flags};
+    const int64_t rows = s.coopmat() ? detail::flash_rows("dq")
+                         : s.fast()  ? kFastBwdRows
+                                     : kDqTiles[vi].bq;
     const int64_t blocks = (dims.tq + rows - 1) / rows;
     check_grid(blocks, "the dq query blocks");
-    launch(s.fast ? std::string("attention_fast_bwd_dq") + fast_bwd_suffix(true)
-                  : variant_name("attention_bwd_dq", vi), push,
+    launch(s.coopmat() ? detail::flash_module("dq")
+           : s.fast()  ? std::string("attention_fast_bwd_dq") + fast_bwd_suffix(true)
+                       : variant_name("attention_bwd_dq", vi),
+           push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
                 static_cast<uint32_t>(dims.b)},
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, {},
@@ -247,12 +259,16 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     const DkvPush push{s.q.address(),   s.k.address(),   s.v.address(),
                        s.mask_address(), dout.address(),  s.lse.address(),
                        delta.address(),  dk.address(),    dv.address(),
-                       s.dropout_address(), s.params,    s.flags()};
-    const int64_t rows = s.fast ? kFastBwdRows : kDkvTiles[vi].bk;
+                       s.dropout_address(), s.params,    flags};
+    const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
+                         : s.fast()  ? kFastBwdRows
+                                     : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
-    launch(s.fast ? std::string("attention_fast_bwd_dkv") + fast_bwd_suffix(false)
-                  : variant_name("attention_bwd_dkv", vi), push,
+    launch(s.coopmat() ? detail::flash_module("dkv")
+           : s.fast()  ? std::string("attention_fast_bwd_dkv") + fast_bwd_suffix(false)
+                       : variant_name("attention_bwd_dkv", vi),
+           push,
            Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
                 static_cast<uint32_t>(dims.b)},
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk, &dv}, {},
@@ -268,13 +284,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  const AttentionOptions& opts) {
   const Dims dims = validate(q, k, v, key_padding_mask, opts);
   const int vi = variant_index(dims.d);
-  const bool fast = use_fast_kernels(dims, opts);
-  const uint32_t rows = fast ? fast_forward_rows() : kForwardTiles[vi].bq;
+  const AttentionKernels kernels = detail::attention_kernels(dims.d, opts.dropout_p);
+  const uint32_t rows = kernels == AttentionKernels::Coopmat ? detail::flash_rows("fwd")
+                        : kernels == AttentionKernels::Fast  ? fast_forward_rows()
+                                                             : kForwardTiles[vi].bq;
   const int64_t blocks = (dims.tq + rows - 1) / rows;
   check_grid(blocks, "the query blocks");
 
   SavedForward s;
-  s.fast = fast;
+  s.kernels = kernels;
   s.dims = dims;
   s.params = make_params(dims, opts);
   s.q = q.is_contiguous() ? q : q.contiguous();
@@ -292,8 +310,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
   const ForwardPush push{s.q.address(),      s.k.address(),   s.v.address(),
                          s.mask_address(),   s.out.address(), s.lse.address(),
-                         s.dropout_address(), s.params,       s.flags()};
-  launch(fast ? "attention_fast_fwd_q" + std::to_string(rows) : variant_name("attention_fwd", vi), push,
+                         s.dropout_address(), s.params,
+                         s.flags() | (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v}) : 0)};
+  launch(s.coopmat() ? detail::flash_module("fwd")
+         : s.fast()  ? "attention_fast_fwd_q" + std::to_string(rows)
+                     : variant_name("attention_fwd", vi),
+         push,
          Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
               static_cast<uint32_t>(dims.b)},
          {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse}, {},

@@ -4,7 +4,9 @@
 // a tiled online-softmax kernel that never stores the score matrix; the backward recomputes scores
 // from the saved row logsumexp and produces dq, dk, dv deterministically. Dropout of the
 // attention probabilities (training) is applied inside the kernels: the mask is regenerated from
-// (seed, offset) wherever it is needed (ops/dropout.h), never stored.
+// (seed, offset) wherever it is needed (ops/dropout.h), never stored. In F16 matmul precision the
+// kernels run on tensor cores where the device allows (ops/attention_coopmat.h says when), with
+// q, k, v and the incoming gradient rounded to f16; tensors stay f32 either way.
 #pragma once
 
 #include <cstdint>

@@ -148,6 +148,9 @@ void set_f16_convert(F16Convert convert) {
 void set_coopmat_emulation(bool on) {
   g_emulate = on;
 }
+bool coopmat_emulation() {
+  return g_emulate;
+}
 F16Convert f16_convert() {
   return g_convert;
 }

@@ -33,7 +33,9 @@ CoopmatSupport coopmat_support();
 // Tests: run the kernel's `emulated` build instead (plain code in place of the cooperative-matrix
 // operations, 16 x 16 x 16 fragments, any subgroup size), so that its staging, fragment layouts
 // and epilogue are checked on devices without tensor cores. Slow; never for real work.
+// The tensor-core attention kernels (ops/attention_coopmat.h) follow the same switch.
 void set_coopmat_emulation(bool on);
+bool coopmat_emulation();
 // Why `tile` cannot run with `support` on this device (shared memory, workgroup size, fragment
 // shape), or "".
 std::string coopmat_tile_unfit(const CoopmatTile& tile, const CoopmatSupport& support);

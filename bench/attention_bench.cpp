@@ -1,0 +1,278 @@
+// Micro-benchmark of fused attention (ops::attention), forward and backward, on the attention
+// shapes of the training benchmarks: for each shape, the fp32 register-tiled kernels (`fast`, F32
+// matmul precision) and the f16 tensor-core kernels (`coopmat`, F16 precision, where the device
+// has NV cooperative matrices) on the same random inputs, timed per kernel with GPU timestamps
+// (median over repeats after a warm-up), and the coopmat results checked against the fast ones.
+//
+// FLOP counts follow FlashAttention's convention, so that rates compare with published ones: a
+// causal call does half the pairs; the forward is 2 products (4 B Hq D pairs flops) and the
+// backward 5 (10 B Hq D pairs: s, dp, dv, dk, dq), although the two backward kernels here both
+// recompute s and dp (7 products done). Per-kernel columns show the flops each kernel does.
+//
+// The check: per output, max |coopmat - fast| / max |fast| (the fast kernels are fp32 and close
+// to exact here, so this is the f16 path's error relative to the tensor's scale), PASS below
+// --tolerance. tests/unit/test_attention_f16.cpp holds the strict per-element check.
+//
+//   attention_bench [--device N] [--shapes 135m,1b | BxTxHqxHkvxD[:nc],...] [--repeats 10]
+//                   [--kernels fast,coopmat] [--coopmat-convert auto|exact|hw]
+//                   [--tolerance 1e-2] [--emulate]
+// A shape's ":nc" suffix makes it non-causal. --emulate runs the tensor-core kernels' emulated
+// builds on a device without cooperative matrices (slow; to check the benchmark itself).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "ops/attention.h"
+#include "ops/attention_coopmat.h"
+#include "ops/matmul_coopmat.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace {
+
+using vkf::Tensor;
+
+struct Shape {
+  std::string name;
+  int64_t b, t, hq, hkv, d;
+  bool causal = true;
+};
+
+Shape parse_shape(const std::string& text) {
+  if (text == "135m") return {"135m", 8, 1024, 9, 3, 64};
+  if (text == "1b") return {"1b", 8, 1024, 32, 8, 64};
+  Shape s{text, 0, 0, 0, 0, 0};
+  std::string dims = text;
+  if (auto colon = text.find(':'); colon != std::string::npos) {
+    dims = text.substr(0, colon);
+    s.causal = text.substr(colon + 1) != "nc";
+  }
+  long long b = 0, t = 0, hq = 0, hkv = 0, d = 0;
+  int used = 0;
+  if (std::sscanf(dims.c_str(), "%lldx%lldx%lldx%lldx%lld%n", &b, &t, &hq, &hkv, &d, &used) != 5 ||
+      used != static_cast<int>(dims.size()) || b <= 0 || t <= 0 || hq <= 0 || hkv <= 0 || d <= 0 ||
+      hq % hkv != 0) {
+    throw vkf::Error(fmt::format(
+        "--shapes: cannot read '{}'; expected 135m, 1b or BxTxHqxHkvxD (Hkv dividing Hq), "
+        "optionally followed by :nc for non-causal, e.g. 8x1024x9x3x64",
+        text));
+  }
+  s.b = b;
+  s.t = t;
+  s.hq = hq;
+  s.hkv = hkv;
+  s.d = d;
+  return s;
+}
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
+  }
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// Which part of the attention a profiled kernel label belongs to ("" for anything else).
+std::string part_of(const std::string& label) {
+  if (label.find("bwd_delta") != std::string::npos) return "delta";
+  if (label.find("dkv") != std::string::npos) return "dkv";
+  if (label.find("dq") != std::string::npos) return "dq";
+  if (label.find("fwd") != std::string::npos) return "fwd";
+  return "";
+}
+
+// One forward + backward with profiling on; per-part milliseconds.
+std::map<std::string, double> timed_step(Tensor q, Tensor k, Tensor v, const Tensor& seed,
+                                         const vkf::ops::AttentionOptions& opts,
+                                         std::string* modules,
+                                         std::vector<std::vector<double>>* results) {
+  auto& stream = vkf::vk::Context::get().stream();
+  q.zero_grad();
+  k.zero_grad();
+  v.zero_grad();
+  stream.set_profiling(false);
+  stream.set_profiling(true);  // clears the totals
+  vkf::autograd::Tape tape;
+  Tensor out;
+  {
+    vkf::autograd::TapeScope scope(tape);
+    out = vkf::ops::attention(q, k, v, {}, opts);
+  }
+  tape.backward(out, seed);
+  std::map<std::string, double> ms;
+  std::string names;
+  for (const auto& p : stream.profile()) {
+    const std::string part = part_of(p.label);
+    if (part.empty()) continue;
+    ms[part] += p.total_ms;
+    names += (names.empty() ? "" : " ") + p.label;
+  }
+  stream.set_profiling(false);
+  if (modules) *modules = names;
+  // Downloaded now: later calls reuse the gradient buffers.
+  if (results)
+    *results = {out.to_double(), q.grad().to_double(), k.grad().to_double(), v.grad().to_double()};
+  return ms;
+}
+
+double rel_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(got[i] - want[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"vkformer fused attention micro-benchmark"};
+  int device = -1, repeats = 10;
+  std::string shapes = "135m,1b", kernels = "fast,coopmat", convert = "auto";
+  double tolerance = 1e-2;
+  bool emulate = false;
+  app.add_option("--device", device, "Vulkan device index (see `vkformer devices`)");
+  app.add_option("--shapes", shapes, "comma-separated 135m, 1b or BxTxHqxHkvxD[:nc]");
+  app.add_option("--repeats", repeats, "timed forward+backward calls per row")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--kernels", kernels, "comma-separated kernel families: fast, coopmat");
+  app.add_option("--coopmat-convert", convert,
+                 "f32 -> f16 conversion of the tensor-core kernels: auto, exact, hw")
+      ->check(CLI::IsMember({"auto", "exact", "hw"}));
+  app.add_option("--tolerance", tolerance,
+                 "coopmat check: max |coopmat - fast| / max |fast| per output for PASS");
+  app.add_flag("--emulate", emulate,
+               "run the tensor-core kernels' emulated builds (devices without cooperative "
+               "matrices; slow, for checking this benchmark)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<Shape> cases;
+  for (size_t start = 0; start <= shapes.size();) {
+    const size_t end = std::min(shapes.find(',', start), shapes.size());
+    if (end > start) cases.push_back(parse_shape(shapes.substr(start, end - start)));
+    start = end + 1;
+  }
+  const bool want_fast = kernels.find("fast") != std::string::npos;
+  const bool want_coopmat = kernels.find("coopmat") != std::string::npos;
+  if (device >= 0) vkf::vk::Context::select_device(device);
+  auto& ctx = vkf::vk::Context::get();
+  namespace detail = vkf::ops::detail;
+  detail::set_f16_convert(convert == "exact" ? detail::F16Convert::Exact
+                          : convert == "hw"  ? detail::F16Convert::Hardware
+                                             : detail::F16Convert::Auto);
+  detail::set_coopmat_emulation(emulate);
+  fmt::print("device: {} ({})\n", ctx.info().name, ctx.info().driver_info);
+  if (!ctx.info().timestamps) throw vkf::Error("the device has no timestamps: nothing to time");
+  fmt::print("timing: median of {} forward+backward calls after one warm-up, GPU timestamps\n",
+             repeats);
+  fmt::print(
+      "flops: FlashAttention's convention (causal = half the pairs; backward = 2.5 x "
+      "forward); per-kernel TFLOP/s count the products each kernel does\n\n");
+  fmt::print("{:<20} {:<8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}  {}\n", "shape",
+             "kernels", "fwd ms", "delta ms", "dq ms", "dkv ms", "total ms", "fwd TF/s", "bwd TF/s",
+             "all TF/s", "per-kernel TF/s (fwd, dq, dkv)");
+  bool all_pass = true;
+  int compared = 0;
+  for (const Shape& s : cases) {
+    const int64_t nq = s.b * s.t * s.hq * s.d, nk = s.b * s.t * s.hkv * s.d;
+    const auto qh = random_values(nq, 1), kh = random_values(nk, 2), vh = random_values(nk, 3);
+    const auto dh = random_values(nq, 4);
+    Tensor q = Tensor::from_host(std::span<const float>(qh), {s.b, s.t, s.hq, s.d});
+    Tensor k = Tensor::from_host(std::span<const float>(kh), {s.b, s.t, s.hkv, s.d});
+    Tensor v = Tensor::from_host(std::span<const float>(vh), {s.b, s.t, s.hkv, s.d});
+    const Tensor seed = Tensor::from_host(std::span<const float>(dh), {s.b, s.t, s.hq, s.d});
+    q.set_requires_grad(true);
+    k.set_requires_grad(true);
+    v.set_requires_grad(true);
+    vkf::ops::AttentionOptions opts;
+    opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.d)));
+    opts.causal = s.causal;
+    const double pairs = static_cast<double>(s.b * s.hq) *
+                         (s.causal ? 0.5 * static_cast<double>(s.t) * static_cast<double>(s.t + 1)
+                                   : static_cast<double>(s.t) * static_cast<double>(s.t));
+    const double unit = pairs * static_cast<double>(s.d) * 2.0;  // flops of one product
+    const std::string dims =
+        fmt::format("{}x{}x{}/{}x{}{}", s.b, s.t, s.hq, s.hkv, s.d, s.causal ? "" : " nc");
+    const std::string label = s.name.find('x') == std::string::npos ? s.name + " " + dims : dims;
+    std::vector<std::vector<double>> reference;
+    for (const bool coopmat : {false, true}) {
+      if (coopmat ? !want_coopmat : !want_fast) continue;
+      vkf::set_matmul_precision(coopmat ? vkf::MatmulPrecision::F16 : vkf::MatmulPrecision::F32);
+      const auto kind = detail::attention_kernels(s.d, 0);
+      const bool expected =
+          kind == (coopmat ? detail::AttentionKernels::Coopmat : detail::AttentionKernels::Fast);
+      if (!expected) {
+        fmt::print("{:<20} {:<8} not run: this call takes the {} kernels{}\n", label,
+                   coopmat ? "coopmat" : "fast", detail::attention_kernels_name(kind),
+                   coopmat ? " (" + detail::attention_coopmat_unfit(s.d, 0) + ")" : "");
+        continue;
+      }
+      std::vector<std::vector<double>> results;
+      std::string modules;
+      timed_step(q, k, v, seed, opts, &modules, &results);  // warm-up: pipelines, first touch
+      std::map<std::string, std::vector<double>> samples;
+      for (int i = 0; i < repeats; ++i)
+        for (const auto& [part, ms] : timed_step(q, k, v, seed, opts, nullptr, nullptr))
+          samples[part].push_back(ms);
+      std::map<std::string, double> ms;
+      for (const auto& [part, list] : samples) ms[part] = median(list);
+      const double fwd = ms["fwd"], bwd = ms["delta"] + ms["dq"] + ms["dkv"];
+      const auto tflops = [](double flops, double t) { return t > 0 ? flops / (t * 1e9) : 0.0; };
+      fmt::print(
+          "{:<20} {:<8} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.1f} {:>9.1f} "
+          "{:>9.1f}  {:.1f}, {:.1f}, {:.1f}\n",
+          label, coopmat ? "coopmat" : "fast", fwd, ms["delta"], ms["dq"], ms["dkv"], fwd + bwd,
+          tflops(2 * unit, fwd), tflops(5 * unit, bwd), tflops(7 * unit, fwd + bwd),
+          tflops(2 * unit, ms["fwd"]), tflops(3 * unit, ms["dq"]), tflops(4 * unit, ms["dkv"]));
+      fmt::print("{:<20} {:<8} modules: {}\n", "", "", modules);
+      if (!coopmat) {
+        reference = results;
+      } else if (!reference.empty()) {
+        const char* names[] = {"out", "dq", "dk", "dv"};
+        std::string line;
+        bool pass = true;
+        for (size_t i = 0; i < 4; ++i) {
+          const double err = rel_error(results[i], reference[i]);
+          pass = pass && err <= tolerance;
+          line += fmt::format("{}{} {:.2e}", i ? ", " : "", names[i], err);
+        }
+        all_pass = all_pass && pass;
+        ++compared;
+        fmt::print("{:<20} {:<8} check vs fast (max err / max |fast|): {}  {}\n", "", "", line,
+                   pass ? "PASS" : "FAIL");
+      }
+      std::fflush(stdout);
+    }
+  }
+  vkf::set_matmul_precision(vkf::MatmulPrecision::F32);
+  if (compared > 0) fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
+  return all_pass ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,127 @@
+// Kernel choice for ops::attention (see attention_coopmat.h). The shared-memory sizes below mirror
+// the declarations of the flash_attn_*.comp shaders, so that a device that cannot hold them is
+// routed to the fp32 kernels with a reason instead of failing at pipeline creation.
+#include "ops/attention_coopmat.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/launch.h"
+#include "ops/matmul_coopmat.h"
+#include "vk/context.h"
+#include "vk/pipeline.h"
+
+namespace vkf::ops::detail {
+namespace {
+
+// The fp32 register-tiled kernels serve head dims up to this (attention_fast_*.comp's DMAX).
+constexpr int64_t kFastMaxHeadDim = 64;
+
+bool plain_forced() {
+  const char* env = std::getenv("VKF_ATTENTION");
+  return env && std::string(env) == "plain";
+}
+
+// Subgroups per workgroup of the kernels (NUM_SG in the shaders).
+uint32_t subgroups() {
+  return coopmat_emulation() ? 2 : 4;
+}
+
+// Bytes of shared memory each kernel declares (the d64 builds), mirroring the shaders' layouts in
+// uvec4 (16-byte) units: staged rows of 64 + 8 halves; the emulated builds keep the operands that
+// real subgroups hold in registers in shared memory of their own and add conversion scratch.
+uint32_t shared_bytes(const std::string& kernel) {
+  constexpr uint32_t kRowVec = (64 + 8) / 8, kVec = 16;
+  const bool emulated = coopmat_emulation();
+  const uint32_t sg = subgroups(), rows = flash_rows(kernel);
+  if (kernel == "fwd") {
+    constexpr uint32_t keys = 32, scratch_pitch = keys + 4;
+    const uint32_t tiles = 2 * keys * kRowVec + sg * (rows / sg) * scratch_pitch / 4;
+    const uint32_t q = rows * kRowVec;
+    const uint32_t vec = emulated ? tiles + q : std::max(tiles, q);
+    return vec * kVec + 3 * rows * 4 + keys * 4;
+  }
+  if (kernel == "dq") {
+    constexpr uint32_t keys = 64;
+    const uint32_t tiles = 2 * keys * kRowVec;
+    const uint32_t vec = emulated ? tiles + sg * 16 * keys / 8 + 2 * rows * kRowVec : tiles;
+    return vec * kVec + 2 * rows * 4 + keys * 4;
+  }
+  constexpr uint32_t queries = 32;
+  const uint32_t tiles = 2 * queries * kRowVec, kv = rows * kRowVec;
+  const uint32_t vec = emulated ? tiles + sg * 2 * 16 * queries / 8 + 2 * kv : std::max(tiles, kv);
+  return vec * kVec + 2 * queries * 4 + rows * 4;
+}
+
+bool lists_16x16x16(const vk::DeviceInfo& info) {
+  for (const auto& s : info.coopmat_nv_shapes)
+    if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" &&
+        s.c_type == "f32" && s.result_type == "f32" && s.scope == "subgroup")
+      return true;
+  return false;
+}
+
+}  // namespace
+
+uint32_t flash_rows(const std::string& kernel) {
+  return (kernel == "fwd" ? 32 : 16) * subgroups();
+}
+
+const char* attention_kernels_name(AttentionKernels kernels) {
+  switch (kernels) {
+    case AttentionKernels::Plain:
+      return "plain";
+    case AttentionKernels::Fast:
+      return "fast";
+    case AttentionKernels::Coopmat:
+      return "coopmat";
+  }
+  return "?";
+}
+
+std::string flash_module(const std::string& kernel) {
+  const std::string base = "flash_attn_" + kernel + "_d64";
+  if (coopmat_emulation()) return base + "_emulated";
+  const bool hw = f16_convert() != F16Convert::Exact && coopmat_support().hardware_convert &&
+                  vk::Pipelines::has_module(base + "_hwcvt");
+  return hw ? base + "_hwcvt" : base;
+}
+
+std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
+  if (matmul_precision() != MatmulPrecision::F16) return "matmul precision is fp32";
+  if (math_mode() != MathMode::Fast) return "math mode is precise";
+  if (plain_forced()) return "VKF_ATTENTION=plain";
+  if (coopmat_choice() == "off") return "cooperative matrices are off";
+  if (dropout_p > 0) return "attention dropout is on (the fp32 plain kernels apply it)";
+  if (head_dim > kFlashMaxHeadDim)
+    return fmt::format("head_dim {} exceeds the tensor-core kernels' {}", head_dim,
+                       kFlashMaxHeadDim);
+  const CoopmatSupport support = coopmat_support();
+  if (!support.unsupported.empty()) return support.unsupported;
+  const auto& info = vk::Context::get().info();
+  if (!coopmat_emulation() && !lists_16x16x16(info))
+    return "the device lists no 16x16x16 f16 x f16 + f32 subgroup fragment shape";
+  for (const char* kernel : {"fwd", "dq", "dkv"}) {
+    const std::string module = flash_module(kernel);
+    if (!vk::Pipelines::has_module(module))
+      return fmt::format("this build has no {} module", module);
+    const uint32_t bytes = shared_bytes(kernel);
+    if (bytes > info.max_shared_memory)
+      return fmt::format("{} needs {} bytes of shared memory, the device allows {}", module, bytes,
+                         info.max_shared_memory);
+  }
+  return "";
+}
+
+AttentionKernels attention_kernels(int64_t head_dim, float dropout_p) {
+  if (attention_coopmat_unfit(head_dim, dropout_p).empty()) return AttentionKernels::Coopmat;
+  // Dropout of the probabilities lives in the plain kernels only.
+  if (!plain_forced() && math_mode() == MathMode::Fast && head_dim <= kFastMaxHeadDim &&
+      dropout_p == 0)
+    return AttentionKernels::Fast;
+  return AttentionKernels::Plain;
+}
+
+}  // namespace vkf::ops::detail

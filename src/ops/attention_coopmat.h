@@ -1,0 +1,43 @@
+// Which kernels ops::attention runs, and what the tensor-core ones (src/shaders/flash_attn_fwd,
+// flash_attn_dq, flash_attn_dkv .comp) need: F16 matmul precision, Fast math mode, no attention
+// dropout, head_dim <= 64, and a device with NV cooperative matrices of 16 x 16 x 16 f16 x f16 ->
+// f32 on subgroups of 32 (ops/matmul_coopmat.h's support test). Their numerics are mixed
+// precision: q, k, v and the incoming gradient rounded to f16 as the tensor-core GEMM rounds
+// them, scores and every accumulation in f32, probabilities and score gradients rounded to f16
+// where they enter a product. Everything else runs the fp32 kernels of ops/attention.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vkf::ops::detail {
+
+enum class AttentionKernels {
+  Plain,    // attention_fwd / attention_bwd_*: any head_dim, dropout, Precise math (parity)
+  Fast,     // attention_fast_*: fp32 register-tiled, head_dim <= 64, Fast math
+  Coopmat,  // flash_attn_*: f16 tensor cores, F16 precision
+};
+const char* attention_kernels_name(AttentionKernels kernels);  // "plain", "fast", "coopmat"
+
+// The kernels a call with this head dim and dropout probability runs under the current settings
+// (matmul precision, math mode, cooperative-matrix choice and emulation, VKF_ATTENTION=plain).
+AttentionKernels attention_kernels(int64_t head_dim, float dropout_p);
+
+// Why the tensor-core kernels cannot serve such a call now, or "" when they can.
+std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p);
+
+// The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
+// set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees
+// f16 rounding (as matmul_coopmat's f16_convert() allows), else the exact-conversion build.
+std::string flash_module(const std::string& kernel);
+
+// Queries per workgroup of the forward ("fwd") and dq kernels, keys per workgroup of the dk/dv
+// kernel ("dkv"): BQ and BK in the shaders, for 4 subgroups (2 in the emulated builds).
+uint32_t flash_rows(const std::string& kernel);
+constexpr int64_t kFlashMaxHeadDim = 64;
+
+// Bit of the kernels' `flags` beyond attention_common.glsl's (FLAG_VEC4 in flash_frag.glsl): the
+// operands start 16-byte aligned and head_dim is a multiple of 4, so rows are read as vec4.
+constexpr uint32_t kFlashFlagVec4 = 4;
+
+}  // namespace vkf::ops::detail

@@ -1,0 +1,247 @@
+// Fused attention forward on tensor cores (F16 matmul precision, Fast math mode, head_dim <= 64):
+// o and the row logsumexp as attention_fast_fwd.comp computes them, with q, k and v rounded to
+// f16, scores accumulated in f32 by f16 x f16 fragments, the online softmax in f32 and the
+// probabilities rounded to f16 for P V (accumulated in f32). No [Tq, Tk] tensor is stored.
+//
+// A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
+// owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
+// f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
+// memory by the whole workgroup. Per tile each subgroup:
+//   1. S = q k^T into accumulators, stored to its scratch rows (f32);
+//   2. one invocation per row masks and transforms its scores, updates the running max and sum,
+//      and once it has read them all writes the probabilities over them as f16 (probability c
+//      takes the two bytes at 2c of the row);
+//   3. rescales its output components by the row's alpha (each component's row is known from the
+//      index matrix, see flash_frag.glsl) and adds P V, P loaded back as f16 fragments.
+// A subgroup whose rows see no key of the tile (causal or window) skips its work on it. The
+// output is divided by the row sum at the end and written from the accumulators' components.
+//
+// Shared memory (uvec4 units): [0, KV_VEC) K tile, [KV_VEC, 2 KV_VEC) V tile, then NUM_SG scratch
+// blocks of ROWS_SG x SP floats. The index matrix and the q staging alias them at the start (the
+// emulated build keeps q after them instead). The host mirrors BQ (src/ops/attention_coopmat.cpp).
+//!requires GL_NV_cooperative_matrix
+//!requires GL_EXT_spirv_intrinsics
+//!novariant_base
+//!variant d64 -DDMAX=64
+//!variant d64_hwcvt -DDMAX=64 -DVKF_HW_CONVERT=1
+//!variant d64_emulated -DDMAX=64 -DVKF_EMULATE_COOPMAT=1
+#version 460
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+#include "precise_math.glsl"
+#include "attention_common.glsl"
+
+#if VKF_EMULATE_COOPMAT
+#define NUM_SG 2  // with q kept in shared memory, 4 would pass lavapipe's 32 KiB (flash_frag.glsl)
+#else
+#define NUM_SG 4
+#endif
+#define LOCAL_SIZE (NUM_SG * 32)
+#define QF 2                   // 16-row fragments per subgroup
+#define ROWS_SG (QF * 16)      // query rows per subgroup: one softmax invocation each
+#define BQ (NUM_SG * ROWS_SG)  // query rows per workgroup
+#define BKV 32                 // keys per tile
+#define KF (BKV / 16)
+#define DF (DMAX / 16)
+#define PITCH (DMAX + 8)  // halves per staged row (16 bytes of padding spread the banks)
+#define SP (BKV + 4)      // floats per scratch row (a multiple of 4: P rows are 2 SP halves)
+#define KV_VEC (BKV * PITCH / 8)
+#define SCRATCH_VEC (ROWS_SG * SP / 4)  // per subgroup
+#define S_OFF (2 * KV_VEC)
+#define TILES_VEC (S_OFF + NUM_SG * SCRATCH_VEC)
+#define Q_VEC (BQ * PITCH / 8)
+#if VKF_EMULATE_COOPMAT
+#define Q_OFF TILES_VEC  // emulated fragments refer to where q lies: it stays
+#define SMEM_VEC (TILES_VEC + Q_VEC)
+#else
+#define Q_OFF 0  // q's fragments live in registers: its staging aliases the tiles
+#define SMEM_VEC (TILES_VEC > Q_VEC ? TILES_VEC : Q_VEC)
+#endif
+layout(local_size_x = LOCAL_SIZE) in;
+
+shared uvec4 smem[SMEM_VEC];
+shared float sM[BQ];      // running max of each row (MASKED while it has seen no key)
+shared float sL[BQ];      // running sum of exp(score - max)
+shared float sAlpha[BQ];  // exp(old max - new max) of the last tile
+shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
+
+#include "flash_frag.glsl"
+
+layout(push_constant, std430) uniform Push {
+  F32Buf q;     // [B, Tq, Hq, D]
+  F32Buf k;     // [B, Tk, Hkv, D]
+  F32Buf v;     // [B, Tk, Hkv, D]
+  I32Buf mask;  // [B, Tk], read when flags has FLAG_MASK
+  F32Buf o;     // [B, Tq, Hq, D]
+  F32Buf lse;   // [B, Hq, Tq]
+  AttnDropoutBuf dropout;  // unused: these kernels run without dropout
+  AttnParams a;
+  uint flags;
+} p;
+
+// Score c of the tile for the row whose scores start at word `words` of smem, transformed, or
+// MASKED where the key is padding, past the end, hidden by the causal or window rule, or the row
+// is past the end of the queries.
+float masked_score(bool row_ok, int pos, int j0, uint c, uint words) {
+  if (!row_ok || sKeyOk[c] == 0u || !position_visible(p.a, pos, j0 + int(c))) return MASKED;
+  return transform_score(p.a, uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]));
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationIndex;
+  const uint sg = SUBGROUP_ID, lane = LANE;
+  const uint q0 = gl_WorkGroupID.x * BQ;
+  const uint h = gl_WorkGroupID.y;
+  const uint b = gl_WorkGroupID.z;
+  const uint D = p.a.d;
+  const uint hk = h / (p.a.hq / p.a.hkv);
+  const uint q_rows = min(uint(BQ), p.a.tq - q0);
+  const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
+
+  // Row and column of each accumulator component.
+  write_index_matrix(S_OFF);
+  barrier();
+  FRAG_F row_of, col_of;
+  LOAD_F(row_of, S_OFF, 4u, false);
+  LOAD_F(col_of, S_OFF, 4u, true);
+  barrier();
+
+  stage_rows_f16(uint64_t(p.q), vec4_ok, ((b * p.a.tq + q0) * p.a.hq + h) * D, p.a.hq * D, q_rows,
+                 D, Q_OFF, BQ);
+  for (uint r = tid; r < BQ; r += LOCAL_SIZE) {
+    sM[r] = MASKED;
+    sL[r] = 0.0;
+  }
+  barrier();
+  FRAG_H qa[QF][DF];
+  UNROLL for (uint i = 0; i < QF; ++i)
+    UNROLL for (uint f = 0; f < DF; ++f)
+      LOAD_H(qa[i][f], Q_OFF + ((sg * ROWS_SG + i * 16u) * PITCH + f * 16u) / 8u, PITCH / 8u,
+             false);
+  FRAG_F acc[QF][DF];
+  UNROLL for (uint i = 0; i < QF; ++i)
+    UNROLL for (uint f = 0; f < DF; ++f) acc[i][f] = FRAG_F_ZERO;
+
+  // Keys any row of the workgroup may see, in whole tiles.
+  const int pos_first = int(q0) + p.a.q_offset;
+  const int pos_last = int(q0 + q_rows) - 1 + p.a.q_offset;
+  int j_lo = 0, j_hi = int(p.a.tk);
+  if (p.a.causal != 0) j_hi = min(j_hi, pos_last + 1);
+  if (p.a.window != 0) j_lo = max(j_lo, pos_first - int(p.a.window) + 1);
+  j_lo = (j_lo / BKV) * BKV;
+  // This subgroup's rows (none past the end of the queries).
+  const uint sg_row0 = sg * ROWS_SG;
+  const int sg_rows = clamp(int(q_rows) - int(sg_row0), 0, ROWS_SG);
+  const int sg_pos_first = pos_first + int(sg_row0);
+  const uint scratch = S_OFF + sg * SCRATCH_VEC;
+
+  for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
+    barrier();  // the previous tile (and, the first time, the q staging) is consumed
+    const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
+    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
+    stage_rows_f16(uint64_t(p.k), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, 0u, BKV);
+    stage_rows_f16(uint64_t(p.v), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC, BKV);
+    for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
+      bool ok = c < kv_rows;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;
+      sKeyOk[c] = ok ? 1u : 0u;
+    }
+    barrier();
+    const bool sees_tile =
+        sg_rows > 0 && block_visible(p.a, sg_pos_first, sg_pos_first + sg_rows - 1, j0, j0 + BKV - 1);
+
+    // 1. Scores of this subgroup's rows against the tile's keys, to scratch.
+    if (sees_tile) {
+      UNROLL for (uint i = 0; i < QF; ++i) {
+        UNROLL for (uint kf = 0; kf < KF; ++kf) {
+          FRAG_F s = FRAG_F_ZERO;
+          UNROLL for (uint f = 0; f < DF; ++f) {
+            FRAG_H kb;  // k^T: (d, key) at key * PITCH + d
+            LOAD_H(kb, (kf * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, true);
+            s = MMA(qa[i][f], kb, s);
+          }
+          STORE_F(s, scratch + (i * 16u * SP + kf * 16u) / 4u, SP / 4u);
+        }
+      }
+    }
+    SG_SYNC();
+
+    // 2. Online softmax, one invocation per row. Rows are SP = 4 (mod 32) words apart, so the
+    // invocations of a column fall in 8 banks; each starts `rot` columns further on, which
+    // spreads them over all 32. The probabilities are kept in registers until every score of the
+    // row is read, then written over the scores.
+    if (sees_tile && lane < ROWS_SG) {
+      const uint r = sg_row0 + lane;
+      const bool row_ok = r < q_rows;
+      const int pos = pos_first + int(r);
+      const uint words = scratch * 4u + lane * SP;  // this row's scores, as 32-bit words
+      const uint rot = lane / 8u;
+      const float m_old = sM[r];
+      float m_new = m_old;
+      UNROLL for (uint k = 0; k < BKV; ++k) {
+        const uint c = (k + rot) % BKV;
+        m_new = max(m_new, masked_score(row_ok, pos, j0, c, words));
+      }
+      float alpha = 1.0, sum = 0.0;
+      if (m_new != MASKED) alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
+      uint probs[BKV / 2];  // f16 pairs (c, c + 1) for c = 2 ((k + rot) % (BKV / 2))
+      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
+        const uint c = 2u * ((k + rot) % (BKV / 2u));
+        const float x0 = masked_score(row_ok, pos, j0, c, words);
+        const float x1 = masked_score(row_ok, pos, j0, c + 1u, words);
+        const float p0 = x0 == MASKED ? 0.0 : exp(x0 - m_new);
+        const float p1 = x1 == MASKED ? 0.0 : exp(x1 - m_new);
+        sum += p0;
+        sum += p1;
+        probs[k] = pack2(p0, p1);
+      }
+      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
+        const uint w = words + (k + rot) % (BKV / 2u);  // probabilities c, c + 1 over score c / 2
+        smem[w / 4u][w % 4u] = probs[k];
+      }
+      sM[r] = m_new;
+      sL[r] = sL[r] * alpha + sum;
+      sAlpha[r] = alpha;
+    }
+    SG_SYNC();
+
+    // 3. acc = alpha acc + P V.
+    if (sees_tile) {
+      UNROLL for (uint i = 0; i < QF; ++i) {
+        for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+          const float alpha = sAlpha[sg_row0 + i * 16u + uint(COMP(row_of, t))];
+          UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= alpha;
+        }
+        UNROLL for (uint kf = 0; kf < KF; ++kf) {
+          FRAG_H pa;  // rows of 2 SP halves, over the scores
+          LOAD_H(pa, scratch + (i * 16u * 2u * SP + kf * 16u) / 8u, SP / 4u, false);
+          UNROLL for (uint f = 0; f < DF; ++f) {
+            FRAG_H vb;  // v: (key, d) at key * PITCH + d
+            LOAD_H(vb, KV_VEC + (kf * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, false);
+            acc[i][f] = MMA(pa, vb, acc[i][f]);
+          }
+        }
+      }
+    }
+  }
+  SG_SYNC();  // the row sums written by this subgroup's invocations are visible to all of them
+
+  UNROLL for (uint i = 0; i < QF; ++i) {
+    for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+      const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+      if (r >= q_rows) continue;
+      const float l = sL[r];
+      const uint row = ((b * p.a.tq + q0 + r) * p.a.hq + h) * D;
+      UNROLL for (uint f = 0; f < DF; ++f) {
+        const uint d = f * 16u + uint(COMP(col_of, t));
+        if (d < D) p.o.v[row + d] = l > 0.0 ? COMP(acc[i][f], t) / l : 0.0;
+      }
+    }
+  }
+  if (lane < ROWS_SG && sg_row0 + lane < q_rows) {
+    const uint r = sg_row0 + lane;
+    const float l = sL[r];
+    p.lse.v[(b * p.a.hq + h) * p.a.tq + q0 + r] =
+        l > 0.0 ? sM[r] + log(l) : uintBitsToFloat(0x7f800000u);
+  }
+}
