@@ -16,6 +16,7 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/attention_coopmat.h"
+#include "ops/attention_params.h"
 #include "ops/dropout.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -23,16 +24,9 @@
 namespace vkf::ops {
 namespace {
 
-// Mirrors struct AttnParams in src/shaders/attention_common.glsl.
-struct AttnParams {
-  uint32_t tq, tk, hq, hkv, d, causal, window;
-  int32_t q_offset;
-  float scale, softcap;
-};
-
-// Bits of the kernels' `flags` (kFlag* in src/shaders/attention_common.glsl).
-constexpr uint32_t kFlagMask = 1;
-constexpr uint32_t kFlagDropout = 2;
+using detail::AttnParams;
+using detail::kAttnFlagDropout;
+using detail::kAttnFlagMask;
 
 struct ForwardPush {
   uint64_t q, k, v, mask, o, lse, dropout;
@@ -190,7 +184,7 @@ struct SavedForward {
   AttentionKernels kernels = AttentionKernels::Plain;  // the family of forward and backward
 
   uint32_t flags() const {
-    return (mask.defined() ? kFlagMask : 0) | (dropout.defined() ? kFlagDropout : 0);
+    return (mask.defined() ? kAttnFlagMask : 0) | (dropout.defined() ? kAttnFlagDropout : 0);
   }
   bool fast() const { return kernels == AttentionKernels::Fast; }
   bool coopmat() const { return kernels == AttentionKernels::Coopmat; }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/launch.h"
+#include "ops/attention_params.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "vk/error.h"
@@ -13,13 +14,7 @@
 namespace vkf::ops {
 namespace {
 
-// Mirrors struct AttnParams in src/shaders/attention_common.glsl.
-struct AttnParams {
-  uint32_t tq, tk, hq, hkv, d, causal, window;
-  int32_t q_offset;
-  float scale, softcap;
-};
-constexpr uint32_t kFlagMask = 1;     // FLAG_MASK in attention_common.glsl
+using detail::AttnParams;
 constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX
 constexpr int64_t kMaxGroups = 65535;
 
@@ -320,7 +315,7 @@ Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& ca
          out.address(),
          cached.address(),
          a,
-         key_padding_mask.defined() ? kFlagMask : 0u};
+         key_padding_mask.defined() ? detail::kAttnFlagMask : 0u};
   // The cost counts the whole cache (the filled length is known only on the device).
   launch("attention_decode", push, Grid{a.hq, static_cast<uint32_t>(B), 1},
          {&qc, &cache_k, &cache_v, &key_padding_mask, &cached}, {&out}, {},

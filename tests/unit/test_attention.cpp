@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attention_cases.h"
 #include "core/autograd.h"
 #include "ops/attention.h"
 #include "ops/attention_ref.h"
@@ -16,74 +17,7 @@ namespace vkf {
 namespace {
 
 using ops::AttentionOptions;
-using test::Rng;
-
-enum class Pad { kNone, kRight, kLeft };
-
-struct Case {
-  const char* name;
-  int64_t b, tq, tk, hq, hkv, d;
-  bool causal;
-  int64_t window;
-  float softcap;
-  Pad pad;
-  double q_gain;  // larger queries give larger logits, so the soft-cap bends them
-};
-
-// Inputs of one case, rounded to f32 so the reference sees exactly what the GPU sees.
-struct Inputs {
-  ref::AttentionShape shape;
-  AttentionOptions opts;
-  std::vector<double> q, k, v, dout;
-  std::vector<int64_t> mask;  // empty = none
-};
-
-// Right padding: batch row b keeps its first tk - 3 b keys (like a batch of shorter sequences).
-// Left padding: row b > 0 drops its first 3 b + 2 keys, so under a causal mask the first queries
-// of that row see no key at all.
-std::vector<int64_t> make_mask(Pad pad, int64_t batch, int64_t tk) {
-  if (pad == Pad::kNone) return {};
-  std::vector<int64_t> m(static_cast<size_t>(batch * tk), 1);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t cut = pad == Pad::kRight ? 3 * b : 3 * b + (b > 0 ? 2 : 0);
-    for (int64_t j = 0; j < std::min(cut, tk - 1); ++j) {
-      const int64_t col = pad == Pad::kRight ? tk - 1 - j : j;
-      m[static_cast<size_t>(b * tk + col)] = 0;
-    }
-  }
-  return m;
-}
-
-Inputs make_inputs(const Case& c, uint64_t seed) {
-  Rng rng(seed);
-  Inputs in;
-  in.shape = {c.b, c.tq, c.tk, c.hq, c.hkv, c.d};
-  in.opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
-  in.opts.causal = c.causal;
-  in.opts.sliding_window = c.window;
-  in.opts.softcap = c.softcap;
-  const auto nq = static_cast<size_t>(c.b * c.tq * c.hq * c.d);
-  const auto nk = static_cast<size_t>(c.b * c.tk * c.hkv * c.d);
-  in.q = test::as_f32(rng.normal(nq, c.q_gain));
-  in.k = test::as_f32(rng.normal(nk));
-  in.v = test::as_f32(rng.normal(nk));
-  in.dout = test::as_f32(rng.normal(nq));
-  in.mask = make_mask(c.pad, c.b, c.tk);
-  return in;
-}
-
-Tensor mask_tensor(const Inputs& in) {
-  if (in.mask.empty()) return {};
-  std::vector<int32_t> m(in.mask.begin(), in.mask.end());
-  return Tensor::from_host_i32(m, {in.shape.batch, in.shape.tk});
-}
-
-Shape q_shape(const ref::AttentionShape& s) {
-  return {s.batch, s.tq, s.hq, s.d};
-}
-Shape kv_shape(const ref::AttentionShape& s) {
-  return {s.batch, s.tk, s.hkv, s.d};
-}
+using namespace test::attention;
 
 // Cover each kernel variant (padded head dims 32, 64, 128, 256), tiles left partly empty (sizes 1
 // and primes), GQA and MQA, and every mask kind. Sizes stay moderate for lavapipe.
@@ -277,28 +211,7 @@ TEST(Attention, StridedInputsAndI64Mask) {
 
 TEST(Attention, Deterministic) {
   const Case c{"det", 2, 37, 37, 6, 2, 48, true, 16, 30, Pad::kRight, 4};
-  const Inputs in = make_inputs(c, 600);
-  const Tensor mask = mask_tensor(in);
-  const Tensor seed = test::to_gpu(in.dout, q_shape(in.shape));
-  Tensor q = test::to_gpu(in.q, q_shape(in.shape)).set_requires_grad(true);
-  Tensor k = test::to_gpu(in.k, kv_shape(in.shape)).set_requires_grad(true);
-  Tensor v = test::to_gpu(in.v, kv_shape(in.shape)).set_requires_grad(true);
-  std::vector<Tensor> runs[2];
-  for (auto& run : runs) {
-    q.zero_grad();
-    k.zero_grad();
-    v.zero_grad();
-    autograd::Tape tape;
-    Tensor out;
-    {
-      autograd::TapeScope scope(tape);
-      out = ops::attention(q, k, v, mask, in.opts);
-    }
-    tape.backward(out, seed);
-    run = {out, q.grad(), k.grad(), v.grad()};
-  }
-  const char* what[] = {"out", "dq", "dk", "dv"};
-  for (size_t i = 0; i < 4; ++i) test::expect_bitwise_equal(runs[0][i], runs[1][i], what[i]);
+  expect_deterministic(make_inputs(c, 600));
 }
 
 TEST(Attention, RejectsBadInput) {

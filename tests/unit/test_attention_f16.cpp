@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_cases.h"
 #include "core/dtype.h"
 #include "core/launch.h"
 #include "ops/attention.h"
@@ -45,7 +46,7 @@ namespace {
 
 using ops::AttentionOptions;
 using ops::detail::AttentionKernels;
-using test::Rng;
+using namespace test::attention;
 
 // F16 precision with the tensor-core attention kernels, emulated where the device has no
 // cooperative matrices; everything back to the defaults after, also when a check fails.
@@ -63,69 +64,6 @@ struct CoopmatScope {
   CoopmatScope(const CoopmatScope&) = delete;
   CoopmatScope& operator=(const CoopmatScope&) = delete;
 };
-
-enum class Pad { kNone, kRight, kLeft };
-
-struct Case {
-  const char* name;
-  int64_t b, tq, tk, hq, hkv, d;
-  bool causal;
-  int64_t window;
-  float softcap;
-  Pad pad;
-  double q_gain;  // larger queries give larger logits
-};
-
-struct Inputs {
-  ref::AttentionShape shape;
-  AttentionOptions opts;
-  std::vector<double> q, k, v, dout;  // f32 values
-  std::vector<int64_t> mask;          // empty = none
-};
-
-// Right padding: batch row b keeps its first tk - 3 b keys. Left padding: row b > 0 drops its
-// first 3 b + 2, so under a causal mask its first queries see no key at all.
-std::vector<int64_t> make_mask(Pad pad, int64_t batch, int64_t tk) {
-  if (pad == Pad::kNone) return {};
-  std::vector<int64_t> m(static_cast<size_t>(batch * tk), 1);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t cut = pad == Pad::kRight ? 3 * b : 3 * b + (b > 0 ? 2 : 0);
-    for (int64_t j = 0; j < std::min(cut, tk - 1); ++j)
-      m[static_cast<size_t>(b * tk + (pad == Pad::kRight ? tk - 1 - j : j))] = 0;
-  }
-  return m;
-}
-
-Inputs make_inputs(const Case& c, uint64_t seed) {
-  Rng rng(seed);
-  Inputs in;
-  in.shape = {c.b, c.tq, c.tk, c.hq, c.hkv, c.d};
-  in.opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
-  in.opts.causal = c.causal;
-  in.opts.sliding_window = c.window;
-  in.opts.softcap = c.softcap;
-  const auto nq = static_cast<size_t>(c.b * c.tq * c.hq * c.d);
-  const auto nk = static_cast<size_t>(c.b * c.tk * c.hkv * c.d);
-  in.q = test::as_f32(rng.normal(nq, c.q_gain));
-  in.k = test::as_f32(rng.normal(nk));
-  in.v = test::as_f32(rng.normal(nk));
-  in.dout = test::as_f32(rng.normal(nq));
-  in.mask = make_mask(c.pad, c.b, c.tk);
-  return in;
-}
-
-Shape q_shape(const ref::AttentionShape& s) {
-  return {s.batch, s.tq, s.hq, s.d};
-}
-Shape kv_shape(const ref::AttentionShape& s) {
-  return {s.batch, s.tk, s.hkv, s.d};
-}
-
-Tensor mask_tensor(const Inputs& in) {
-  if (in.mask.empty()) return {};
-  std::vector<int32_t> m(in.mask.begin(), in.mask.end());
-  return Tensor::from_host_i32(m, {in.shape.batch, in.shape.tk});
-}
 
 std::vector<double> f16_rounded(const std::vector<double>& v) {
   std::vector<double> r(v.size());
@@ -460,28 +398,7 @@ TEST(AttentionF16, RowsWithoutKeysAreZero) {
 TEST(AttentionF16, Deterministic) {
   CoopmatScope scope;
   const Case c{"det", 2, 70, 70, 6, 2, 64, true, 40, 30, Pad::kRight, 3};
-  const Inputs in = make_inputs(c, 820);
-  const Tensor mask = mask_tensor(in);
-  const Tensor seed = test::to_gpu(in.dout, q_shape(in.shape));
-  Tensor q = test::to_gpu(in.q, q_shape(in.shape)).set_requires_grad(true);
-  Tensor k = test::to_gpu(in.k, kv_shape(in.shape)).set_requires_grad(true);
-  Tensor v = test::to_gpu(in.v, kv_shape(in.shape)).set_requires_grad(true);
-  std::vector<Tensor> runs[2];
-  for (auto& run_tensors : runs) {
-    q.zero_grad();
-    k.zero_grad();
-    v.zero_grad();
-    autograd::Tape tape;
-    Tensor out;
-    {
-      autograd::TapeScope tape_scope(tape);
-      out = ops::attention(q, k, v, mask, in.opts);
-    }
-    tape.backward(out, seed);
-    run_tensors = {out, q.grad(), k.grad(), v.grad()};
-  }
-  const char* what[] = {"out", "dq", "dk", "dv"};
-  for (size_t i = 0; i < 4; ++i) test::expect_bitwise_equal(runs[0][i], runs[1][i], what[i]);
+  expect_deterministic(make_inputs(c, 820));
 }
 
 // Which kernels each setting selects; the tensor-core ones only in F16 precision, Fast math,
