@@ -45,17 +45,19 @@ Stream::~Stream() {
   vkDestroyCommandPool(dev, pool_, nullptr);
 }
 
+void Stream::new_command_buffer(VkCommandBuffer& cmd, VkFence& fence) {
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VKF_VK_CHECK(vkAllocateCommandBuffers(ctx_.device(), &ai, &cmd));
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VKF_VK_CHECK(vkCreateFence(ctx_.device(), &fci, nullptr, &fence));
+}
+
 void Stream::begin(Batch& b) {
   VkDevice dev = ctx_.device();
-  if (!b.cmd) {
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = pool_;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VKF_VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &b.cmd));
-    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    VKF_VK_CHECK(vkCreateFence(dev, &fci, nullptr, &b.fence));
-  }
+  if (!b.cmd) new_command_buffer(b.cmd, b.fence);
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   VKF_VK_CHECK(vkBeginCommandBuffer(b.cmd, &bi));
@@ -352,14 +354,7 @@ void Stream::begin_capture() {
   VKF_REQUIRE(!capture_, "begin_capture: a capture is already in progress");
   capture_owner_.reset(new Graph(*this));
   Graph& g = *capture_owner_;
-  VkDevice dev = ctx_.device();
-  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  ai.commandPool = pool_;
-  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  ai.commandBufferCount = 1;
-  VKF_VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &g.cmd_));
-  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VKF_VK_CHECK(vkCreateFence(dev, &fci, nullptr, &g.fence_));
+  new_command_buffer(g.cmd_, g.fence_);
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted many times
   VKF_VK_CHECK(vkBeginCommandBuffer(g.cmd_, &bi));
   capture_batch_ = Batch{};

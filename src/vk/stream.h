@@ -138,6 +138,7 @@ class Stream {
     bool recording = false;
   };
   Batch& current();
+  void new_command_buffer(VkCommandBuffer& cmd, VkFence& fence);  // and its fence
   void begin(Batch& b);
   void hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
   void full_barrier();
