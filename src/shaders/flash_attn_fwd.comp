@@ -82,8 +82,10 @@ layout(push_constant, std430) uniform Push {
 // Score c of the tile for the row whose scores start at word `words` of smem, transformed, or
 // MASKED where the key is padding, past the end, hidden by the causal or window rule, or the row
 // is past the end of the queries.
-float masked_score(bool row_ok, int pos, int j0, uint c, uint words) {
-  if (!row_ok || sKeyOk[c] == 0u || !position_visible(p.a, pos, j0 + int(c))) return MASKED;
+// `full`: every key of the tile is visible to every row (no test needed).
+float masked_score(bool full, bool row_ok, int pos, int j0, uint c, uint words) {
+  if (!full && (!row_ok || sKeyOk[c] == 0u || !position_visible(p.a, pos, j0 + int(c))))
+    return MASKED;
   return transform_score(p.a, uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]));
 }
 
@@ -170,6 +172,13 @@ void main() {
     // invocations of a column fall in 8 banks; each starts `rot` columns further on, which
     // spreads them over all 32. The probabilities are kept in registers until every score of the
     // row is read, then written over the scores.
+    // Away from the causal diagonal and a window's edge, with no padding mask and a whole tile
+    // of keys, every score of the tile is visible to every row of the subgroup: the common case,
+    // which skips the per-score tests (the arithmetic is the same).
+    const bool tile_full = kv_rows == uint(BKV) && (p.flags & FLAG_MASK) == 0u &&
+                           sg_rows == ROWS_SG &&
+                           position_visible(p.a, sg_pos_first, j0 + BKV - 1) &&
+                           position_visible(p.a, sg_pos_first + ROWS_SG - 1, j0);
     if (sees_tile && lane < ROWS_SG) {
       const uint r = sg_row0 + lane;
       const bool row_ok = r < q_rows;
@@ -180,15 +189,15 @@ void main() {
       float m_new = m_old;
       UNROLL for (uint k = 0; k < BKV; ++k) {
         const uint c = (k + rot) % BKV;
-        m_new = max(m_new, masked_score(row_ok, pos, j0, c, words));
+        m_new = max(m_new, masked_score(tile_full, row_ok, pos, j0, c, words));
       }
       float alpha = 1.0, sum = 0.0;
       if (m_new != MASKED) alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
       uint probs[BKV / 2];  // f16 pairs (c, c + 1) for c = 2 ((k + rot) % (BKV / 2))
       UNROLL for (uint k = 0; k < BKV / 2; ++k) {
         const uint c = 2u * ((k + rot) % (BKV / 2u));
-        const float x0 = masked_score(row_ok, pos, j0, c, words);
-        const float x1 = masked_score(row_ok, pos, j0, c + 1u, words);
+        const float x0 = masked_score(tile_full, row_ok, pos, j0, c, words);
+        const float x1 = masked_score(tile_full, row_ok, pos, j0, c + 1u, words);
         const float p0 = x0 == MASKED ? 0.0 : exp(x0 - m_new);
         const float p1 = x1 == MASKED ? 0.0 : exp(x1 - m_new);
         sum += p0;
