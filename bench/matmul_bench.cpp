@@ -293,7 +293,7 @@ int run(int argc, char** argv) {
       for (F16Convert convert : converts) {
         detail::set_coopmat_choice(choice);
         detail::set_f16_convert(convert);
-        const std::string plan = detail::gemm_plan(1, c.m, c.n, c.k, c.trans_a);
+        const std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
         if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
         last_plan = plan;
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };

@@ -13,7 +13,7 @@
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
-//               [--peak-tflops-f16 990] [--peak-gbps 4300] [--device N]
+//               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto] [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -45,6 +45,7 @@
 #include "models/registry.h"
 #include "ops/elementwise.h"
 #include "ops/linear_cross_entropy.h"
+#include "ops/matmul_coopmat.h"
 #include "ops/optim.h"
 #include "ops/reduce.h"
 #include "train/causal_lm.h"
@@ -67,6 +68,7 @@ struct Args {
   std::string loss_path = "fused";
   bool check = false;
   uint64_t chunk_mib = 0;
+  std::string coopmat_tile = "auto";
   // Loss-curve mode.
   std::string model, tokens, loss_log, schedule = "cosine";
   double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -337,6 +339,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
   app.add_option("--device", a.device, "Vulkan device index");
+  app.add_option("--coopmat-tile", a.coopmat_tile,
+                 "f16 products on tensor cores: auto (tile by shape), off, or one tile for every product "
+                 "(e.g. 128x128x16/64x64; matmul_bench lists them)")
+      ->capture_default_str();
   app.add_option("--model", a.model, "loss-curve mode: Hugging Face model folder to train");
   app.add_option("--tokens", a.tokens, "loss-curve mode: int32 token file of [steps, batch, seq] batches");
   app.add_option("--loss-log", a.loss_log, "loss-curve mode: per-step JSON lines written here");
@@ -354,6 +360,7 @@ int main(int argc, char** argv) {
     const MatmulPrecision precision = train::parse_precision(a.precision, "--precision");
     set_matmul_precision(precision);
     ops::set_linear_cross_entropy_chunk_bytes(a.chunk_mib << 20);
+    ops::detail::set_coopmat_choice(a.coopmat_tile);
     if (!a.model.empty() || !a.tokens.empty()) {
       VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
       return run_loss_curve(a, precision);

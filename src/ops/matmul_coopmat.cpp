@@ -169,7 +169,7 @@ std::string f16_convert_name() {
                                           : "emulated";
 }
 
-std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n, bool trans_a) {
+std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
   if (matmul_precision() != MatmulPrecision::F16 || g_choice == "off") return std::nullopt;
   const CoopmatSupport s = coopmat_support();
   if (!s.unsupported.empty()) return std::nullopt;
@@ -177,19 +177,16 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n, boo
     if (coopmat_tile_unfit(*forced, s).empty()) return *forced;
     return std::nullopt;
   }
-  // Auto: the largest tile that still gives the GPU plenty of workgroups (a device has on the
-  // order of 100 compute units, each wanting a couple of resident workgroups). Which large tile
-  // depends on A's layout, as measured on the H200 (bench/RESULTS.md): with A transposed (weight
-  // gradients, A^T B summed over tokens) 256x128 / 128x256 ran fastest, while with row-major A
-  // they fell to ~60 TFLOP/s on the MLP's shapes and 128x128 with 64x64 per subgroup held 86-104.
+  // Auto: 128x128x32 with 8 subgroups of 64x32 where that still gives the GPU plenty of
+  // workgroups (a device has on the order of 100 compute units, each wanting a couple of resident
+  // workgroups), else 64x64. Measured on the H200 by forcing each tile for every product of a
+  // training step (bench/RESULTS.md): 128x128x32/64x32 gave the fastest step on both model
+  // shapes, ahead of the larger 128x256 / 256x128 tiles and of 128x128x16/64x64.
   const auto& tiles = coopmat_tiles();
   const CoopmatTile &small = tiles[0], &medium = tiles[1];
-  const CoopmatTile& large = !trans_a ? tiles[2] : m > n ? tiles[4] : tiles[3];
-  constexpr int64_t kLargeGroups = 256, kMediumGroups = 128;
-  for (const CoopmatTile* t : {&large, &medium}) {
-    const int64_t enough = t == &large ? kLargeGroups : kMediumGroups;
-    if (groups(*t, batch, m, n) >= enough && coopmat_tile_unfit(*t, s).empty()) return *t;
-  }
+  constexpr int64_t kMediumGroups = 128;
+  if (groups(medium, batch, m, n) >= kMediumGroups && coopmat_tile_unfit(medium, s).empty())
+    return medium;
   if (coopmat_tile_unfit(small, s).empty()) return small;
   return std::nullopt;
 }

@@ -58,7 +58,7 @@ std::string f16_convert_name();
 // The tile a product of this output shape (M and N past the skinny kernel's range) runs with on
 // the current device, or nullopt when it takes the portable kernels: F32 precision, no device
 // support, "off", or a forced tile the device cannot run.
-std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n, bool trans_a = false);
+std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n);
 
 // The embedded module and specialization constants of one dispatch.
 std::string coopmat_module();

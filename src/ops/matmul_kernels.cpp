@@ -214,7 +214,7 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 // so, else the tiled kernel.
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
-  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols, kernel_layout(a).trans))
+  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols))
     dispatch_coopmat(a, b, c, alpha, beta, bias, bias_stride, *tile, cost);
   else
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
@@ -224,12 +224,12 @@ void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
 // a long K (a weight gradient: [out, in] summed over every token) leaves most compute units idle;
 // split, each chunk's partial product runs as one batch entry of the tiled kernel and a second
 // pass sums the partials in a fixed order. Only in Fast math mode: Precise keeps one ordered sum.
-int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a) {
+int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (batch != 1 || g_split_k < 0) return 1;
   if (g_split_k > 0) return k % g_split_k == 0 ? g_split_k : 1;
   if (math_mode() != MathMode::Fast || vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU) return 1;
   int64_t groups = 0;
-  if (const auto coop = coopmat_plan(1, m, n, trans_a)) {
+  if (const auto coop = coopmat_plan(1, m, n)) {
     groups = int64_t{div_up(m, coop->bm)} * int64_t{div_up(n, coop->bn)};
   } else {
     const Tile tile = pick_tile(1, m, n);
@@ -449,7 +449,7 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     // The split-K and tensor-core kernels read an f32 B: an f16 weight takes the tiled kernel's
     // f16b variant.
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
-  } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols, kernel_layout(a).trans);
+  } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols);
              chunks > 1) {
     dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);
   } else {
@@ -516,20 +516,20 @@ TileChoice tile_choice() {
   return g_tile_choice;
 }
 
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a) {
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   // The portable kernels in F16 precision say so: they emulate the rounding on fp32 units.
   const std::string f16 = round_f16() ? " f16" : "";
   if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m) + f16;
   if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n) + f16;
   std::string plan;
-  if (const auto coop = coopmat_plan(batch, m, n, trans_a)) {
+  if (const auto coop = coopmat_plan(batch, m, n)) {
     plan = "coopmat " + coop->name() + " " + f16_convert_name();
   } else {
     const Tile t = pick_tile(batch, m, n);
     plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
            std::to_string(t.bk) + f16;
   }
-  if (const int64_t chunks = split_k_chunks(batch, m, n, k, trans_a); chunks > 1)
+  if (const int64_t chunks = split_k_chunks(batch, m, n, k); chunks > 1)
     plan += " split-k " + std::to_string(chunks);
   return plan;
 }

@@ -68,8 +68,7 @@ void set_grid_limit(int64_t groups);
 // The kernel and tile a problem of this shape would use under the current settings, e.g.
 // "tiled 64x64x16", "skinny m=3", "coopmat 128x128x32/64x32 exact" (F16 precision on tensor
 // cores, with its f16 conversion), "tiled 128x128x8 f16" (F16 precision on the portable kernel),
-// with " split-k N" when K is split (trans_a: A is read column-major, as in A^T B); for
-// benchmarks.
-std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a = false);
+// with " split-k N" when K is split; for benchmarks.
+std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 }  // namespace vkf::ops::detail
