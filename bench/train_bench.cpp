@@ -13,7 +13,8 @@
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
-//               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto] [--device N]
+//               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
+//               [--split-k 0] [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -46,6 +47,7 @@
 #include "ops/elementwise.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_kernels.h"
 #include "ops/optim.h"
 #include "ops/reduce.h"
 #include "train/causal_lm.h"
@@ -69,6 +71,7 @@ struct Args {
   bool check = false;
   uint64_t chunk_mib = 0;
   std::string coopmat_tile = "auto";
+  int64_t split_k = 0;
   // Loss-curve mode.
   std::string model, tokens, loss_log, schedule = "cosine";
   double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -338,6 +341,8 @@ int main(int argc, char** argv) {
                  "roofline of the tensor-core (f16) products: the device's dense f16 peak (H200: 990)")
       ->capture_default_str();
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
+  app.add_option("--split-k", a.split_k, "K-splitting of products: 0 by heuristic, -1 never, N forced")
+      ->capture_default_str();
   app.add_option("--device", a.device, "Vulkan device index");
   app.add_option("--coopmat-tile", a.coopmat_tile,
                  "f16 products on tensor cores: auto (tile by shape), off, or one tile for every product "
@@ -361,6 +366,7 @@ int main(int argc, char** argv) {
     set_matmul_precision(precision);
     ops::set_linear_cross_entropy_chunk_bytes(a.chunk_mib << 20);
     ops::detail::set_coopmat_choice(a.coopmat_tile);
+    ops::detail::set_split_k(a.split_k);
     if (!a.model.empty() || !a.tokens.empty()) {
       VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
       return run_loss_curve(a, precision);
