@@ -125,6 +125,16 @@ void Allocator::destroy_block(Block* block) {
   vkFreeMemory(device_, block->memory, nullptr);
 }
 
+void Allocator::drop_block(Block* block) {
+  if (block->kind == MemoryKind::Device) {
+    stats_.device_bytes_reserved -= block->size;
+    account(0, 0, -static_cast<int64_t>(block->size));
+  }
+  destroy_block(block);
+  blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
+                             [block](const auto& p) { return p.get() == block; }));
+}
+
 Block* Allocator::new_block_reclaiming(uint64_t size, MemoryKind kind, bool dedicated) {
   // Kept blocks go back before the heap would run over (a driver may oversubscribe device memory
   // instead of failing); the failure below still catches what this estimate misses.
@@ -163,11 +173,7 @@ uint64_t Allocator::release_cached() {
   uint64_t released = 0;
   for (auto& [size, block] : cached_dedicated_) {
     released += size;
-    stats_.device_bytes_reserved -= size;
-    account(0, 0, -static_cast<int64_t>(size));
-    destroy_block(block);
-    blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
-                               [b = block](const auto& p) { return p.get() == b; }));
+    drop_block(block);
   }
   cached_dedicated_.clear();
   accounting_.cached_bytes = 0;
@@ -229,9 +235,7 @@ void Allocator::free(const Allocation& a) {
     return;
   }
   if (b->dedicated) {
-    destroy_block(b);
-    blocks_.erase(std::find_if(blocks_.begin(), blocks_.end(),
-                               [b](const auto& p) { return p.get() == b; }));
+    drop_block(b);
     return;
   }
   // Insert and merge with neighbours.

@@ -27,7 +27,8 @@ enum class MemoryKind { Device, Staging };
 // next large allocation it fits without wasting more than 1/kReuseSlackDivisor of itself: a
 // training step frees and re-allocates the same large activations every step, and a fresh
 // VkDeviceMemory costs the driver milliseconds (it clears the memory). Kept blocks go back to
-// the driver when an allocation would otherwise fail, or on release_cached_memory().
+// the driver before a new block would exceed the heap or budget, when an allocation fails, or on
+// release_cached_memory().
 constexpr uint64_t kAllocationAlignment = 256;
 constexpr uint64_t kDeviceBlockBytes = 256ull << 20;
 constexpr uint64_t kSharedAllocationMax = kDeviceBlockBytes / 4;
@@ -116,6 +117,7 @@ class Allocator {
   Block* new_block_reclaiming(uint64_t size, MemoryKind kind, bool dedicated);
   Block* reuse_cached(uint64_t size);
   void destroy_block(Block* block);
+  void drop_block(Block* block);  // destroy_block, and forget it (blocks_, reserved bytes)
   uint32_t memory_type(MemoryKind kind) const;
   uint64_t available_bytes(MemoryKind kind) const;
   VkPhysicalDeviceMemoryBudgetPropertiesEXT query_budget() const;

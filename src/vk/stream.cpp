@@ -206,11 +206,7 @@ void Stream::download(const Allocation& src, uint64_t src_offset, void* data, ui
               "host-visible memory and read it after the replay");
   Allocation staging = ctx_.allocator().allocate(bytes, MemoryKind::Staging);
   copy(src, src_offset, staging, 0, bytes);
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(current().cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0,
-                       1, &mb, 0, nullptr, 0, nullptr);
+  host_read_barrier();
   synchronize();
   std::memcpy(data, staging.mapped(), bytes);
   ctx_.allocator().free(staging);
@@ -221,6 +217,10 @@ void Stream::read_back(const Allocation& src, uint64_t src_offset, const Allocat
   if (bytes == 0) return;
   VKF_REQUIRE(host.mapped() != nullptr, "read_back: the destination is not host-visible memory");
   copy(src, src_offset, host, host_offset, bytes);
+  host_read_barrier();
+}
+
+void Stream::host_read_barrier() {
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
@@ -283,13 +283,7 @@ void Stream::wait_all() {
     free_batches_.push_back(std::move(b));
   }
   in_flight_.clear();
-  for (Graph* g : graphs_) {
-    if (g->pending_) {
-      VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g->fence_, VK_TRUE, UINT64_MAX));
-      VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g->fence_));
-      g->pending_ = false;
-    }
-  }
+  for (Graph* g : graphs_) wait(*g);
 }
 
 void Stream::synchronize() {
@@ -301,10 +295,10 @@ void Stream::synchronize() {
 void Stream::release(const Allocation& a) {
   if (!a) return;
   ctx_.allocator().released(a);  // no longer live for the accounting
-  defer_free(a);
+  free_after_use(a);
 }
 
-void Stream::defer_free(const Allocation& a) {
+void Stream::free_after_use(const Allocation& a) {
   // A live graph's commands may use it at every replay: the graph frees it when destroyed.
   const BufferRange r = range_of(a);
   for (Graph* g : graphs_) {
@@ -441,7 +435,7 @@ void Stream::destroy(Graph& g) {
   g.cmd_ = VK_NULL_HANDLE;
   g.fence_ = VK_NULL_HANDLE;
   // Normal deferral now (another graph may still use some of them).
-  for (const Allocation& a : g.owned_) defer_free(a);
+  for (const Allocation& a : g.owned_) free_after_use(a);
   g.owned_.clear();
 }
 

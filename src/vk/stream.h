@@ -145,7 +145,10 @@ class Stream {
   void retire(Batch& b);
   void wait_all();
   void collect_timestamps(Batch& b);
-  void defer_free(const Allocation& a);  // frees `a` after the work that may use it
+  // Device memory: to a live graph that touches it (freed with the graph), else free at once
+  // (stream order protects it); staging memory: freed once the queued work is done.
+  void free_after_use(const Allocation& a);
+  void host_read_barrier();  // transfer writes recorded so far become visible to host reads
   void destroy(Graph& graph);
   friend class Graph;
 

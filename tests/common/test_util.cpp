@@ -1,6 +1,7 @@
 // Test helpers (see test_util.h).
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -170,5 +171,17 @@ class ValidationEnvironment : public ::testing::Environment {
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new ValidationEnvironment);
 }  // namespace
+
+std::filesystem::path fixtures_dir() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures";
+}
+
+std::vector<std::string> parity_cases() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(fixtures_dir() / "parity"))
+    if (e.is_directory()) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 }  // namespace vkf::test

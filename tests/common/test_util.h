@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -60,5 +61,10 @@ std::vector<double> numeric_grad(const DoubleFn& f, const std::vector<double>& x
 // returns each input's gradient (downloaded as double).
 std::vector<std::vector<double>> gpu_grads(const std::function<Tensor(std::vector<Tensor>&)>& forward,
                                            std::vector<Tensor> inputs, const Tensor& seed);
+
+// The repository's tests/fixtures folder, and the model types with a parity fixture there
+// (tests/fixtures/parity/<model_type>), sorted.
+std::filesystem::path fixtures_dir();
+std::vector<std::string> parity_cases();
 
 }  // namespace vkf::test

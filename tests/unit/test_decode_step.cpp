@@ -27,20 +27,11 @@ namespace vkf {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path fixtures() {
-  return fs::path(__FILE__).parent_path().parent_path() / "fixtures";
-}
+using test::parity_cases;
 
-std::vector<std::string> parity_cases() {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fixtures() / "parity"))
-    if (e.is_directory()) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 models::DecoderModel load(const std::string& c, DType matrices = DType::F32) {
-  return models::DecoderModel::load((fixtures() / "parity" / c).string(), matrices);
+  return models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string(), matrices);
 }
 
 // Two left-padded prompts and the tokens fed after them (teacher forcing: the same for every path).
@@ -160,7 +151,7 @@ TEST(DecodeStep, FollowsTheGeneralForwardPass) {
 TEST(DecodeStep, FollowsTheGeneralForwardPassWithAnAdapter) {
   for (const std::string c : {"llama_lora", "llama_embedding", "llama_save"}) {
     SCOPED_TRACE(c);
-    const fs::path dir = fixtures() / "peft" / c;
+    const fs::path dir = test::fixtures_dir() / "peft" / c;
     auto model = models::DecoderModel::load(dir.string());
     model.add_adapter("default", peft::LoraAdapter::load(model, (dir / "adapter").string()));
     const auto want = generic_logits(model);
@@ -289,7 +280,7 @@ TEST(DecodeStep, HalfPrecisionWeights) {
 }
 
 TEST(DecodeStep, HalfPrecisionLoadAndSave) {
-  const std::string dir = (fixtures() / "parity" / "llama").string();
+  const std::string dir = (test::fixtures_dir() / "parity" / "llama").string();
   EXPECT_EQ(models::DecoderModel::checkpoint_matrix_dtype(dir), DType::F32);  // an f32 checkpoint
   auto f16 = load("llama", DType::F16);
   for (const auto& name : f16.parameter_names())

@@ -18,22 +18,15 @@ namespace vkf {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path fixtures() { return fs::path(__FILE__).parent_path().parent_path() / "fixtures"; }
+using test::parity_cases;
 
-std::vector<std::string> parity_cases() {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fixtures() / "parity"))
-    if (e.is_directory()) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 TEST(Generate, CachedDecodingMatchesFullForward) {
   autograd::NoGradScope no_grad;
   const std::vector<int32_t> seq = {5, 9, 13, 21, 7, 30, 17, 3, 11, 4, 8};  // longer than windows
   for (const auto& c : parity_cases()) {
     SCOPED_TRACE(c);
-    auto model = models::DecoderModel::load((fixtures() / "parity" / c).string());
+    auto model = models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string());
     const int64_t n = static_cast<int64_t>(seq.size()), V = model.spec().vocab_size;
     const auto full = model.forward(Tensor::from_host_i32(seq, {1, n}), {}).to_double();
     auto cache = model.make_cache(1, n);
@@ -56,7 +49,7 @@ TEST(Generate, CachedDecodingMatchesFullForward) {
 }
 
 TEST(Generate, GreedyMatchesTransformers) {
-  std::ifstream in(fixtures() / "generate" / "greedy.json");
+  std::ifstream in(test::fixtures_dir() / "generate" / "greedy.json");
   ASSERT_TRUE(in) << "missing tests/fixtures/generate/greedy.json";
   const auto j = nlohmann::json::parse(in);
   const auto prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
@@ -67,7 +60,7 @@ TEST(Generate, GreedyMatchesTransformers) {
   size_t rows = 0, mismatched = 0;
   for (auto& [c, expect] : j["cases"].items()) {
     SCOPED_TRACE(c);
-    auto model = models::DecoderModel::load((fixtures() / "parity" / c).string());
+    auto model = models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string());
     const auto batch = infer::generate(model, prompts, cfg);
     const auto single = infer::generate(model, {prompts[0]}, cfg);
     const auto want_batch = expect["batch"].get<std::vector<std::vector<int32_t>>>();
@@ -121,7 +114,7 @@ TEST(Generate, SamplingProcessors) {
 }
 
 TEST(Generate, BadInput) {
-  auto model = models::DecoderModel::load((fixtures() / "parity" / "llama").string());
+  auto model = models::DecoderModel::load((test::fixtures_dir() / "parity" / "llama").string());
   infer::GenerationConfig cfg;
   test::expect_error([&] { infer::generate(model, {}, cfg); }, {"no prompts"});
   test::expect_error([&] { infer::generate(model, {{}}, cfg); }, {"empty prompt"});
