@@ -4,8 +4,9 @@
 // transformers computes inv_freq with float32 tensors; rope_inv_freq() follows the same steps in
 // double and rounds to float wherever transformers holds a float32 value, so the numbers are
 // transformers' own (to the last bit or one ulp of its float pow), not merely close to the ideal
-// formula. Its cos/sin come from freqs = float(inv_freq) * float(position) in float32, then cos
-// and sin in float32, times attention_scaling; rope_cos_sin() builds the same table on the host.
+// formula. Its fp32 forward then rounds freqs = inv_freq * position to float32 before cos and sin;
+// rope_cos_sin() keeps that product exact (as transformers' fp64 run does) and rounds each table
+// entry once, so the tables are closer to the true rotation than transformers' fp32 ones.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +58,8 @@ int64_t rope_rotary_dim(const RopeConfig& cfg);
 //   longrope: long_factor when seq_len > original_max_position_embeddings, else short_factor.
 RopeTables rope_inv_freq(const RopeConfig& cfg, int64_t seq_len = 0);
 
-// cos[p, j] = float(float(cos(f)) * float(attention_scaling)), sin likewise, with
-// f = float(float(inv_freq[j]) * float(p)), for p < positions and j < rotary_dim / 2, row-major
+// cos[p, j] = float(cos(inv_freq[j] * p) * attention_scaling), sin likewise, evaluated in double,
+// for p < positions and j < rotary_dim / 2, row-major
 // [positions, rotary_dim / 2]. (transformers' table is cat(freqs, freqs): its second half repeats
 // the first, so only the first half is kept.)
 struct RopeCosSinHost {

@@ -2,9 +2,11 @@
 // increasing n (the bucket order), so the result is bitwise reproducible. One workgroup per
 // (row, block of 256 columns); each thread owns 4 columns strided by the workgroup size so that
 // loads of a dy row are contiguous across threads. Rows without tokens are written 0, or left
-// untouched when accumulating.
+// untouched when accumulating. The precise build sums (and accumulates) in double, rounding once.
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 64
 #define COLS_PER_THREAD 4
 layout(local_size_x = LOCAL_SIZE) in;
@@ -29,13 +31,13 @@ void main() {
   uint hi = p.offsets.v[row + 1u];
   if (lo == hi && p.accumulate != 0u) return;
   uint c0 = block * (LOCAL_SIZE * COLS_PER_THREAD) + gl_LocalInvocationID.x;
-  float acc[COLS_PER_THREAD];
-  for (uint k = 0u; k < COLS_PER_THREAD; ++k) acc[k] = 0.0;
+  VACC acc[COLS_PER_THREAD];
+  for (uint k = 0u; k < COLS_PER_THREAD; ++k) acc[k] = VACC(0.0);
   for (uint t = lo; t < hi; ++t) {
     uint base = p.sorted.v[t] * p.hidden;
     for (uint k = 0u; k < COLS_PER_THREAD; ++k) {
       uint c = c0 + k * LOCAL_SIZE;
-      if (c < p.hidden) acc[k] += p.dy.v[base + c];
+      if (c < p.hidden) acc[k] += VACC(p.dy.v[base + c]);
     }
   }
   uint out_base = row * p.hidden;
@@ -43,9 +45,9 @@ void main() {
     uint c = c0 + k * LOCAL_SIZE;
     if (c >= p.hidden) continue;
     if (p.accumulate != 0u) {
-      p.grad.v[out_base + c] += acc[k];
+      p.grad.v[out_base + c] = float(VACC(p.grad.v[out_base + c]) + acc[k]);
     } else {
-      p.grad.v[out_base + c] = acc[k];
+      p.grad.v[out_base + c] = float(acc[k]);
     }
   }
 }

@@ -4,8 +4,11 @@
 // [y*rows_per_group, (y+1)*rows_per_group); its 8 row-slices each sum every 8th row in order and
 // a fixed tree adds the slices, so results are deterministic. The host reduces long matrices in
 // two passes (partial sums per row chunk, then the sums of those) rather than using atomics.
+// The precise build sums in double and rounds each output once.
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 #define COLS 32
 #define SLICES (LOCAL_SIZE / COLS)
@@ -21,7 +24,7 @@ layout(push_constant, std430) uniform Push {
   float beta;
 } p;
 
-shared float red[LOCAL_SIZE];
+shared VACC red[LOCAL_SIZE];
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -29,9 +32,9 @@ void main() {
   const uint n = gl_WorkGroupID.x * COLS + col;
   const uint r0 = gl_WorkGroupID.y * p.rows_per_group;
   const uint r1 = min(p.R, r0 + p.rows_per_group);
-  float s = 0.0;
+  VACC s = VACC(0.0);
   if (n < p.N) {
-    for (uint r = r0 + slice; r < r1; r += SLICES) s += p.src.v[r * p.ld + n];
+    for (uint r = r0 + slice; r < r1; r += SLICES) s += VACC(p.src.v[r * p.ld + n]);
   }
   red[tid] = s;
   barrier();
@@ -41,8 +44,8 @@ void main() {
   }
   if (slice == 0 && n < p.N) {
     const uint di = gl_WorkGroupID.y * p.dst_rs + n;
-    float v = red[tid];
-    if (p.beta != 0.0) v += p.beta * p.dst.v[di];
-    p.dst.v[di] = v;
+    VACC v = red[tid];
+    if (p.beta != 0.0) v += VACC(p.beta) * VACC(p.dst.v[di]);
+    p.dst.v[di] = float(v);
   }
 }

@@ -11,6 +11,8 @@
 //   cols:   16 neighbouring outputs x 16 lanes per workgroup; lane l sums r = l, l+16, ... then a
 //           tree over lanes. For column sums (kept innermost dim with unit stride), where the 16
 //           outputs of one r are adjacent in memory.
+// The precise build accumulates in double and rounds each output once.
+//!precise
 //!novariant_base
 //!variant rows -DMODE=0 -DROW_THREADS=256
 //!variant rows_short -DMODE=0 -DROW_THREADS=32
@@ -18,6 +20,7 @@
 //!variant cols -DMODE=2
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -44,6 +47,7 @@ int offset_of(uint idx, uint first, uint count) {
 }
 
 #if MODE == 0
+#define ROW_SUM_ACC
 #include "row_reduce.glsl"
 void main() {
   uint first = flat_group() * (LOCAL_SIZE / ROW_THREADS);
@@ -51,37 +55,38 @@ void main() {
   uint lane = gl_LocalInvocationID.x % ROW_THREADS;
   uint o = first + gl_LocalInvocationID.x / ROW_THREADS;
   bool in_range = o < p.n_out;  // outputs past the end still take part in the barriers
-  float acc = 0.0;
+  VACC acc = VACC(0.0);
   if (in_range) {
     int base = offset_of(o, 0u, p.nk);
-    for (uint r = lane; r < p.n_red; r += ROW_THREADS) acc += p.in_.v[base + offset_of(r, p.nk, p.nr)];
+    for (uint r = lane; r < p.n_red; r += ROW_THREADS)
+      acc += VACC(p.in_.v[base + offset_of(r, p.nk, p.nr)]);
   }
-  acc = row_sum(acc);
-  if (in_range && lane == 0) p.out_.v[o] = acc;
+  acc = row_sum_acc(acc);
+  if (in_range && lane == 0) p.out_.v[o] = float(acc);
 }
 #elif MODE == 1
 void main() {
   uint o = flat_invocation(LOCAL_SIZE);
   if (o >= p.n_out) return;
   int base = offset_of(o, 0u, p.nk);
-  float acc = 0.0;
-  for (uint r = 0; r < p.n_red; ++r) acc += p.in_.v[base + offset_of(r, p.nk, p.nr)];
-  p.out_.v[o] = acc;
+  VACC acc = VACC(0.0);
+  for (uint r = 0; r < p.n_red; ++r) acc += VACC(p.in_.v[base + offset_of(r, p.nk, p.nr)]);
+  p.out_.v[o] = float(acc);
 }
 #else
 #define COLS 16
 #define LANES 16
-shared float partial[LOCAL_SIZE];
+shared VACC partial[LOCAL_SIZE];
 void main() {
   uint t = gl_LocalInvocationID.x;
   uint col = t % COLS, lane = t / COLS;
   uint first = flat_group() * COLS;
   if (first >= p.n_out) return;  // uniform across the workgroup
   uint o = first + col;
-  float acc = 0.0;
+  VACC acc = VACC(0.0);
   if (o < p.n_out) {
     int base = offset_of(o, 0u, p.nk);
-    for (uint r = lane; r < p.n_red; r += LANES) acc += p.in_.v[base + offset_of(r, p.nk, p.nr)];
+    for (uint r = lane; r < p.n_red; r += LANES) acc += VACC(p.in_.v[base + offset_of(r, p.nk, p.nr)]);
   }
   partial[t] = acc;
   barrier();
@@ -89,6 +94,6 @@ void main() {
     if (lane < s) partial[t] += partial[t + s * COLS];
     barrier();
   }
-  if (lane == 0 && o < p.n_out) p.out_.v[o] = partial[t];
+  if (lane == 0 && o < p.n_out) p.out_.v[o] = float(partial[t]);
 }
 #endif

@@ -2,8 +2,11 @@
 // pass-through element past rotary_dim. The pair's angle comes from the cos/sin tables
 // [P, rotary_dim / 2] at the token's position (clamped into the table). sin_sign = -1 applies
 // the inverse rotation, which is the backward pass. With ACCUMULATE the result is added to out.
+// The precise build evaluates each output (rotation and accumulation) in double and rounds once.
+//!precise
 #version 460
 #include "common.glsl"
+#include "precise_math.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -27,8 +30,8 @@ layout(push_constant, std430) uniform Push {
   float sin_sign;
 } p;
 
-void store(uint i, float v) {
-  p.out_.v[i] = (p.flags & ACCUMULATE) != 0u ? p.out_.v[i] + v : v;
+void store(uint i, VACC v) {
+  p.out_.v[i] = float((p.flags & ACCUMULATE) != 0u ? VACC(p.out_.v[i]) + v : v);
 }
 
 void main() {
@@ -41,7 +44,7 @@ void main() {
   const uint base = row * p.D;
   if (c >= p.half_) {
     const uint i = base + rotary + (c - p.half_);
-    store(i, p.x.v[i]);
+    store(i, VACC(p.x.v[i]));
     return;
   }
   const uint bt = row / p.heads;
@@ -49,13 +52,13 @@ void main() {
   const uint t = bt - b * p.T;
   const int raw = p.pos.v[b * p.pos_batch_stride + t];
   const uint pos = uint(clamp(raw, 0, int(p.P) - 1));
-  const float cs = p.cos_.v[pos * p.half_ + c];
-  const float sn = p.sin_sign * p.sin_.v[pos * p.half_ + c];
+  const VACC cs = VACC(p.cos_.v[pos * p.half_ + c]);
+  const VACC sn = VACC(p.sin_sign * p.sin_.v[pos * p.half_ + c]);
   const bool interleaved = (p.flags & INTERLEAVED) != 0u;
   const uint i0 = base + (interleaved ? 2u * c : c);
   const uint i1 = i0 + (interleaved ? 1u : p.half_);
-  const float a = p.x.v[i0];
-  const float bv = p.x.v[i1];
+  const VACC a = VACC(p.x.v[i0]);
+  const VACC bv = VACC(p.x.v[i1]);
   // transformers: q * cos + rotate_half(q) * sin, rotate_half(q) = (-second, first).
   store(i0, a * cs - bv * sn);
   store(i1, bv * cs + a * sn);

@@ -3,7 +3,8 @@
 // tree (pairs t, t + s for s = ROW_THREADS/2 ... 1), so the result is bitwise reproducible and the
 // same on every device whatever its subgroup size. Every invocation of the workgroup must call
 // these in uniform control flow (they contain barriers); each returns the row's total to all of
-// the row's invocations. Needs LOCAL_SIZE and ROW_THREADS (a power of two) defined.
+// the row's invocations. Needs LOCAL_SIZE and ROW_THREADS (a power of two) defined; define
+// ROW_SUM_ACC (after including precise_math.glsl) for row_sum_acc.
 shared float row_scratch[LOCAL_SIZE];
 
 float row_sum(float v) {
@@ -19,6 +20,25 @@ float row_sum(float v) {
   barrier();  // everyone has read the total before the scratch is reused
   return total;
 }
+
+#ifdef ROW_SUM_ACC
+// row_sum with the accumulator type VACC of precise_math.glsl (double in precise builds).
+shared VACC row_scratch_acc[LOCAL_SIZE];
+
+VACC row_sum_acc(VACC v) {
+  uint t = gl_LocalInvocationID.x;
+  uint lane = t % ROW_THREADS;
+  row_scratch_acc[t] = v;
+  barrier();
+  for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {
+    if (lane < s) row_scratch_acc[t] += row_scratch_acc[t + s];
+    barrier();
+  }
+  VACC total = row_scratch_acc[t - lane];
+  barrier();
+  return total;
+}
+#endif
 
 float row_max(float v) {
   uint t = gl_LocalInvocationID.x;

@@ -170,14 +170,13 @@ TEST(Rope, CosSinTables) {
     const int64_t half = host.half;
     std::vector<double> want_cos, want_sin;
     ref::rope_cos_sin(t.inv_freq, t.attention_scaling, positions, want_cos, want_sin);
-    // The angle is a float32 product (as in transformers): its rounding, up to |angle| * 2^-24,
-    // moves cos and sin by as much; then cos/sin and the scaling each round once more.
+    // Each entry is the double value rounded once to float32: within half an ulp of it.
     for (int64_t p = 0; p < positions; ++p)
       for (int64_t j = 0; j < half; ++j) {
-        const double angle = t.inv_freq[j] * static_cast<double>(p);
-        const double tol = t.attention_scaling * (angle * 0x1p-24 + 0x1p-23);
+        const double tol = 0x1p-24 * std::abs(want_cos[p * half + j]) + 0x1p-149;
+        const double tol_sin = 0x1p-24 * std::abs(want_sin[p * half + j]) + 0x1p-149;
         ASSERT_NEAR(host.cos[p * half + j], want_cos[p * half + j], tol) << name << " p=" << p;
-        ASSERT_NEAR(host.sin[p * half + j], want_sin[p * half + j], tol) << name << " p=" << p;
+        ASSERT_NEAR(host.sin[p * half + j], want_sin[p * half + j], tol_sin) << name << " p=" << p;
       }
     EXPECT_EQ(host.cos[0], static_cast<float>(t.attention_scaling)) << name;
     EXPECT_EQ(host.sin[0], 0.0f) << name;
@@ -537,8 +536,10 @@ TEST(Rope, MatchesTransformersFixture) {
       ASSERT_EQ(static_cast<int64_t>(cos[k].size()), 2 * half) << name;
       for (int64_t jj = 0; jj < 2 * half; ++jj) {
         const size_t at = static_cast<size_t>(positions[k] * half + jj % half);
-        // torch's float cos/sin are within an ulp of the correctly rounded value we compute.
-        const double tol = 0x1p-23 * theirs.attention_scaling;
+        // transformers' fp32 forward rounds the angle to float32 (moving it by up to
+        // |angle| * 2^-24) and then cos/sin within an ulp; ours keeps the angle exact.
+        const double angle = want[static_cast<size_t>(jj % half)] * static_cast<double>(positions[k]);
+        const double tol = (angle * 0x1p-24 + 0x1p-23) * theirs.attention_scaling;
         EXPECT_NEAR(host.cos[at], cos[k][jj], tol)
             << name << " cos p=" << positions[k] << " j=" << jj;
         EXPECT_NEAR(host.sin[at], sin[k][jj], tol)
