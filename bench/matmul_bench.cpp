@@ -9,6 +9,7 @@
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
 //                [--tile auto|medium|large] [--precision fp32|f16] [--check]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
+//                [--coopmat-operands f16|f32|all]
 // mode is nn (default), nt (A B^T, the linear layout), tn (A^T B) or tt.
 #include <fmt/format.h>
 
@@ -188,6 +189,15 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
+// Every (x, y) of two lists, x outermost.
+template <typename X, typename Y>
+std::vector<std::pair<X, Y>> pairs(const std::vector<X>& xs, const std::vector<Y>& ys) {
+  std::vector<std::pair<X, Y>> all;
+  for (const X& x : xs)
+    for (const Y& y : ys) all.emplace_back(x, y);
+  return all;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"vkformer fp32 matmul micro-benchmark"};
   int device = -1;
@@ -220,6 +230,11 @@ int run(int argc, char** argv) {
                  "f32 -> f16 conversion of the tensor-core kernel: auto, exact (integer), hw "
                  "(where the device guarantees its rounding), all")
       ->check(CLI::IsMember({"auto", "exact", "hw", "all"}));
+  std::string coopmat_operands = "f16";
+  app.add_option("--coopmat-operands", coopmat_operands,
+                 "tensor-core kernel operands: f16 (f32 inputs converted once per call, timed "
+                 "with it), f32 (converted as each tile is staged), all")
+      ->check(CLI::IsMember({"f16", "f32", "all"}));
   CLI11_PARSE(app, argc, argv);
   if (quick && app.count("--budget") == 0) budget_s = 1.0;
 
@@ -262,6 +277,9 @@ int run(int argc, char** argv) {
   else if (coopmat_convert == "exact") converts = {F16Convert::Exact};
   else if (coopmat_convert == "hw") converts = {F16Convert::Hardware};
   else converts = {F16Convert::Auto};
+  std::vector<bool> operand_modes;
+  if (coopmat_operands != "f32") operand_modes.push_back(true);
+  if (coopmat_operands != "f16") operand_modes.push_back(false);
 
   const Timer timer{ctx.info().timestamps};
   const auto support = detail::coopmat_support();
@@ -290,10 +308,12 @@ int run(int argc, char** argv) {
     const Tensor out = Tensor::empty({c.m, c.n});
     std::string last_plan;
     for (const auto& choice : tile_choices) {
-      for (F16Convert convert : converts) {
+      for (const auto& [convert, f16_operands] : pairs(converts, operand_modes)) {
         detail::set_coopmat_choice(choice);
         detail::set_f16_convert(convert);
-        const std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
+        detail::set_coopmat_f16_operands(f16_operands);
+        std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
+        if (plan.rfind("coopmat", 0) == 0) plan += f16_operands ? " f16-in" : " f32-in";
         if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
         last_plan = plan;
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };

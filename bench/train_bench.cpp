@@ -14,7 +14,7 @@
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--device N]
+//               [--split-k 0] [--coopmat-operands f16|f32] [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -72,6 +72,7 @@ struct Args {
   uint64_t chunk_mib = 0;
   std::string coopmat_tile = "auto";
   int64_t split_k = 0;
+  std::string coopmat_operands = "f16";
   // Loss-curve mode.
   std::string model, tokens, loss_log, schedule = "cosine";
   double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -348,6 +349,11 @@ int main(int argc, char** argv) {
                  "f16 products on tensor cores: auto (tile by shape), off, or one tile for every product "
                  "(e.g. 128x128x16/64x64; matmul_bench lists them)")
       ->capture_default_str();
+  app.add_option("--coopmat-operands", a.coopmat_operands,
+                 "tensor-core products: f16 (whole-tensor f32 operands converted once per product) "
+                 "or f32 (converted as each tile is staged)")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
   app.add_option("--model", a.model, "loss-curve mode: Hugging Face model folder to train");
   app.add_option("--tokens", a.tokens, "loss-curve mode: int32 token file of [steps, batch, seq] batches");
   app.add_option("--loss-log", a.loss_log, "loss-curve mode: per-step JSON lines written here");
@@ -367,6 +373,7 @@ int main(int argc, char** argv) {
     ops::set_linear_cross_entropy_chunk_bytes(a.chunk_mib << 20);
     ops::detail::set_coopmat_choice(a.coopmat_tile);
     ops::detail::set_split_k(a.split_k);
+    ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
     if (!a.model.empty() || !a.tokens.empty()) {
       VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
       return run_loss_curve(a, precision);

@@ -191,7 +191,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   autograd::record_op("linear", {x, weight, bias}, {y}, [x, weight](GradContext& ctx) {
     const Tensor& g = ctx.grad_output(0);
     if (!g.defined()) return;
-    const MatDesc gd = detail::describe_rows(g);  // [rows, out]
+    // Both products read G: on tensor cores with f16 operands, convert it once for the two.
+    const bool shared_f16 =
+        ctx.needs_grad(0) && ctx.needs_grad(1) && detail::f16_operands_active();
+    const MatDesc gd32 = detail::describe_rows(g);  // [rows, out]
+    const MatDesc gd = shared_f16 ? detail::describe_rows(g.to(DType::F16)) : gd32;
     if (ctx.needs_grad(0)) {
       const GradTarget t = ctx.grad_target(0);  // dx = G W
       detail::gemm(gd, detail::describe_readable(weight), detail::describe_rows(t.tensor), 1.0f,
@@ -204,7 +208,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
     if (ctx.needs_grad(2)) {
       const GradTarget t = ctx.grad_target(2);  // db = column sums of G
-      detail::column_sum(gd, t.tensor, beta_for(t));
+      detail::column_sum(gd32, t.tensor, beta_for(t));
     }
   });
   return y;

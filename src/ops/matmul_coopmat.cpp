@@ -22,6 +22,7 @@ constexpr uint32_t kPad = 8;        // halves of padding per staged line (matmul
 std::string g_choice = "auto";
 F16Convert g_convert = F16Convert::Auto;
 bool g_emulate = false;
+bool g_f16_operands = true;
 
 // Bytes of shared memory the shader declares for a tile, for the worst transpose combination:
 // two staging buffers of f16 slices, aliased with the epilogue's f32 scratch.
@@ -151,6 +152,12 @@ void set_coopmat_emulation(bool on) {
 bool coopmat_emulation() {
   return g_emulate;
 }
+void set_coopmat_f16_operands(bool on) {
+  g_f16_operands = on;
+}
+bool coopmat_f16_operands() {
+  return g_f16_operands;
+}
 F16Convert f16_convert() {
   return g_convert;
 }
@@ -192,10 +199,10 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
 }
 
 std::vector<uint32_t> coopmat_spec(const CoopmatTile& t, const CoopmatSupport& s, bool trans_a,
-                                   bool trans_b, bool vec4_a, bool vec4_b) {
+                                   bool trans_b, bool vec_a, bool vec_b, bool f16_a, bool f16_b) {
   // Mirrors the constant_ids of matmul_coopmat.comp.
-  return {s.mma_m, s.mma_n, s.mma_k, t.bm,  t.bn, t.bk, t.wm, t.wn, t.subgroups() * kSubgroup,
-          trans_a, trans_b, vec4_a,  vec4_b};
+  return {s.mma_m, s.mma_n, s.mma_k, t.bm,  t.bn,  t.bk, t.wm, t.wn, t.subgroups() * kSubgroup,
+          trans_a, trans_b, vec_a,   vec_b, f16_a, f16_b};
 }
 
 }  // namespace vkf::ops::detail

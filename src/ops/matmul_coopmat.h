@@ -55,6 +55,13 @@ F16Convert f16_convert();
 // The conversion the kernel uses under the current setting ("exact" or "hw").
 std::string f16_convert_name();
 
+// Whether an f32 operand that is a whole contiguous tensor (activations, weights) is converted to
+// f16 once per product before the tensor-core kernel runs (on by default), so that the kernel
+// reads half the bytes and stages without converting; other operands are converted as each tile
+// is staged. Both round to nearest even: the results are the same to the bit either way.
+void set_coopmat_f16_operands(bool on);
+bool coopmat_f16_operands();
+
 // The tile a product of this output shape (M and N past the skinny kernel's range) runs with on
 // the current device, or nullopt when it takes the portable kernels: F32 precision, no device
 // support, "off", or a forced tile the device cannot run.
@@ -62,7 +69,9 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n);
 
 // The embedded module and specialization constants of one dispatch.
 std::string coopmat_module();
+// f16_a / f16_b: the operand is stored as f16; vec_a / vec_b: its lines start 16-byte aligned.
 std::vector<uint32_t> coopmat_spec(const CoopmatTile& tile, const CoopmatSupport& support,
-                                   bool trans_a, bool trans_b, bool vec4_a, bool vec4_b);
+                                   bool trans_a, bool trans_b, bool vec_a, bool vec_b, bool f16_a,
+                                   bool f16_b);
 
 }  // namespace vkf::ops::detail

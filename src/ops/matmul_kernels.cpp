@@ -191,23 +191,38 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
 }
 
 // The tensor-core kernel over the same grid parts as dispatch_tiled.
-void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
-                      float beta, const Tensor& bias, int64_t bias_stride, const CoopmatTile& tile,
+void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
+                      const Tensor& bias, int64_t bias_stride, const CoopmatTile& tile,
                       const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols;
   const CoopmatSupport support = coopmat_support();
   const std::string module = coopmat_module();
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  const bool f16_a = a.t.dtype() == DType::F16, f16_b = b.t.dtype() == DType::F16;
   for_each_grid_part(c.batch, m, n, tile.bm, tile.bn, [&](const GridPart& g) {
     const GemmPush push =
         make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
-    // vec4 reads need every line of every batch entry to start 16-byte aligned.
-    const bool vec4_a = push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
-    const bool vec4_b = push.b % 16 == 0 && push.ldb % 4 == 0 && push.sb % 4 == 0;
+    // 16-byte reads (4 floats or 8 halves) need every line of every batch entry to start 16-byte
+    // aligned.
+    const uint32_t per_a = f16_a ? 8 : 4, per_b = f16_b ? 8 : 4;
+    const bool vec_a = push.a % 16 == 0 && push.lda % per_a == 0 && push.sa % per_a == 0;
+    const bool vec_b = push.b % 16 == 0 && push.ldb % per_b == 0 && push.sb % per_b == 0;
     launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
-           coopmat_spec(tile, support, la.trans, lb.trans, vec4_a, vec4_b),
+           coopmat_spec(tile, support, la.trans, lb.trans, vec_a, vec_b, f16_a, f16_b),
            g.first ? cost : vk::DispatchCost{});
   });
+}
+
+// An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
+// when it is a whole contiguous tensor, the same view of an f16 copy; otherwise itself.
+MatDesc f16_operand(const MatDesc& d) {
+  if (!coopmat_f16_operands() || d.t.dtype() != DType::F32 || !d.t.is_contiguous() ||
+      d.batch * d.rows * d.cols != d.t.numel())
+    return d;
+  autograd::NoGradScope no_grad;
+  MatDesc h = d;
+  h.t = d.t.to(DType::F16);
+  return h;
 }
 
 // A product with M and N past the skinny range: on cooperative matrices when the F16 plan says
@@ -215,7 +230,8 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols))
-    dispatch_coopmat(a, b, c, alpha, beta, bias, bias_stride, *tile, cost);
+    dispatch_coopmat(f16_operand(a), f16_operand(b), c, alpha, beta, bias, bias_stride, *tile,
+                     cost);
   else
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
 }
@@ -227,7 +243,9 @@ void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
 int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (batch != 1 || g_split_k < 0) return 1;
   if (g_split_k > 0) return k % g_split_k == 0 ? g_split_k : 1;
-  if (math_mode() != MathMode::Fast || vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU) return 1;
+  if (math_mode() != MathMode::Fast ||
+      vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+    return 1;
   int64_t groups = 0;
   if (const auto coop = coopmat_plan(1, m, n)) {
     groups = int64_t{div_up(m, coop->bm)} * int64_t{div_up(n, coop->bn)};
@@ -237,12 +255,14 @@ int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
   }
   int64_t chunks = 1;
   // Enough workgroups for a few per compute unit, chunks of at least 512 along K, K divisible.
-  while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 && chunks < 32) chunks *= 2;
+  while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 && chunks < 32)
+    chunks *= 2;
   return chunks;
 }
 
 void dispatch_split_k(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
-                      const Tensor& bias, int64_t bias_stride, int64_t chunks, const vk::DispatchCost& cost) {
+                      const Tensor& bias, int64_t bias_stride, int64_t chunks,
+                      const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols, kc = a.cols / chunks;
   // Chunk s of A is columns [s*kc, (s+1)*kc) and of B rows [s*kc, (s+1)*kc): batch entries.
   const MatDesc ac{a.t, chunks, m, kc, kc * a.cs, a.rs, a.cs};
@@ -335,6 +355,11 @@ bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
 
 }  // namespace
 
+bool f16_operands_active() {
+  return coopmat_f16_operands() && matmul_precision() == MatmulPrecision::F16 &&
+         coopmat_choice() != "off" && coopmat_support().unsupported.empty();
+}
+
 std::optional<MatDesc> MatDesc::rows_merged() const {
   if (batch == 1) return MatDesc{t, 1, rows, cols, 0, rs, cs};
   if (rows == 1) return MatDesc{t, 1, batch, cols, 0, bs, cs};
@@ -400,9 +425,11 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
               "matmul: internal: gemm operands need a contiguous row or column");
   VKF_REQUIRE(!storage_overlaps(a, c) && !storage_overlaps(b, c),
               "matmul: the output overlaps an input in memory");
-  VKF_REQUIRE(a.t.dtype() == DType::F32 && c.t.dtype() == DType::F32 &&
+  VKF_REQUIRE((a.t.dtype() == DType::F32 || a.t.dtype() == DType::F16) &&
+                  c.t.dtype() == DType::F32 &&
                   (b.t.dtype() == DType::F32 || b.t.dtype() == DType::F16),
-              "matmul: internal: gemm takes f32 operands (b may be an f16 weight)");
+              "matmul: internal: gemm takes f32 operands (a may be an f16 operand copy, b may be "
+              "an f16 weight)");
   const bool b_f16 = b.t.dtype() == DType::F16;
   if (a.batch == 1) a.bs = 0;
   if (b.batch == 1) b.bs = 0;
@@ -437,6 +464,15 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
       c = *cm;
     }
   }
+  // An f16 a (an operand converted once for several products, see f16_operands_active) is read
+  // as it is by the tensor-core kernel; every other kernel gets it widened back to f32, exactly.
+  if (a.t.dtype() == DType::F16 &&
+      (b_f16 || c.rows <= kSkinnyMaxRows || c.cols <= kSkinnyMaxRows ||
+       !coopmat_plan(c.batch, c.rows, c.cols))) {
+    VKF_REQUIRE(a.t.is_contiguous(), "matmul: internal: an f16 operand must be contiguous");
+    autograd::NoGradScope no_grad;
+    a.t = a.t.to(DType::F32);
+  }
   if (b_f16 && c.rows <= kSkinnyMaxRows && kernel_layout(b).trans) {
     dispatch_skinny_f16(a, b, c, alpha, beta, bias, bias_stride, cost);
   } else if (c.rows <= kSkinnyMaxRows && !b_f16) {
@@ -449,8 +485,7 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     // The split-K and tensor-core kernels read an f32 B: an f16 weight takes the tiled kernel's
     // f16b variant.
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
-  } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols);
-             chunks > 1) {
+  } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols); chunks > 1) {
     dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);
   } else {
     dispatch_tiles(a, b, c, alpha, beta, bias, bias_stride, cost);
@@ -458,8 +493,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
 }
 
 void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
-  VKF_REQUIRE(src.batch == 1 && (src.cs == 1 || src.cols == 1),
-              "matmul: internal: column_sum needs one matrix with contiguous rows");
+  VKF_REQUIRE(src.batch == 1 && (src.cs == 1 || src.cols == 1) && src.t.dtype() == DType::F32,
+              "matmul: internal: column_sum needs one f32 matrix with contiguous rows");
   VKF_REQUIRE(dst.rank() == 1 && dst.shape()[0] == src.cols && dst.is_contiguous(),
               "matmul: internal: column_sum needs a contiguous [{}] destination", src.cols);
   const int64_t rows = src.rows, n = src.cols;
@@ -504,7 +539,9 @@ void column_sum(const MatDesc& src, const Tensor& dst, float beta) {
   pass(partial, 0, static_cast<uint32_t>(n), chunks, chunks, dst, 0, beta);
 }
 
-void set_split_k(int64_t chunks) { g_split_k = chunks; }
+void set_split_k(int64_t chunks) {
+  g_split_k = chunks;
+}
 
 void set_tile_choice(TileChoice choice) {
   g_tile_choice = choice;

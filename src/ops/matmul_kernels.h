@@ -16,6 +16,12 @@ namespace vkf::ops::detail {
 // z*bs + r*rs + c*cs from t.address(). A batch of 1 has bs = 0, so such a matrix can be shared
 // by every entry of a batched product. gemm's operand b may also be f16 (a weight stored in half
 // precision for inference; offsets and strides then count halves).
+// Whether products in the current settings read f16 copies of their f32 operands (F16 precision
+// on tensor cores with set_coopmat_f16_operands on). A caller that feeds one operand to several
+// products may then convert it once and pass the f16 tensor as `a` to each gemm() (a kernel that
+// cannot read it gets it widened back, exactly).
+bool f16_operands_active();
+
 struct MatDesc {
   Tensor t;
   int64_t batch = 1, rows = 0, cols = 0;

@@ -1,8 +1,9 @@
 // Mixed-precision GEMM on tensor cores (VK_NV_cooperative_matrix): the F16 path of
 // ops::detail::gemm() on devices with f16 x f16 -> f32 cooperative matrices. Same problem and push
-// constants as matmul_tiled (matmul_push.glsl): operands are f32 in memory, every element is
-// rounded to f16 as it is staged, products are accumulated in f32 and the epilogue (alpha, beta,
-// bias, any C strides) runs in f32.
+// constants as matmul_tiled (matmul_push.glsl). Each operand is f32 in memory, rounded to f16 as it
+// is staged, or already f16 (F16_A / F16_B: copied as stored, half the bytes and no conversion;
+// the host converts large f32 operands once per product this way); products are accumulated in
+// f32 and the epilogue (alpha, beta, bias, any C strides) runs in f32.
 //
 // A workgroup of NUM_SG subgroups (32 invocations each) computes a BM x BN tile of C; subgroup s
 // owns a WM x WN block of it as FM x FN accumulator fragments of MMA_M x MMA_N (a shape the device
@@ -72,6 +73,8 @@ layout(constant_id = 9) const bool TRANS_A = false;
 layout(constant_id = 10) const bool TRANS_B = false;
 layout(constant_id = 11) const bool VEC4_A = false;  // A's lines start 16-byte aligned
 layout(constant_id = 12) const bool VEC4_B = false;
+layout(constant_id = 13) const bool F16_A = false;  // A holds f16 bits (VEC4_A: 16-byte lines)
+layout(constant_id = 14) const bool F16_B = false;
 
 const uint SG_COLS = BN / WN;
 const uint NUM_SG = (BM / WM) * SG_COLS;
@@ -165,6 +168,8 @@ void emulated_store(FragAcc f, uint element, uint stride) {
 }
 #endif
 
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Half8Buf { uvec4 v[]; };
+
 // Elements i..i+7 of line o of an operand whose element (o, i) is at buf[base + o*ld + i], for
 // lines below o_end and elements below i_end; the rest read as zero.
 void load8(uint64_t addr, bool vec4_ok, uint base, uint ld, uint o, uint o_end, uint i,
@@ -182,6 +187,18 @@ void load8(uint64_t addr, bool vec4_ok, uint base, uint ld, uint o, uint o_end, 
   }
   lo = vec4(v[0], v[1], v[2], v[3]);
   hi = vec4(v[4], v[5], v[6], v[7]);
+}
+
+// The same for an operand stored as f16: eight halves, the first in the low bits of x.
+uvec4 load8_f16(uint64_t addr, bool vec_ok, uint base, uint ld, uint o, uint o_end, uint i,
+                uint i_end) {
+  if (vec_ok && o < o_end && i + 8u <= i_end) return Half8Buf(addr).v[(base + o * ld + i) / 8u];
+  uint h[8];
+  UNROLL for (uint e = 0; e < 8u; ++e) {
+    h[e] = 0u;
+    if (o < o_end && i + e < i_end) h[e] = uint(U16Buf(addr).v[base + o * ld + i + e]);
+  }
+  return uvec4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
 }
 
 // Two f32 values as two f16 in one word, the first in the low half (its place in shared memory);
@@ -223,7 +240,8 @@ void main() {
   UNROLL for (uint i = 0; i < FM; ++i)
     UNROLL for (uint j = 0; j < FN; ++j) acc[i][j] = FRAG_C_ZERO;
 
-  vec4 ra[2 * A_CHUNKS], rb[2 * B_CHUNKS];  // the next slice, as read from memory
+  vec4 ra[2 * A_CHUNKS], rb[2 * B_CHUNKS];  // the next slice, as read from f32 memory
+  uvec4 ha[A_CHUNKS], hb[B_CHUNKS];          // or from f16 memory (F16_A / F16_B)
 
 // Reads the slice starting at k = k0 into ra / rb. Chunk c of an operand is elements
 // 8*(c % (LEN/8)) .. +7 of line c / (LEN/8).
@@ -231,37 +249,37 @@ void main() {
   UNROLL for (uint l = 0; l < A_CHUNKS; ++l) {                                              \
     const uint c = l * LOCAL_SIZE + tid;                                                    \
     const uint line = c / (A_LEN / 8u), elem = (c % (A_LEN / 8u)) * 8u;                     \
-    if (TRANS_A)                                                                            \
-      load8(a_addr, VEC4_A, abase, p.lda, (k0) + line, p.K, m0 + elem, p.M, ra[2 * l],      \
-            ra[2 * l + 1]);                                                                 \
+    const uint ao = TRANS_A ? (k0) + line : m0 + line, ao_end = TRANS_A ? p.K : p.M;         \
+    const uint ai = TRANS_A ? m0 + elem : (k0) + elem, ai_end = TRANS_A ? p.M : p.K;         \
+    if (F16_A)                                                                              \
+      ha[l] = load8_f16(a_addr, VEC4_A, abase, p.lda, ao, ao_end, ai, ai_end);              \
     else                                                                                    \
-      load8(a_addr, VEC4_A, abase, p.lda, m0 + line, p.M, (k0) + elem, p.K, ra[2 * l],      \
-            ra[2 * l + 1]);                                                                 \
+      load8(a_addr, VEC4_A, abase, p.lda, ao, ao_end, ai, ai_end, ra[2 * l], ra[2 * l + 1]); \
   }                                                                                         \
   UNROLL for (uint l = 0; l < B_CHUNKS; ++l) {                                              \
     const uint c = l * LOCAL_SIZE + tid;                                                    \
     const uint line = c / (B_LEN / 8u), elem = (c % (B_LEN / 8u)) * 8u;                     \
-    if (TRANS_B)                                                                            \
-      load8(b_addr, VEC4_B, bbase, p.ldb, n0 + line, p.N, (k0) + elem, p.K, rb[2 * l],      \
-            rb[2 * l + 1]);                                                                 \
+    const uint bo = TRANS_B ? n0 + line : (k0) + line, bo_end = TRANS_B ? p.N : p.K;         \
+    const uint bi = TRANS_B ? (k0) + elem : n0 + elem, bi_end = TRANS_B ? p.K : p.N;         \
+    if (F16_B)                                                                              \
+      hb[l] = load8_f16(b_addr, VEC4_B, bbase, p.ldb, bo, bo_end, bi, bi_end);              \
     else                                                                                    \
-      load8(b_addr, VEC4_B, bbase, p.ldb, (k0) + line, p.K, n0 + elem, p.N, rb[2 * l],      \
-            rb[2 * l + 1]);                                                                 \
+      load8(b_addr, VEC4_B, bbase, p.ldb, bo, bo_end, bi, bi_end, rb[2 * l], rb[2 * l + 1]); \
   }
 
-// Converts ra / rb to f16 and writes them to shared buffer `stage`.
+// Converts ra / rb to f16 (or takes ha / hb as they are) and writes them to shared buffer `stage`.
 #define STASH(stage)                                                                        \
   UNROLL for (uint l = 0; l < A_CHUNKS; ++l) {                                              \
     const uint c = l * LOCAL_SIZE + tid;                                                    \
     const uint line = c / (A_LEN / 8u), elem = (c % (A_LEN / 8u)) * 8u;                     \
     smem[(stage) * STAGE_VEC + (line * A_PITCH + elem) / 8u] =                              \
-        to_f16x8(ra[2 * l], ra[2 * l + 1]);                                                 \
+        F16_A ? ha[l] : to_f16x8(ra[2 * l], ra[2 * l + 1]);                                 \
   }                                                                                         \
   UNROLL for (uint l = 0; l < B_CHUNKS; ++l) {                                              \
     const uint c = l * LOCAL_SIZE + tid;                                                    \
     const uint line = c / (B_LEN / 8u), elem = (c % (B_LEN / 8u)) * 8u;                     \
     smem[(stage) * STAGE_VEC + A_VEC + (line * B_PITCH + elem) / 8u] =                      \
-        to_f16x8(rb[2 * l], rb[2 * l + 1]);                                                 \
+        F16_B ? hb[l] : to_f16x8(rb[2 * l], rb[2 * l + 1]);                                 \
   }
 
   const uint slices = (p.K + BK - 1u) / BK;

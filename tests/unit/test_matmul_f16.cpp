@@ -8,6 +8,8 @@
 // rounding of edge values bit for bit (ties, overflow to infinity, subnormals), determinism. The
 // tensor-core kernel's own logic (staging, fragment layouts, epilogue) also runs everywhere through
 // its emulated build.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -16,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/dtype.h"
 #include "core/launch.h"
 #include "ops/matmul.h"
@@ -60,6 +63,7 @@ struct F16Scope {
     ops::detail::set_coopmat_choice("auto");
     ops::detail::set_f16_convert(F16Convert::Auto);
     ops::detail::set_coopmat_emulation(false);
+    ops::detail::set_coopmat_f16_operands(true);
     ops::detail::set_split_k(0);
     ops::detail::set_grid_limit(65535);
   }
@@ -520,7 +524,8 @@ TEST(MatmulF16, EveryCoopmatTileAndConversion) {
 // The tensor-core kernel with its cooperative-matrix operations emulated, on every device: the
 // tile variants that fit the device's shared memory, every transpose, partial tiles, batches with
 // a shared operand, alpha/beta/bias into row- and column-major outputs, split-K, several
-// dispatches per grid, and exact rounding of a sample of the edge values.
+// dispatches per grid, and exact rounding of a sample of the edge values. Each with the operands
+// converted to f16 before the product (16-byte and scalar f16 reads) and converted while staged.
 TEST(MatmulF16, CoopmatKernelLogicEmulated) {
   Rng rng(109);
   const auto all_values = edge_values();
@@ -539,46 +544,98 @@ TEST(MatmulF16, CoopmatKernelLogicEmulated) {
       continue;
     }
     ++variants_run;
-    const std::string path = "emulated coopmat " + tile.name();
     ASSERT_EQ(ops::detail::gemm_plan(1, 36, 52, 60), "coopmat " + tile.name() + " emulated");
-    // Sizes are multiples of 4 but not of 8 (vec4 reads, with scalar reads where a chunk of 8
-    // crosses the end), so all of these share a few pipelines: lavapipe compiles slowly.
-    for (int t = 0; t < 4; ++t) {
-      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
-      check_product(rng, {}, {1, 36, 52, 60, ta, tb, false}, path, true);
-      check_product(rng, {2}, {1, 20, 12, 28, ta, tb, true}, path);
+    for (const bool f16_operands : {true, false}) {
+      ops::detail::set_coopmat_f16_operands(f16_operands);
+      const std::string path =
+          "emulated coopmat " + tile.name() + (f16_operands ? " f16 operands" : " f32 operands");
+      // Sizes are multiples of 4 but not of 8 (vec4 reads, with scalar reads where a chunk of 8
+      // crosses the end), so all of these share a few pipelines: lavapipe compiles slowly.
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+        check_product(rng, {}, {1, 36, 52, 60, ta, tb, false}, path, true);
+        check_product(rng, {2}, {1, 20, 12, 28, ta, tb, true}, path);
+      }
+      // Every size a multiple of 8: 16-byte reads of f16 operands.
+      check_product(rng, {}, {1, 40, 48, 64, true, false, false}, path);
+      check_product(rng, {3}, {1, 68, 44, 36, false, false, false}, path);
+      // alpha, beta, bias into a column window, and into a column-major view.
+      const ref::MatmulShape s{1, 44, 52, 20};
+      const auto a = test::as_f32(rng.uniform(s.a_size()));
+      const auto b = test::as_f32(rng.uniform(s.b_size()));
+      const auto bias = test::as_f32(rng.uniform(s.n));
+      const auto before = test::as_f32(rng.uniform(s.m * s.n));
+      for (bool column_major : {false, true}) {
+        Tensor out = column_major ? test::to_gpu(before, {s.n, s.m}).transpose(0, 1)
+                                  : test::to_gpu(before, {s.m, s.n});
+        matmul_into(test::to_gpu(a, {s.m, s.k}), test::to_gpu(b, {s.k, s.n}), false, false, out,
+                    0.5f, 0.25f, test::to_gpu(bias, {s.n}));
+        std::vector<double> c_before(before.size());  // before as the [m, n] it stood for
+        for (int64_t m = 0; m < s.m; ++m)
+          for (int64_t n = 0; n < s.n; ++n)
+            c_before[m * s.n + n] = column_major ? before[n * s.m + m] : before[m * s.n + n];
+        Expected e = expect_f16(a, b, s, 0.5);
+        add_epilogue(e, 0.25, c_before, bias, s.n);
+        expect_within(out.contiguous().to_double(), e,
+                      path + (column_major ? " column-major C" : " row-major C"));
+      }
+      ops::detail::set_split_k(2);
+      check_product(rng, {}, {1, 36, 60, 64, false, true, false}, path + " split-K 2", true);
+      ops::detail::set_split_k(0);
+      ops::detail::set_grid_limit(2);
+      check_product(rng, {}, {1, 3 * tile.bm + 4, 2 * tile.bn + 4, 8, true, false, false},
+                    path + " grid limit 2");
+      ops::detail::set_grid_limit(65535);
+      if (variants_run == 1) check_edge_values(values, path);  // the conversion: once per mode
     }
-    check_product(rng, {3}, {1, 68, 44, 36, false, false, false}, path);
-    // alpha, beta, bias into a column window, and into a column-major view.
-    const ref::MatmulShape s{1, 44, 52, 20};
-    const auto a = test::as_f32(rng.uniform(s.a_size()));
-    const auto b = test::as_f32(rng.uniform(s.b_size()));
-    const auto bias = test::as_f32(rng.uniform(s.n));
-    const auto before = test::as_f32(rng.uniform(s.m * s.n));
-    for (bool column_major : {false, true}) {
-      Tensor out = column_major ? test::to_gpu(before, {s.n, s.m}).transpose(0, 1)
-                                : test::to_gpu(before, {s.m, s.n});
-      matmul_into(test::to_gpu(a, {s.m, s.k}), test::to_gpu(b, {s.k, s.n}), false, false, out, 0.5f,
-                  0.25f, test::to_gpu(bias, {s.n}));
-      std::vector<double> c_before(before.size());  // before as the [m, n] it stood for
-      for (int64_t m = 0; m < s.m; ++m)
-        for (int64_t n = 0; n < s.n; ++n)
-          c_before[m * s.n + n] = column_major ? before[n * s.m + m] : before[m * s.n + n];
-      Expected e = expect_f16(a, b, s, 0.5);
-      add_epilogue(e, 0.25, c_before, bias, s.n);
-      expect_within(out.contiguous().to_double(), e,
-                    path + (column_major ? " column-major C" : " row-major C"));
-    }
-    ops::detail::set_split_k(2);
-    check_product(rng, {}, {1, 36, 60, 64, false, true, false}, path + " split-K 2", true);
-    ops::detail::set_split_k(0);
-    ops::detail::set_grid_limit(2);
-    check_product(rng, {}, {1, 3 * tile.bm + 4, 2 * tile.bn + 4, 8, true, false, false},
-                  path + " grid limit 2");
-    ops::detail::set_grid_limit(65535);
-    if (variants_run == 1) check_edge_values(values, path);  // the conversion: once is enough
   }
   EXPECT_GT(variants_run, 0);
+}
+
+// linear() converts its output gradient to f16 once for both backward products, and gemm() reads
+// f16 copies of whole f32 operands on tensor cores; neither changes a bit of the results (the
+// kernel rounds to f16 as it stages otherwise). Checked with the emulated tensor-core kernel
+// against f16 operand copies turned off, on shapes that send some products to the skinny kernels
+// (which get the f16 gradient widened back) and with split-K forced.
+TEST(MatmulF16, F16OperandCopiesChangeNoBit) {
+  struct Shape3 {
+    int64_t rows, in, out, split_k;
+  };
+  Rng rng(117);
+  for (const Shape3& d : {Shape3{40, 48, 56, 0}, Shape3{6, 32, 40, 0}, Shape3{64, 16, 8, 0},
+                          Shape3{72, 64, 24, 2}}) {
+    const Tensor x = test::to_gpu(rng.uniform(d.rows * d.in), {d.rows, d.in});
+    const Tensor w = test::to_gpu(rng.uniform(d.out * d.in), {d.out, d.in});
+    const Tensor bias = test::to_gpu(rng.uniform(d.out), {d.out});
+    const Tensor seed = test::to_gpu(rng.uniform(d.rows * d.out), {d.rows, d.out});
+    std::vector<std::vector<double>> results[2];
+    for (int copies = 0; copies < 2; ++copies) {
+      F16Scope scope;
+      ops::detail::set_coopmat_emulation(true);
+      ops::detail::set_coopmat_f16_operands(copies == 1);
+      ops::detail::set_split_k(d.split_k);
+      ASSERT_EQ(ops::detail::f16_operands_active(), copies == 1);
+      for (Tensor t : {x, w, bias}) {
+        t.zero_grad();
+        t.set_requires_grad(true);
+      }
+      autograd::Tape tape;
+      Tensor y;
+      {
+        autograd::TapeScope tape_scope(tape);
+        y = ops::linear(x, w, bias);
+      }
+      tape.backward(y, seed);
+      results[copies] = {y.to_double(), x.grad().to_double(), w.grad().to_double(),
+                         bias.grad().to_double()};
+      for (Tensor t : {x, w, bias}) t.set_requires_grad(false);
+    }
+    const std::string what = fmt::format("linear rows {} in {} out {} split-K {}", d.rows, d.in,
+                                         d.out, d.split_k);
+    const char* names[] = {"y", "dx", "dw", "db"};
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(results[1][i], results[0][i]) << what << ": " << names[i];
+  }
 }
 
 TEST(MatmulF16, Deterministic) {
