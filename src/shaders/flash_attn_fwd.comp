@@ -6,18 +6,21 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup. Per tile each subgroup:
-//   1. S = q k^T into accumulators, stored to its scratch rows (f32);
-//   2. one invocation per row masks and transforms its scores, updates the running max and sum,
-//      and once it has read them all writes the probabilities over them as f16 (probability c
-//      takes the two bytes at 2c of the row);
-//   3. rescales its output components by the row's alpha (each component's row is known from the
-//      index matrix, see flash_frag.glsl) and adds P V, P loaded back as f16 fragments.
-// A subgroup whose rows see no key of the tile (causal or window) skips its work on it. The
-// output is divided by the row sum at the end and written from the accumulators' components.
+// memory by the whole workgroup. Per tile each subgroup, on registers (each component's row and
+// column are known from the index matrix, see flash_frag.glsl):
+//   1. S = q k^T into accumulators; each component masked and transformed;
+//   2. the tile's row maxima: the maximum over the tile's fragments of each component, stored as
+//      one 16 x 16 matrix per 16 rows; one invocation per row takes the maximum of its 16 and
+//      updates the running max (and alpha = exp(old max - new max));
+//   3. the output components and the per-component partial row sums rescaled by their row's
+//      alpha, the probabilities exp(s - max) computed over the scores, added to the partial sums,
+//      converted to f16 operands and multiplied by V into the output.
+// A subgroup whose rows see no key of the tile (causal or window) skips its work on it. At the end
+// each row's sum is its 16 partial sums added in column order (deterministic), and the output is
+// divided by it, written from the accumulators' components.
 //
 // Shared memory (uvec4 units): [0, KV_VEC) K tile, [KV_VEC, 2 KV_VEC) V tile, then NUM_SG scratch
-// blocks of ROWS_SG x SP floats. The index matrix and the q staging alias them at the start (the
+// blocks of ROWS_SG x SP floats (the row maxima and sums; emulated, also the f16 probabilities). The index matrix and the q staging alias them at the start (the
 // emulated build keeps q after them instead). The host mirrors BQ (src/ops/attention_coopmat.cpp).
 //!requires GL_NV_cooperative_matrix
 //!requires GL_EXT_spirv_intrinsics
@@ -61,7 +64,7 @@ layout(local_size_x = LOCAL_SIZE) in;
 
 shared uvec4 smem[SMEM_VEC];
 shared float sM[BQ];      // running max of each row (MASKED while it has seen no key)
-shared float sL[BQ];      // running sum of exp(score - max)
+shared float sL[BQ];      // the row sum, at the end
 shared float sAlpha[BQ];  // exp(old max - new max) of the last tile
 shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 
@@ -79,14 +82,32 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-// Score c of the tile for the row whose scores start at word `words` of smem, transformed, or
-// MASKED where the key is padding, past the end, hidden by the causal or window rule, or the row
-// is past the end of the queries.
-// `full`: every key of the tile is visible to every row (no test needed).
-float masked_score(bool full, bool row_ok, int pos, int j0, uint c, uint words) {
+// Score s of the tile's key c for the row at position `pos`, transformed, or MASKED where the key
+// is padding, past the end, hidden by the causal or window rule, or the row is past the end of the
+// queries. `full`: every key of the tile is visible to every row (no test needed).
+float masked_score(bool full, bool row_ok, int pos, int j0, uint c, float s) {
   if (!full && (!row_ok || sKeyOk[c] == 0u || !position_visible(p.a, pos, j0 + int(c))))
     return MASKED;
-  return transform_score(p.a, uintBitsToFloat(smem[(words + c) / 4u][(words + c) % 4u]));
+  return transform_score(p.a, s);
+}
+
+// The maximum (sum) of the 16 values of row `row` of the 16 x 16 f32 matrix at smem `element`,
+// rows SP floats apart, in column order.
+float row_max16(uint element, uint row) {
+  float m = MASKED;
+  UNROLL for (uint c = 0; c < 16u; ++c) {
+    const uint w = element * 4u + row * SP + c;
+    m = max(m, uintBitsToFloat(smem[w / 4u][w % 4u]));
+  }
+  return m;
+}
+float row_sum16(uint element, uint row) {
+  float sum = 0.0;
+  UNROLL for (uint c = 0; c < 16u; ++c) {
+    const uint w = element * 4u + row * SP + c;
+    sum += uintBitsToFloat(smem[w / 4u][w % 4u]);
+  }
+  return sum;
 }
 
 void main() {
@@ -121,8 +142,11 @@ void main() {
       LOAD_H(qa[i][f], Q_OFF + ((sg * ROWS_SG + i * 16u) * PITCH + f * 16u) / 8u, PITCH / 8u,
              false);
   FRAG_F acc[QF][DF];
-  UNROLL for (uint i = 0; i < QF; ++i)
+  FRAG_F lsum[QF];  // per component: the partial sum of exp(score - max) of its row and column
+  UNROLL for (uint i = 0; i < QF; ++i) {
+    lsum[i] = FRAG_F_ZERO;
     UNROLL for (uint f = 0; f < DF; ++f) acc[i][f] = FRAG_F_ZERO;
+  }
 
   // Keys any row of the workgroup may see, in whole tiles.
   const int pos_first = int(q0) + p.a.q_offset;
@@ -152,26 +176,6 @@ void main() {
     const bool sees_tile =
         sg_rows > 0 && block_visible(p.a, sg_pos_first, sg_pos_first + sg_rows - 1, j0, j0 + BKV - 1);
 
-    // 1. Scores of this subgroup's rows against the tile's keys, to scratch.
-    if (sees_tile) {
-      UNROLL for (uint i = 0; i < QF; ++i) {
-        UNROLL for (uint kf = 0; kf < KF; ++kf) {
-          FRAG_F s = FRAG_F_ZERO;
-          UNROLL for (uint f = 0; f < DF; ++f) {
-            FRAG_H kb;  // k^T: (d, key) at key * PITCH + d
-            LOAD_H(kb, (kf * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, true);
-            s = MMA(qa[i][f], kb, s);
-          }
-          STORE_F(s, scratch + (i * 16u * SP + kf * 16u) / 4u, SP / 4u);
-        }
-      }
-    }
-    SG_SYNC();
-
-    // 2. Online softmax, one invocation per row. Rows are SP = 4 (mod 32) words apart, so the
-    // invocations of a column fall in 8 banks; each starts `rot` columns further on, which
-    // spreads them over all 32. The probabilities are kept in registers until every score of the
-    // row is read, then written over the scores.
     // Away from the causal diagonal and a window's edge, with no padding mask and a whole tile
     // of keys, every score of the tile is visible to every row of the subgroup: the common case,
     // which skips the per-score tests (the arithmetic is the same).
@@ -179,60 +183,91 @@ void main() {
                            sg_rows == ROWS_SG &&
                            position_visible(p.a, sg_pos_first, j0 + BKV - 1) &&
                            position_visible(p.a, sg_pos_first + ROWS_SG - 1, j0);
-    if (sees_tile && lane < ROWS_SG) {
-      const uint r = sg_row0 + lane;
-      const bool row_ok = r < q_rows;
-      const int pos = pos_first + int(r);
-      const uint words = scratch * 4u + lane * SP;  // this row's scores, as 32-bit words
-      const uint rot = lane / 8u;
-      const float m_old = sM[r];
-      float m_new = m_old;
-      UNROLL for (uint k = 0; k < BKV; ++k) {
-        const uint c = (k + rot) % BKV;
-        m_new = max(m_new, masked_score(tile_full, row_ok, pos, j0, c, words));
+
+    // 1. Scores of this subgroup's rows against the tile's keys, masked and transformed, and
+    // 2a. their maximum over the tile's fragments per component, stored per 16 rows.
+    FRAG_F s[QF][KF];
+    if (sees_tile) {
+      UNROLL for (uint i = 0; i < QF; ++i) {
+        UNROLL for (uint kf = 0; kf < KF; ++kf) {
+          s[i][kf] = FRAG_F_ZERO;
+          UNROLL for (uint f = 0; f < DF; ++f) {
+            FRAG_H kb;  // k^T: (d, key) at key * PITCH + d
+            LOAD_H(kb, (kf * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, true);
+            s[i][kf] = MMA(qa[i][f], kb, s[i][kf]);
+          }
+        }
+        FRAG_F m = FRAG_F_ZERO;
+        for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+          const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+          const int pos = pos_first + int(r);
+          float mt = MASKED;
+          UNROLL for (uint kf = 0; kf < KF; ++kf) {
+            const float x = masked_score(tile_full, r < q_rows, pos, j0,
+                                         kf * 16u + uint(COMP(col_of, t)), COMP(s[i][kf], t));
+            COMP(s[i][kf], t) = x;
+            mt = max(mt, x);
+          }
+          COMP(m, t) = mt;
+        }
+        STORE_F(m, scratch + i * 16u * SP / 4u, SP / 4u);
       }
-      float alpha = 1.0, sum = 0.0;
-      if (m_new != MASKED) alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
-      uint probs[BKV / 2];  // f16 pairs (c, c + 1) for c = 2 ((k + rot) % (BKV / 2))
-      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
-        const uint c = 2u * ((k + rot) % (BKV / 2u));
-        const float x0 = masked_score(tile_full, row_ok, pos, j0, c, words);
-        const float x1 = masked_score(tile_full, row_ok, pos, j0, c + 1u, words);
-        const float p0 = x0 == MASKED ? 0.0 : exp(x0 - m_new);
-        const float p1 = x1 == MASKED ? 0.0 : exp(x1 - m_new);
-        sum += p0;
-        sum += p1;
-        probs[k] = pack2(p0, p1);
-      }
-      UNROLL for (uint k = 0; k < BKV / 2; ++k) {
-        const uint w = words + (k + rot) % (BKV / 2u);  // probabilities c, c + 1 over score c / 2
-        smem[w / 4u][w % 4u] = probs[k];
-      }
-      sM[r] = m_new;
-      sL[r] = sL[r] * alpha + sum;
-      sAlpha[r] = alpha;
     }
     SG_SYNC();
 
-    // 3. acc = alpha acc + P V.
+    // 2b. One invocation per row: the running max and this tile's alpha.
+    if (sees_tile && lane < ROWS_SG) {
+      const uint r = sg_row0 + lane;
+      const float m_old = sM[r];
+      const float m_new = max(m_old, row_max16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u));
+      sM[r] = m_new;
+      sAlpha[r] = m_new == MASKED ? 1.0 : m_old == MASKED ? 0.0 : exp(m_old - m_new);
+    }
+    SG_SYNC();
+
+    // 3. Rescale by alpha, probabilities over the scores, partial sums, and acc += P V.
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
         for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-          const float alpha = sAlpha[sg_row0 + i * 16u + uint(COMP(row_of, t))];
+          const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+          const float alpha = sAlpha[r], m = sM[r];
           UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= alpha;
+          float sum = COMP(lsum[i], t) * alpha;
+          UNROLL for (uint kf = 0; kf < KF; ++kf) {
+            const float x = COMP(s[i][kf], t);
+            const float pr = x == MASKED ? 0.0 : exp(x - m);
+            COMP(s[i][kf], t) = pr;
+            sum += pr;
+          }
+          COMP(lsum[i], t) = sum;
         }
+      }
+    }
+    FRAG_H pa[QF][KF];
+    UNROLL for (uint i = 0; i < QF; ++i)
+      UNROLL for (uint kf = 0; kf < KF; ++kf)
+        TO_H(pa[i][kf], s[i][kf], sees_tile, scratch + (i * 16u * SP + kf * 16u) / 4u, SP / 4u);
+    EMU_SYNC();
+    if (sees_tile) {
+      UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (uint kf = 0; kf < KF; ++kf) {
-          FRAG_H pa;  // rows of 2 SP halves, over the scores
-          LOAD_H(pa, scratch + (i * 16u * 2u * SP + kf * 16u) / 8u, SP / 4u, false);
           UNROLL for (uint f = 0; f < DF; ++f) {
             FRAG_H vb;  // v: (key, d) at key * PITCH + d
             LOAD_H(vb, KV_VEC + (kf * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, false);
-            acc[i][f] = MMA(pa, vb, acc[i][f]);
+            acc[i][f] = MMA(pa[i][kf], vb, acc[i][f]);
           }
         }
       }
     }
+    EMU_SYNC();  // emulated: the probabilities in scratch are read before the next tile's maxima
   }
+
+  // Each row's sum: its 16 partial sums, in column order.
+  SG_SYNC();
+  UNROLL for (uint i = 0; i < QF; ++i) STORE_F(lsum[i], scratch + i * 16u * SP / 4u, SP / 4u);
+  SG_SYNC();
+  if (lane < ROWS_SG)
+    sL[sg_row0 + lane] = row_sum16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u);
   SG_SYNC();  // the row sums written by this subgroup's invocations are visible to all of them
 
   UNROLL for (uint i = 0; i < QF; ++i) {
