@@ -14,7 +14,8 @@
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--coopmat-operands f16|f32] [--device N]
+//               [--split-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
+//               [--device N]
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -73,6 +74,7 @@ struct Args {
   std::string coopmat_tile = "auto";
   int64_t split_k = 0;
   std::string coopmat_operands = "f16";
+  std::string tile = "auto";
   // Loss-curve mode.
   std::string model, tokens, loss_log, schedule = "cosine";
   double lr = 6e-4, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -349,6 +351,9 @@ int main(int argc, char** argv) {
                  "f16 products on tensor cores: auto (tile by shape), off, or one tile for every product "
                  "(e.g. 128x128x16/64x64; matmul_bench lists them)")
       ->capture_default_str();
+  app.add_option("--tile", a.tile, "tile of the fp32 tiled kernel: auto (by shape) or forced")
+      ->check(CLI::IsMember({"auto", "medium", "large"}))
+      ->capture_default_str();
   app.add_option("--coopmat-operands", a.coopmat_operands,
                  "tensor-core products: f16 (whole-tensor f32 operands converted once per product) "
                  "or f32 (converted as each tile is staged)")
@@ -374,6 +379,10 @@ int main(int argc, char** argv) {
     ops::detail::set_coopmat_choice(a.coopmat_tile);
     ops::detail::set_split_k(a.split_k);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
+    using ops::detail::TileChoice;
+    ops::detail::set_tile_choice(a.tile == "medium"  ? TileChoice::Medium
+                                 : a.tile == "large" ? TileChoice::Large
+                                                     : TileChoice::Auto);
     if (!a.model.empty() || !a.tokens.empty()) {
       VKF_REQUIRE(!a.model.empty() && !a.tokens.empty(), "train_bench: the loss-curve mode needs both --model and --tokens");
       return run_loss_curve(a, precision);
