@@ -1,6 +1,6 @@
 // Kernel choice for ops::attention (see attention_coopmat.h). The shared-memory sizes below mirror
-// the declarations of the flash_attn_*.comp shaders, so that a device that cannot hold them is
-// routed to the fp32 kernels with a reason instead of failing at pipeline creation.
+// the declarations of the flash_attn_*.comp and attention_fast_*.comp shaders, so that a device
+// that cannot hold them is routed to other kernels instead of failing at pipeline creation.
 #include "ops/attention_coopmat.h"
 
 #include <fmt/format.h>
@@ -53,6 +53,27 @@ uint32_t shared_bytes(const std::string& kernel) {
   const uint32_t tiles = 2 * queries * kRowVec, kv = rows * kRowVec;
   const uint32_t vec = emulated ? tiles + sg * 2 * 16 * queries / 8 + 2 * kv : std::max(tiles, kv);
   return vec * kVec + 2 * queries * 4 + rows * 4;
+}
+
+// One build of an fp32 register-tiled kernel: module suffix, rows per workgroup (queries, or keys
+// for dk/dv) and bytes of shared memory, from the shaders' declarations (the counts in their
+// headers): vec4 rows of 17, exchange regions of 4 rows of (tile + 4) floats + 4 per row group.
+struct FastVariant {
+  const char* suffix;
+  uint32_t rows;
+  uint32_t shared_bytes;
+};
+// Largest first; then the barrier-synchronised build.
+constexpr FastVariant kFastFwd[] = {{"q64", 64, 43904}, {"q32", 32, 30464}};
+constexpr FastVariant kFastFwdBarriers = {"q32_shared", 32, 31488};
+constexpr FastVariant kFastDq[] = {{"k32", 32, 39680}, {"k16", 32, 28864}};
+constexpr FastVariant kFastDqBarriers = {"k16_shared", 32, 28864};
+constexpr FastVariant kFastDkv[] = {{"q32", 32, 44544}, {"q16", 32, 31616}};
+constexpr FastVariant kFastDkvBarriers = {"q16_shared", 32, 31616};
+
+bool& fast_subgroups_allowed() {
+  static bool allowed = true;
+  return allowed;
 }
 
 bool lists_16x16x16(const vk::DeviceInfo& info) {
@@ -115,11 +136,42 @@ std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   return "";
 }
 
+void set_fast_attention_subgroups(bool allowed) { fast_subgroups_allowed() = allowed; }
+
+FastAttentionModules fast_attention_modules() {
+  const auto& info = vk::Context::get().info();
+  // Row groups of 8 consecutive invocations must lie inside one subgroup (attention_fast.glsl).
+  const bool subgroups = fast_subgroups_allowed() && info.subgroup_shuffle &&
+                         info.min_subgroup_size >= 8;
+  FastAttentionModules m;
+  m.fits = true;
+  const auto pick = [&](const char* kernel, const auto& table, const FastVariant& barriers,
+                        std::string* module, uint32_t* rows) {
+    const FastVariant* chosen = nullptr;
+    if (subgroups) {
+      for (const FastVariant& v : table)
+        if (!chosen && v.shared_bytes <= info.max_shared_memory) chosen = &v;
+    } else if (barriers.shared_bytes <= info.max_shared_memory) {
+      chosen = &barriers;
+    }
+    if (!chosen) {
+      m.fits = false;
+      return;
+    }
+    *module = std::string(kernel) + "_" + chosen->suffix;
+    *rows = chosen->rows;
+  };
+  pick("attention_fast_fwd", kFastFwd, kFastFwdBarriers, &m.fwd, &m.fwd_rows);
+  pick("attention_fast_bwd_dq", kFastDq, kFastDqBarriers, &m.dq, &m.dq_rows);
+  pick("attention_fast_bwd_dkv", kFastDkv, kFastDkvBarriers, &m.dkv, &m.dkv_rows);
+  return m;
+}
+
 AttentionKernels attention_kernels(int64_t head_dim, float dropout_p) {
   if (attention_coopmat_unfit(head_dim, dropout_p).empty()) return AttentionKernels::Coopmat;
   // Dropout of the probabilities lives in the plain kernels only.
   if (!plain_forced() && math_mode() == MathMode::Fast && head_dim <= kFastMaxHeadDim &&
-      dropout_p == 0)
+      dropout_p == 0 && fast_attention_modules().fits)
     return AttentionKernels::Fast;
   return AttentionKernels::Plain;
 }
