@@ -44,6 +44,11 @@ const float LN2 = 0.6931471805599453;
 // the host, the same bit the tensor-core kernels use).
 const uint FLAG_ROWS_VEC4 = 4u;
 
+// acc + a . b, summed in order x, y, z, w (each step one fused multiply-add).
+float fma4(vec4 a, vec4 b, float acc) {
+  return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, acc))));
+}
+
 // Chunk c (floats 4c .. 4c + 3) of the row starting at float `row` of buf, zero past head_dim d.
 vec4 load_chunk(F32Buf buf, uint row, uint c, uint d, bool vec4_rows) {
   if (vec4_rows) return 4u * c < d ? Vec4Buf(uint64_t(buf)).v[row / 4u + c] : vec4(0.0);

@@ -82,7 +82,8 @@ void main() {
   }
   all_keys_ok = all_keys_ok && (p.flags & FLAG_MASK) == 0u;
   vec4 acc_k[RQ][2], acc_v[RQ][2];  // dk, dv rows, dims 4 lane + (0..3), 32 + 4 lane + (0..3)
-  [[unroll]] for (uint r = 0; r < RQ; ++r) acc_k[r][0] = acc_k[r][1] = acc_v[r][0] = acc_v[r][1] = vec4(0.0);
+  [[unroll]] for (uint r = 0; r < RQ; ++r)
+    acc_k[r][0] = acc_k[r][1] = acc_v[r][0] = acc_v[r][1] = vec4(0.0);
 
   // Queries that can see a key of the block: position i + q_offset >= k0 (causal) and
   // position - (k0 + k_rows - 1) < window.
@@ -120,8 +121,8 @@ void main() {
             const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
             const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
             [[unroll]] for (uint c = 0; c < CQ; ++c) {
-              dot[r][c] = fma(qq[c].w, kk.w, fma(qq[c].z, kk.z, fma(qq[c].y, kk.y, fma(qq[c].x, kk.x, dot[r][c]))));
-              dp[r][c] = fma(oo[c].w, vv.w, fma(oo[c].z, vv.z, fma(oo[c].y, vv.y, fma(oo[c].x, vv.x, dp[r][c]))));
+              dot[r][c] = fma4(qq[c], kk, dot[r][c]);
+              dp[r][c] = fma4(oo[c], vv, dp[r][c]);
             }
           }
         }
@@ -175,7 +176,8 @@ void main() {
         }
       ROW_SYNC();
 
-      // dv[r] += sum_i p[r][i] dO[i], dk[r] += sum_i ds[r][i] Q[i] over the tile's queries, in order.
+      // dv[r] += sum_i p[r][i] dO[i] and dk[r] += sum_i ds[r][i] Q[i] over the tile's queries,
+      // in order.
       [[unroll]] for (uint i4 = 0; i4 < BQ / 4; ++i4) {
         vec4 pr[RQ], g[RQ];
         [[unroll]] for (uint r = 0; r < RQ; ++r) {

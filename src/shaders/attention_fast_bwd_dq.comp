@@ -117,8 +117,8 @@ void main() {
           const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
           const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
           [[unroll]] for (uint c = 0; c < CK; ++c) {
-            dot[r][c] = fma(qq.w, kk[c].w, fma(qq.z, kk[c].z, fma(qq.y, kk[c].y, fma(qq.x, kk[c].x, dot[r][c]))));
-            dp[r][c] = fma(oo.w, vv[c].w, fma(oo.z, vv[c].z, fma(oo.y, vv[c].y, fma(oo.x, vv[c].x, dp[r][c]))));
+            dot[r][c] = fma4(qq, kk[c], dot[r][c]);
+            dp[r][c] = fma4(oo, vv[c], dp[r][c]);
           }
         }
       }

@@ -156,7 +156,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
           const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
           [[unroll]] for (uint c = 0; c < CK; ++c)
-            s[r][c] = fma(qq.w, kk[c].w, fma(qq.z, kk[c].z, fma(qq.y, kk[c].y, fma(qq.x, kk[c].x, s[r][c]))));
+            s[r][c] = fma4(qq, kk[c], s[r][c]);
         }
       }
     }

@@ -89,7 +89,26 @@ TEST(Attention, BackwardMatchesReference) {
   }
 }
 
-// The reference backward against central differences of the reference forward, on tiny sizes.
+// One forward and backward of a case under the current kernel choice against the references.
+void expect_forward_and_backward_match_reference(const Inputs& in, const std::string& name) {
+  const Tensor mask = mask_tensor(in);
+  Tensor out;
+  const auto grads = test::gpu_grads(
+      [&](std::vector<Tensor>& x) {
+        return out = ops::attention(x[0], x[1], x[2], mask, in.opts);
+      },
+      {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
+       test::to_gpu(in.v, kv_shape(in.shape))},
+      test::to_gpu(in.dout, q_shape(in.shape)));
+  test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5,
+                     1e-4, name + " out");
+  const auto want =
+      ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+  test::expect_close(grads[0], want.dq, 1e-4, 5e-4, name + " dq");
+  test::expect_close(grads[1], want.dk, 1e-4, 5e-4, name + " dk");
+  test::expect_close(grads[2], want.dv, 1e-4, 5e-4, name + " dv");
+}
+
 // Fast math mode runs the register-tiled kernels for head_dim <= 64 (the cases above); the plain
 // kernels serve larger heads, Precise mode and VKF_ATTENTION=plain. Check the plain ones on the
 // small-head cases too.
@@ -99,20 +118,7 @@ TEST(Attention, PlainKernelsMatchReferenceForSmallHeads) {
   for (const Case& c : kCases) {
     if (c.d > 64) continue;
     SCOPED_TRACE(c.name);
-    const Inputs in = make_inputs(c, ++seed);
-    const Tensor mask = mask_tensor(in);
-    Tensor out;
-    const auto grads = test::gpu_grads(
-        [&](std::vector<Tensor>& x) { return out = ops::attention(x[0], x[1], x[2], mask, in.opts); },
-        {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
-         test::to_gpu(in.v, kv_shape(in.shape))},
-        test::to_gpu(in.dout, q_shape(in.shape)));
-    test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5, 1e-4,
-                       std::string(c.name) + " out");
-    const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
-    test::expect_close(grads[0], want.dq, 1e-4, 5e-4, std::string(c.name) + " dq");
-    test::expect_close(grads[1], want.dk, 1e-4, 5e-4, std::string(c.name) + " dk");
-    test::expect_close(grads[2], want.dv, 1e-4, 5e-4, std::string(c.name) + " dv");
+    expect_forward_and_backward_match_reference(make_inputs(c, ++seed), c.name);
   }
   ::unsetenv("VKF_ATTENTION");
 }
@@ -131,23 +137,11 @@ TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
     if (c.d > 64) continue;
     SCOPED_TRACE(c.name);
     ASSERT_EQ(ops::detail::attention_kernels(c.d, 0), ops::detail::AttentionKernels::Fast);
-    const Inputs in = make_inputs(c, ++seed);
-    const Tensor mask = mask_tensor(in);
-    Tensor out;
-    const auto grads = test::gpu_grads(
-        [&](std::vector<Tensor>& x) { return out = ops::attention(x[0], x[1], x[2], mask, in.opts); },
-        {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
-         test::to_gpu(in.v, kv_shape(in.shape))},
-        test::to_gpu(in.dout, q_shape(in.shape)));
-    test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5, 1e-4,
-                       std::string(c.name) + " out");
-    const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
-    test::expect_close(grads[0], want.dq, 1e-4, 5e-4, std::string(c.name) + " dq");
-    test::expect_close(grads[1], want.dk, 1e-4, 5e-4, std::string(c.name) + " dk");
-    test::expect_close(grads[2], want.dv, 1e-4, 5e-4, std::string(c.name) + " dv");
+    expect_forward_and_backward_match_reference(make_inputs(c, ++seed), c.name);
   }
 }
 
+// The reference backward against central differences of the reference forward, on tiny sizes.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   const Case tiny[] = {
       {"causal", 1, 5, 5, 2, 1, 3, true, 0, 0, Pad::kNone, 1},
