@@ -86,6 +86,14 @@ void check_grid(int64_t groups, const char* what) {
               what, groups, kMaxGroups);
 }
 
+// The grid of a kernel with one workgroup per block of rows of one head: (blocks, heads, batch),
+// or (heads, blocks, batch) for the register-tiled kernels, whose shaders map grid y to the blocks
+// with the most work first (under a causal mask): workgroups are dispatched about in grid order,
+// so the longest ones start first and the last ones to start are short.
+Grid block_grid(bool heads_fastest, int64_t blocks, int64_t heads, int64_t batch) {
+  const auto u = [](int64_t n) { return static_cast<uint32_t>(n); };
+  return heads_fastest ? Grid{u(heads), u(blocks), u(batch)} : Grid{u(blocks), u(heads), u(batch)};
+}
 
 Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
               const AttentionOptions& opts) {
@@ -237,9 +245,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     launch(s.coopmat() ? detail::flash_module("dq")
            : s.fast()  ? s.fast_modules.dq
                        : variant_name("attention_bwd_dq", vi),
-           push,
-           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
-                static_cast<uint32_t>(dims.b)},
+           push, block_grid(s.fast(), blocks, dims.hq, dims.b),
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, {},
            pair_cost(dims, 3, 3 * qbytes));
     ctx.add_grad(0, dq);
@@ -257,9 +263,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     launch(s.coopmat() ? detail::flash_module("dkv")
            : s.fast()  ? s.fast_modules.dkv
                        : variant_name("attention_bwd_dkv", vi),
-           push,
-           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
-                static_cast<uint32_t>(dims.b)},
+           push, block_grid(s.fast(), blocks, dims.hkv, dims.b),
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk, &dv}, {},
            pair_cost(dims, 4, 2 * qbytes + 4.0 * static_cast<double>(s.k.nbytes())));
     ctx.add_grad(1, dk);
@@ -309,9 +313,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   launch(s.coopmat() ? detail::flash_module("fwd")
          : s.fast()  ? s.fast_modules.fwd
                      : variant_name("attention_fwd", vi),
-         push,
-         Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
-              static_cast<uint32_t>(dims.b)},
+         push, block_grid(s.fast(), blocks, dims.hq, dims.b),
          {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse}, {},
          pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
 

@@ -58,8 +58,10 @@ shared float sDelta[BQ];
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint rg = t / LANES, lane = t % LANES;
-  const uint k0 = gl_WorkGroupID.x * BK;
-  const uint hk = gl_WorkGroupID.y;
+  // Grid (key/value heads, key blocks, batch), heads fastest: every head's first block (seen by
+  // the most queries under a causal mask) is dispatched first.
+  const uint k0 = gl_WorkGroupID.y * BK;
+  const uint hk = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint group = p.a.hq / p.a.hkv;

@@ -9,8 +9,6 @@
 // workgroup barriers per tile (staging K and V); sums in a fixed order (deterministic, no
 // atomics). Scores in log2 units as in the forward.
 //
-// Query blocks run in reverse order: under a causal mask the last ones see the most keys.
-//
 // Variants by keys per tile: k32 (38.8 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.2 KiB,
 // lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for devices
 // without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BQ = 32.
@@ -55,9 +53,11 @@ shared uint sKeyOk[BK];
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint rg = t / LANES, lane = t % LANES;
+  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
+  // under a causal mask) is dispatched first.
   const uint blocks = (p.a.tq + BQ - 1) / BQ;
-  const uint q0 = (blocks - 1 - gl_WorkGroupID.x) * BQ;  // last blocks first
-  const uint h = gl_WorkGroupID.y;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint h = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);

@@ -14,9 +14,6 @@
 // end, in a fixed order (deterministic). Scores are kept in the log2 domain (scale * log2 e
 // folded into one multiply, exp2), the logsumexp is written in natural units.
 //
-// Query blocks run in reverse order: under a causal mask the last blocks see the most keys, so
-// the longest workgroups start first.
-//
 // Variants: q64 (64 rows, 128 invocations, 42.9 KiB of shared memory: NVIDIA's 48 KiB), q32 (32
 // rows, 64 invocations, 29.8 KiB: lavapipe's 32 KiB), both with subgroup shuffles, and q32_shared
 // (row reductions through shared memory, for devices without the subgroups ROW_SHUFFLE needs).
@@ -103,9 +100,11 @@ void row_sum(inout float x[RQ], uint rg, uint lane) {
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint rg = t / LANES, lane = t % LANES;
+  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
+  // under a causal mask) is dispatched first.
   const uint blocks = (p.a.tq + BQ - 1) / BQ;
-  const uint q0 = (blocks - 1 - gl_WorkGroupID.x) * BQ;  // last blocks first
-  const uint h = gl_WorkGroupID.y;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint h = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
