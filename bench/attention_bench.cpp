@@ -1,6 +1,7 @@
 // Micro-benchmark of fused attention (ops::attention), forward and backward, on the attention
 // shapes of the training benchmarks: for each shape, any of the plain fp32 kernels (`plain`, the
-// reference path), the fp32 register-tiled kernels (`fast`, F32 matmul precision) and the f16
+// reference path), the fp32 register-tiled kernels (`fast`, F32 matmul precision, the builds the
+// device gets; `fast-small` forces their 32 KiB tiles, to compare on large devices) and the f16
 // tensor-core kernels (`coopmat`, F16 precision, where the device has NV cooperative matrices) on
 // the same random inputs, timed per kernel with GPU timestamps (median over repeats after a
 // warm-up), forward and backward apart, and each family's results checked against the first
@@ -17,7 +18,7 @@
 // per-element checks against double-precision references.
 //
 //   attention_bench [--device N] [--shapes 135m,1b | BxTxHqxHkvxD[:nc],...] [--repeats 10]
-//                   [--kernels plain,fast,coopmat] [--coopmat-convert auto|exact|hw]
+//                   [--kernels plain,fast,fast-small,coopmat] [--coopmat-convert auto|exact|hw]
 //                   [--tolerance 1e-2] [--fp32-tolerance 1e-4] [--emulate]
 // A shape's ":nc" suffix makes it non-causal. --emulate runs the tensor-core kernels' emulated
 // builds on a device without cooperative matrices (slow; to check the benchmark itself).
@@ -157,8 +158,8 @@ int run(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed forward+backward calls per row")
       ->check(CLI::Range(1, 1000));
   app.add_option("--kernels", kernels,
-                 "comma-separated kernel families: plain, fast, coopmat (the first one run is "
-                 "the reference of the checks)");
+                 "comma-separated kernel families: plain, fast, fast-small, coopmat (the first "
+                 "one run is the reference of the checks)");
   app.add_option("--coopmat-convert", convert,
                  "f32 -> f16 conversion of the tensor-core kernels: auto, exact, hw")
       ->check(CLI::IsMember({"auto", "exact", "hw"}));
@@ -182,8 +183,9 @@ int run(int argc, char** argv) {
   for (size_t start = 0; start <= kernels.size();) {
     const size_t end = std::min(kernels.find(',', start), kernels.size());
     const std::string name = kernels.substr(start, end - start);
-    if (name != "plain" && name != "fast" && name != "coopmat")
-      throw vkf::Error(fmt::format("--kernels: unknown family '{}'; use plain, fast, coopmat", name));
+    if (name != "plain" && name != "fast" && name != "fast-small" && name != "coopmat")
+      throw vkf::Error(fmt::format(
+          "--kernels: unknown family '{}'; use plain, fast, fast-small, coopmat", name));
     families.push_back(name);
     start = end + 1;
   }
@@ -201,7 +203,7 @@ int run(int argc, char** argv) {
   fmt::print(
       "flops: FlashAttention's convention (causal = half the pairs; backward = 2.5 x "
       "forward); per-kernel TFLOP/s count the products each kernel does\n\n");
-  fmt::print("{:<20} {:<8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}  {}\n", "shape",
+  fmt::print("{:<20} {:<10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}  {}\n", "shape",
              "kernels", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s", "total ms", "all TF/s",
              "delta ms", "dq ms", "dkv ms", "per-kernel TF/s (fwd, dq, dkv)");
   bool all_pass = true;
@@ -232,6 +234,9 @@ int run(int argc, char** argv) {
     for (const std::string& family : families) {
       const bool coopmat = family == "coopmat", plain = family == "plain";
       vkf::set_matmul_precision(coopmat ? vkf::MatmulPrecision::F16 : vkf::MatmulPrecision::F32);
+      detail::set_fast_attention_builds(family == "fast-small"
+                                            ? detail::FastAttentionBuilds::SmallTiles
+                                            : detail::FastAttentionBuilds::Auto);
       // VKF_ATTENTION=plain routes every call to the plain kernels (ops/attention_coopmat.cpp).
       if (plain) {
         ::setenv("VKF_ATTENTION", "plain", 1);
@@ -243,7 +248,7 @@ int run(int argc, char** argv) {
                         : plain ? detail::AttentionKernels::Plain
                                 : detail::AttentionKernels::Fast;
       if (kind != want) {
-        fmt::print("{:<20} {:<8} not run: this call takes the {} kernels{}\n", label, family,
+        fmt::print("{:<20} {:<10} not run: this call takes the {} kernels{}\n", label, family,
                    detail::attention_kernels_name(kind),
                    coopmat ? " (" + detail::attention_coopmat_unfit(s.d, 0) + ")" : "");
         continue;
@@ -260,12 +265,12 @@ int run(int argc, char** argv) {
       const double fwd = ms["fwd"], bwd = ms["delta"] + ms["dq"] + ms["dkv"];
       const auto tflops = [](double flops, double t) { return t > 0 ? flops / (t * 1e9) : 0.0; };
       fmt::print(
-          "{:<20} {:<8} {:>8.3f} {:>8.3f} {:>9.1f} {:>9.1f} {:>8.3f} {:>9.1f} {:>8.3f} {:>8.3f} "
+          "{:<20} {:<10} {:>8.3f} {:>8.3f} {:>9.1f} {:>9.1f} {:>8.3f} {:>9.1f} {:>8.3f} {:>8.3f} "
           "{:>8.3f}  {:.1f}, {:.1f}, {:.1f}\n",
           label, family, fwd, bwd, tflops(2 * unit, fwd), tflops(5 * unit, bwd), fwd + bwd,
           tflops(7 * unit, fwd + bwd), ms["delta"], ms["dq"], ms["dkv"], tflops(2 * unit, fwd),
           tflops(3 * unit, ms["dq"]), tflops(4 * unit, ms["dkv"]));
-      fmt::print("{:<20} {:<8} modules: {}\n", "", "", modules);
+      fmt::print("{:<20} {:<10} modules: {}\n", "", "", modules);
       if (reference.empty()) {
         reference = results;
         reference_name = family;
@@ -281,7 +286,7 @@ int run(int argc, char** argv) {
         }
         all_pass = all_pass && pass;
         ++compared;
-        fmt::print("{:<20} {:<8} check vs {} (max err / max |{}|, limit {:.0e}): {}  {}\n", "", "",
+        fmt::print("{:<20} {:<10} check vs {} (max err / max |{}|, limit {:.0e}): {}  {}\n", "", "",
                    reference_name, reference_name, limit, line, pass ? "PASS" : "FAIL");
       }
       std::fflush(stdout);
@@ -289,6 +294,7 @@ int run(int argc, char** argv) {
     ::unsetenv("VKF_ATTENTION");
   }
   vkf::set_matmul_precision(vkf::MatmulPrecision::F32);
+  detail::set_fast_attention_builds(detail::FastAttentionBuilds::Auto);
   if (compared > 0) fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
   return all_pass ? 0 : 2;
 }

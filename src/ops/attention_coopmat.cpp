@@ -55,25 +55,57 @@ uint32_t shared_bytes(const std::string& kernel) {
   return vec * kVec + 2 * queries * 4 + rows * 4;
 }
 
+// Bytes of shared memory of the fp32 register-tiled kernels, mirroring attention_fast.glsl and the
+// kernels' declarations: rows of 17 vec4 (64 floats + 4), row groups of 8 invocations and 4 rows
+// with exchange regions of 4 rows of (columns + 4) floats + 8, one float or uint per tile row for
+// key flags, logsumexp and delta.
+constexpr uint32_t kRowBytes = 17 * 16;
+constexpr uint32_t exchange_bytes(uint32_t columns) { return (4 * ((columns + 4) / 4) + 2) * 16; }
+// Forward: Q (bq rows), K (32), V (32 rows of 64 floats), one exchange per row group, key flags;
+// the barrier build adds its reduction scratch (8 floats per row).
+constexpr uint32_t fast_fwd_bytes(uint32_t bq, bool barriers) {
+  return (bq + 32) * kRowBytes + 32 * 256 + bq / 4 * exchange_bytes(32) + 32 * 4 +
+         (barriers ? bq * 8 * 4 : 0);
+}
+// dq: Q and dO (32 rows), K and V (bk), one exchange per row group (8), key flags.
+constexpr uint32_t fast_dq_bytes(uint32_t bk) {
+  return (2 * 32 + 2 * bk) * kRowBytes + 8 * exchange_bytes(bk) + bk * 4;
+}
+// dk/dv: K and V (32 rows), Q and dO (bq), two exchanges per row group (8), logsumexp and delta.
+constexpr uint32_t fast_dkv_bytes(uint32_t bq) {
+  return (2 * 32 + 2 * bq) * kRowBytes + 2 * 8 * exchange_bytes(bq) + 2 * bq * 4;
+}
+
 // One build of an fp32 register-tiled kernel: module suffix, rows per workgroup (queries, or keys
-// for dk/dv) and bytes of shared memory, from the shaders' declarations (the counts in their
-// headers): vec4 rows of 17, exchange regions of 4 rows of (tile + 4) floats + 4 per row group.
+// for dk/dv) and bytes of shared memory.
 struct FastVariant {
   const char* suffix;
   uint32_t rows;
   uint32_t shared_bytes;
 };
-// Largest first; then the barrier-synchronised build.
-constexpr FastVariant kFastFwd[] = {{"q64", 64, 43904}, {"q32", 32, 30464}};
-constexpr FastVariant kFastFwdBarriers = {"q32_shared", 32, 31488};
-constexpr FastVariant kFastDq[] = {{"k32", 32, 39680}, {"k16", 32, 28864}};
-constexpr FastVariant kFastDqBarriers = {"k16_shared", 32, 28864};
-constexpr FastVariant kFastDkv[] = {{"q32", 32, 44544}, {"q16", 32, 31616}};
-constexpr FastVariant kFastDkvBarriers = {"q16_shared", 32, 31616};
+// Large tiles, small tiles (32 KiB), and the build synchronised by workgroup barriers.
+struct FastKernelBuilds {
+  FastVariant large, small, barriers;
+};
+constexpr FastKernelBuilds kFastFwd{{"q64", 64, fast_fwd_bytes(64, false)},
+                                    {"q32", 32, fast_fwd_bytes(32, false)},
+                                    {"q32_shared", 32, fast_fwd_bytes(32, true)}};
+constexpr FastKernelBuilds kFastDq{{"k32", 32, fast_dq_bytes(32)},
+                                   {"k16", 32, fast_dq_bytes(16)},
+                                   {"k16_shared", 32, fast_dq_bytes(16)}};
+constexpr FastKernelBuilds kFastDkv{{"q32", 32, fast_dkv_bytes(32)},
+                                    {"q16", 32, fast_dkv_bytes(16)},
+                                    {"q16_shared", 32, fast_dkv_bytes(16)}};
+static_assert(fast_fwd_bytes(32, true) <= 32768 && fast_dq_bytes(16) <= 32768 &&
+                  fast_dkv_bytes(16) <= 32768,
+              "the small builds must fit 32 KiB of shared memory (lavapipe)");
+static_assert(fast_fwd_bytes(64, false) <= 49152 && fast_dq_bytes(32) <= 49152 &&
+                  fast_dkv_bytes(32) <= 49152,
+              "the large builds must fit 48 KiB of shared memory (NVIDIA)");
 
-bool& fast_subgroups_allowed() {
-  static bool allowed = true;
-  return allowed;
+FastAttentionBuilds& fast_builds_slot() {
+  static FastAttentionBuilds builds = FastAttentionBuilds::Auto;
+  return builds;
 }
 
 bool lists_16x16x16(const vk::DeviceInfo& info) {
@@ -136,34 +168,31 @@ std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   return "";
 }
 
-void set_fast_attention_subgroups(bool allowed) { fast_subgroups_allowed() = allowed; }
+void set_fast_attention_builds(FastAttentionBuilds builds) { fast_builds_slot() = builds; }
 
 FastAttentionModules fast_attention_modules() {
   const auto& info = vk::Context::get().info();
+  const FastAttentionBuilds builds = fast_builds_slot();
   // Row groups of 8 consecutive invocations must lie inside one subgroup (attention_fast.glsl).
-  const bool subgroups = fast_subgroups_allowed() && info.subgroup_shuffle &&
-                         info.min_subgroup_size >= 8;
+  const bool subgroups = builds != FastAttentionBuilds::WorkgroupBarriers &&
+                         info.subgroup_shuffle && info.min_subgroup_size >= 8;
   FastAttentionModules m;
   m.fits = true;
-  const auto pick = [&](const char* kernel, const auto& table, const FastVariant& barriers,
-                        std::string* module, uint32_t* rows) {
-    const FastVariant* chosen = nullptr;
-    if (subgroups) {
-      for (const FastVariant& v : table)
-        if (!chosen && v.shared_bytes <= info.max_shared_memory) chosen = &v;
-    } else if (barriers.shared_bytes <= info.max_shared_memory) {
-      chosen = &barriers;
-    }
-    if (!chosen) {
-      m.fits = false;
-      return;
-    }
+  const auto pick = [&](const char* kernel, const FastKernelBuilds& table, std::string* module,
+                        uint32_t* rows) {
+    const FastVariant* chosen = &table.barriers;
+    if (subgroups)
+      chosen = builds == FastAttentionBuilds::Auto &&
+                       table.large.shared_bytes <= info.max_shared_memory
+                   ? &table.large
+                   : &table.small;
+    if (chosen->shared_bytes > info.max_shared_memory) m.fits = false;
     *module = std::string(kernel) + "_" + chosen->suffix;
     *rows = chosen->rows;
   };
-  pick("attention_fast_fwd", kFastFwd, kFastFwdBarriers, &m.fwd, &m.fwd_rows);
-  pick("attention_fast_bwd_dq", kFastDq, kFastDqBarriers, &m.dq, &m.dq_rows);
-  pick("attention_fast_bwd_dkv", kFastDkv, kFastDkvBarriers, &m.dkv, &m.dkv_rows);
+  pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
+  pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
+  pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
   return m;
 }
 

@@ -26,11 +26,17 @@ AttentionKernels attention_kernels(int64_t head_dim, float dropout_p);
 // Why the tensor-core kernels cannot serve such a call now, or "" when they can.
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p);
 
-// The fp32 register-tiled kernels' modules for this device (attention_fast_*.comp variants): the
-// largest tiles whose shared memory fits, with subgroup shuffles where every subgroup holds whole
-// groups of 8 invocations (minimum subgroup size >= 8 and shuffles in compute shaders), else the
-// builds that synchronise through workgroup barriers. `fits` is false (and the fast kernels are
-// not chosen) on a device whose shared memory holds not even the small tiles.
+// Which builds of the fp32 register-tiled kernels (attention_fast_*.comp) run: Auto takes the
+// largest tiles whose shared memory fits (about 44 KiB on NVIDIA, else the 32 KiB ones) with
+// subgroup shuffles where every subgroup holds whole groups of 8 invocations (minimum subgroup
+// size >= 8 and shuffles in compute shaders), else the builds that synchronise through workgroup
+// barriers. SmallTiles forces the 32 KiB tiles and WorkgroupBarriers the barrier builds (tests
+// and benchmarks compare them).
+enum class FastAttentionBuilds { Auto, SmallTiles, WorkgroupBarriers };
+void set_fast_attention_builds(FastAttentionBuilds builds);
+
+// The modules and rows per workgroup the fast kernels run now. `fits` is false (and the fast
+// kernels are not chosen) on a device whose shared memory cannot hold them.
 struct FastAttentionModules {
   std::string fwd, dq, dkv;
   uint32_t fwd_rows = 0;  // queries per forward workgroup
@@ -39,8 +45,6 @@ struct FastAttentionModules {
   bool fits = false;
 };
 FastAttentionModules fast_attention_modules();
-// Tests: false makes fast_attention_modules() pick the workgroup-barrier builds on any device.
-void set_fast_attention_subgroups(bool allowed);
 
 // The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
 // set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees

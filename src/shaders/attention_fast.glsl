@@ -23,7 +23,12 @@
 // Shared rows are ROW4 = 17 vec4 (64 floats + 4 of padding): the 8 lanes of a group read 8
 // consecutive rows at the same column, which the padding spreads over all 32 banks.
 //
-// The includer defines NT (invocations), and includes attention_common.glsl first.
+// Exchange regions: per row group, RQ rows of XW values (XW = the tile's columns, defined by the
+// includer) padded to XW + 4 floats, and the region padded by 8 floats, so that the 4 row groups
+// of a subgroup of 32 start 0, 24, 16 and 8 banks apart (XW = 16 or 32) and neither their scalar
+// writes nor their vec4 reads collide.
+//
+// The includer defines NT (invocations) and XW, and includes attention_common.glsl first.
 #extension GL_EXT_control_flow_attributes : require
 #if ROW_SHUFFLE
 #extension GL_KHR_shader_subgroup_basic : require
@@ -35,6 +40,8 @@
 #define ROW4 17        // vec4 per padded shared row
 #define LANES 8        // invocations per row group
 #define RQ 4           // rows per row group
+#define XP4 ((XW + 4) / 4)   // vec4 per exchange row
+#define XG4 (RQ * XP4 + 2)   // vec4 per row group's exchange region
 
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;

@@ -11,9 +11,10 @@
 // workgroup barriers per query tile (staging Q, dO, lse, delta); sums in a fixed order
 // (deterministic, no atomics). Scores in log2 units as in the forward.
 //
-// Variants by queries per tile: q32 (43.5 KiB of shared memory, NVIDIA's 48 KiB), q16 (30.9 KiB,
+// Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB), q16 (31.1 KiB,
 // lavapipe's 32 KiB) with subgroup synchronisation, and q16_shared (workgroup barriers, for
-// devices without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BK = 32.
+// devices without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BK = 32 and
+// the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant q32 -DBQ=32 -DROW_SHUFFLE=1
 //!variant q16 -DBQ=16 -DROW_SHUFFLE=1
@@ -26,8 +27,7 @@
 #define CQ (BQ / 8)       // queries per lane (LANES = 8)
 #define NRG (BK / 4)      // row groups (RQ = 4 keys each)
 #define NT (NRG * 8)      // invocations
-#define XP4 ((BQ + 4) / 4)
-#define XG4 (RQ * XP4 + 1)
+#define XW BQ             // columns of the exchange regions
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 

@@ -9,9 +9,10 @@
 // workgroup barriers per tile (staging K and V); sums in a fixed order (deterministic, no
 // atomics). Scores in log2 units as in the forward.
 //
-// Variants by keys per tile: k32 (38.8 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.2 KiB,
+// Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.3 KiB,
 // lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for devices
-// without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BQ = 32.
+// without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BQ = 32 and the
+// sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant k32 -DBK=32 -DROW_SHUFFLE=1
 //!variant k16 -DBK=16 -DROW_SHUFFLE=1
@@ -24,8 +25,7 @@
 #define CK (BK / 8)       // keys per lane (LANES = 8)
 #define NRG (BQ / 4)      // row groups (RQ = 4 rows each)
 #define NT (NRG * 8)      // invocations
-#define XP4 ((BK + 4) / 4)
-#define XG4 (RQ * XP4 + 1)
+#define XW BK             // columns of the exchange regions
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 

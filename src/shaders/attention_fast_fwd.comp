@@ -14,10 +14,10 @@
 // end, in a fixed order (deterministic). Scores are kept in the log2 domain (scale * log2 e
 // folded into one multiply, exp2), the logsumexp is written in natural units.
 //
-// Variants: q64 (64 rows, 128 invocations, 42.9 KiB of shared memory: NVIDIA's 48 KiB), q32 (32
-// rows, 64 invocations, 29.8 KiB: lavapipe's 32 KiB), both with subgroup shuffles, and q32_shared
-// (row reductions through shared memory, for devices without the subgroups ROW_SHUFFLE needs).
-// The host mirrors BQ and the sizes (src/ops/attention.cpp).
+// Variants: q64 (64 rows, 128 invocations, 43.1 KiB of shared memory: NVIDIA's 48 KiB), q32 (32
+// rows, 64 invocations, 29.9 KiB: lavapipe's 32 KiB), both with subgroup shuffles, and q32_shared
+// (30.9 KiB; row reductions through shared memory, for devices without the subgroups ROW_SHUFFLE
+// needs). The host mirrors BQ and the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant q64 -DBQ=64 -DROW_SHUFFLE=1
 //!variant q32 -DBQ=32 -DROW_SHUFFLE=1
@@ -30,8 +30,7 @@
 #define CK (BK / 8)       // keys per lane (LANES = 8)
 #define NRG (BQ / 4)      // row groups (RQ = 4 rows each)
 #define NT (NRG * 8)      // invocations
-#define XP4 ((BK + 4) / 4)        // vec4 per exchange row (BK probabilities + 4 of padding)
-#define XG4 (RQ * XP4 + 1)        // vec4 per row group's exchange region (+1: spreads the banks)
+#define XW BK             // columns of the exchange regions
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 

@@ -128,8 +128,10 @@ TEST(Attention, PlainKernelsMatchReferenceForSmallHeads) {
 // workgroup barriers: check the second build here too, forward and backward.
 TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
   struct BarrierBuilds {
-    BarrierBuilds() { ops::detail::set_fast_attention_subgroups(false); }
-    ~BarrierBuilds() { ops::detail::set_fast_attention_subgroups(true); }
+    BarrierBuilds() {
+      ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::WorkgroupBarriers);
+    }
+    ~BarrierBuilds() { ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto); }
   } barrier_builds;
   EXPECT_NE(ops::detail::fast_attention_modules().fwd.find("_shared"), std::string::npos);
   uint64_t seed = 700;
