@@ -42,11 +42,14 @@ const Case kCases[] = {
     // Soft-capping and a window through the register-tiled kernels (head_dim <= 64).
     {"t41_softcap5_window9_d40_gqa", 2, 41, 41, 6, 2, 40, true, 9, 5, Pad::kRight, 3},
     // Edges of the register-tiled kernels' tiles (32 queries or keys per workgroup, tiles of 16
-    // or 32, 64 on large devices): lengths that are no multiple of any tile, a window that
-    // crosses tiles, GQA ratios 4 and 3, head dims off the 4-float chunks (6, 17, 61) and inside
-    // the last chunks (40), query blocks that see no key at all, Tq != Tk.
-    {"t100_gqa4_d6_window40", 2, 100, 100, 8, 2, 6, true, 40, 0, Pad::kNone, 1},
-    {"kv_cache_45_of_83_gqa3_d40_right_pad", 2, 45, 83, 6, 2, 40, true, 0, 0, Pad::kRight, 1},
+    // or 32, 64 on large devices): lengths that are no multiple of any tile, windows that cross
+    // tiles, GQA ratios 4 and 3, head dims off the 4-float chunks (6, 17, 61) and inside the last
+    // chunks (24), query blocks that see no key at all, Tq != Tk; and tiles that every row sees
+    // whole (no padding, no window, past the causal diagonal or non-causal), which skip the
+    // visibility tests.
+    {"t100_gqa4_d24", 2, 100, 100, 8, 2, 24, true, 0, 0, Pad::kNone, 1},
+    {"t80_noncausal_softcap20_gqa2", 1, 80, 80, 4, 2, 64, false, 0, 20, Pad::kNone, 4},
+    {"kv_cache_45_of_83_gqa3_d6_window40", 2, 45, 83, 6, 2, 6, true, 40, 0, Pad::kRight, 1},
     {"t97_window33_mqa_d17_softcap", 1, 97, 97, 4, 1, 17, true, 33, 8, Pad::kLeft, 3},
     {"t70_noncausal_window20_d61", 1, 70, 70, 2, 2, 61, false, 20, 0, Pad::kRight, 1},
     {"queries_75_keys_40_d16_gqa3", 1, 75, 40, 3, 1, 16, true, 0, 0, Pad::kNone, 1},
