@@ -2,7 +2,8 @@
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
 // of each GQA group), each from one of three families chosen by ops/attention_coopmat.h: plain,
 // fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
-// //!variant lines and defines; the tables here mirror them so the host can size the grids.
+// //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
+// ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
 // Attention dropout's parameters travel in a six-word buffer (the push constants have no room
 // left), with bit 1 of `flags` saying it is on.
 #include "ops/attention.h"
