@@ -1,21 +1,25 @@
 // Micro-benchmark of fused attention (ops::attention), forward and backward, on the attention
-// shapes of the training benchmarks: for each shape, the fp32 register-tiled kernels (`fast`, F32
-// matmul precision) and the f16 tensor-core kernels (`coopmat`, F16 precision, where the device
-// has NV cooperative matrices) on the same random inputs, timed per kernel with GPU timestamps
-// (median over repeats after a warm-up), and the coopmat results checked against the fast ones.
+// shapes of the training benchmarks: for each shape, any of the plain fp32 kernels (`plain`, the
+// reference path), the fp32 register-tiled kernels (`fast`, F32 matmul precision, the builds the
+// device gets; `fast-small` forces their 32 KiB tiles, to compare on large devices) and the f16
+// tensor-core kernels (`coopmat`, F16 precision, where the device has NV cooperative matrices) on
+// the same random inputs, timed per kernel with GPU timestamps (median over repeats after a
+// warm-up), forward and backward apart, and each family's results checked against the first
+// family of the row's list that ran.
 //
 // FLOP counts follow FlashAttention's convention, so that rates compare with published ones: a
 // causal call does half the pairs; the forward is 2 products (4 B Hq D pairs flops) and the
 // backward 5 (10 B Hq D pairs: s, dp, dv, dk, dq), although the two backward kernels here both
 // recompute s and dp (7 products done). Per-kernel columns show the flops each kernel does.
 //
-// The check: per output, max |coopmat - fast| / max |fast| (the fast kernels are fp32 and close
-// to exact here, so this is the f16 path's error relative to the tensor's scale), PASS below
-// --tolerance. tests/unit/test_attention_f16.cpp holds the strict per-element check.
+// The check: per output, max |family - reference| / max |reference|, PASS below --tolerance for
+// coopmat (the f16 path's error relative to the tensor's scale) and below --fp32-tolerance for
+// the fp32 families against each other. tests/unit/test_attention*.cpp hold the strict
+// per-element checks against double-precision references.
 //
 //   attention_bench [--device N] [--shapes 135m,1b | BxTxHqxHkvxD[:nc],...] [--repeats 10]
-//                   [--kernels fast,coopmat] [--coopmat-convert auto|exact|hw]
-//                   [--tolerance 1e-2] [--emulate]
+//                   [--kernels plain,fast,fast-small,coopmat] [--coopmat-convert auto|exact|hw]
+//                   [--tolerance 1e-2] [--fp32-tolerance 1e-4] [--emulate]
 // A shape's ":nc" suffix makes it non-causal. --emulate runs the tensor-core kernels' emulated
 // builds on a device without cooperative matrices (slow; to check the benchmark itself).
 #include <fmt/format.h>
@@ -24,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -146,18 +151,23 @@ int run(int argc, char** argv) {
   CLI::App app{"vkformer fused attention micro-benchmark"};
   int device = -1, repeats = 10;
   std::string shapes = "135m,1b", kernels = "fast,coopmat", convert = "auto";
-  double tolerance = 1e-2;
+  double tolerance = 1e-2, fp32_tolerance = 1e-4;
   bool emulate = false;
   app.add_option("--device", device, "Vulkan device index (see `vkformer devices`)");
   app.add_option("--shapes", shapes, "comma-separated 135m, 1b or BxTxHqxHkvxD[:nc]");
   app.add_option("--repeats", repeats, "timed forward+backward calls per row")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--kernels", kernels, "comma-separated kernel families: fast, coopmat");
+  app.add_option("--kernels", kernels,
+                 "comma-separated kernel families: plain, fast, fast-small, coopmat (the first "
+                 "one run is the reference of the checks)");
   app.add_option("--coopmat-convert", convert,
                  "f32 -> f16 conversion of the tensor-core kernels: auto, exact, hw")
       ->check(CLI::IsMember({"auto", "exact", "hw"}));
   app.add_option("--tolerance", tolerance,
-                 "coopmat check: max |coopmat - fast| / max |fast| per output for PASS");
+                 "coopmat check: max |coopmat - reference| / max |reference| per output for PASS");
+  app.add_option("--fp32-tolerance", fp32_tolerance,
+                 "fast/plain check: max |family - reference| / max |reference| per output for "
+                 "PASS");
   app.add_flag("--emulate", emulate,
                "run the tensor-core kernels' emulated builds (devices without cooperative "
                "matrices; slow, for checking this benchmark)");
@@ -169,8 +179,16 @@ int run(int argc, char** argv) {
     if (end > start) cases.push_back(parse_shape(shapes.substr(start, end - start)));
     start = end + 1;
   }
-  const bool want_fast = kernels.find("fast") != std::string::npos;
-  const bool want_coopmat = kernels.find("coopmat") != std::string::npos;
+  std::vector<std::string> families;
+  for (size_t start = 0; start <= kernels.size();) {
+    const size_t end = std::min(kernels.find(',', start), kernels.size());
+    const std::string name = kernels.substr(start, end - start);
+    if (name != "plain" && name != "fast" && name != "fast-small" && name != "coopmat")
+      throw vkf::Error(fmt::format(
+          "--kernels: unknown family '{}'; use plain, fast, fast-small, coopmat", name));
+    families.push_back(name);
+    start = end + 1;
+  }
   if (device >= 0) vkf::vk::Context::select_device(device);
   auto& ctx = vkf::vk::Context::get();
   namespace detail = vkf::ops::detail;
@@ -185,9 +203,9 @@ int run(int argc, char** argv) {
   fmt::print(
       "flops: FlashAttention's convention (causal = half the pairs; backward = 2.5 x "
       "forward); per-kernel TFLOP/s count the products each kernel does\n\n");
-  fmt::print("{:<20} {:<8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}  {}\n", "shape",
-             "kernels", "fwd ms", "delta ms", "dq ms", "dkv ms", "total ms", "fwd TF/s", "bwd TF/s",
-             "all TF/s", "per-kernel TF/s (fwd, dq, dkv)");
+  fmt::print("{:<20} {:<10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}  {}\n", "shape",
+             "kernels", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s", "total ms", "all TF/s",
+             "delta ms", "dq ms", "dkv ms", "per-kernel TF/s (fwd, dq, dkv)");
   bool all_pass = true;
   int compared = 0;
   for (const Shape& s : cases) {
@@ -212,15 +230,26 @@ int run(int argc, char** argv) {
         fmt::format("{}x{}x{}/{}x{}{}", s.b, s.t, s.hq, s.hkv, s.d, s.causal ? "" : " nc");
     const std::string label = s.name.find('x') == std::string::npos ? s.name + " " + dims : dims;
     std::vector<std::vector<double>> reference;
-    for (const bool coopmat : {false, true}) {
-      if (coopmat ? !want_coopmat : !want_fast) continue;
+    std::string reference_name;
+    for (const std::string& family : families) {
+      const bool coopmat = family == "coopmat", plain = family == "plain";
       vkf::set_matmul_precision(coopmat ? vkf::MatmulPrecision::F16 : vkf::MatmulPrecision::F32);
+      detail::set_fast_attention_builds(family == "fast-small"
+                                            ? detail::FastAttentionBuilds::SmallTiles
+                                            : detail::FastAttentionBuilds::Auto);
+      // VKF_ATTENTION=plain routes every call to the plain kernels (ops/attention_coopmat.cpp).
+      if (plain) {
+        ::setenv("VKF_ATTENTION", "plain", 1);
+      } else {
+        ::unsetenv("VKF_ATTENTION");
+      }
       const auto kind = detail::attention_kernels(s.d, 0);
-      const bool expected =
-          kind == (coopmat ? detail::AttentionKernels::Coopmat : detail::AttentionKernels::Fast);
-      if (!expected) {
-        fmt::print("{:<20} {:<8} not run: this call takes the {} kernels{}\n", label,
-                   coopmat ? "coopmat" : "fast", detail::attention_kernels_name(kind),
+      const auto want = coopmat ? detail::AttentionKernels::Coopmat
+                        : plain ? detail::AttentionKernels::Plain
+                                : detail::AttentionKernels::Fast;
+      if (kind != want) {
+        fmt::print("{:<20} {:<10} not run: this call takes the {} kernels{}\n", label, family,
+                   detail::attention_kernels_name(kind),
                    coopmat ? " (" + detail::attention_coopmat_unfit(s.d, 0) + ")" : "");
         continue;
       }
@@ -236,32 +265,36 @@ int run(int argc, char** argv) {
       const double fwd = ms["fwd"], bwd = ms["delta"] + ms["dq"] + ms["dkv"];
       const auto tflops = [](double flops, double t) { return t > 0 ? flops / (t * 1e9) : 0.0; };
       fmt::print(
-          "{:<20} {:<8} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.1f} {:>9.1f} "
-          "{:>9.1f}  {:.1f}, {:.1f}, {:.1f}\n",
-          label, coopmat ? "coopmat" : "fast", fwd, ms["delta"], ms["dq"], ms["dkv"], fwd + bwd,
-          tflops(2 * unit, fwd), tflops(5 * unit, bwd), tflops(7 * unit, fwd + bwd),
-          tflops(2 * unit, ms["fwd"]), tflops(3 * unit, ms["dq"]), tflops(4 * unit, ms["dkv"]));
-      fmt::print("{:<20} {:<8} modules: {}\n", "", "", modules);
-      if (!coopmat) {
+          "{:<20} {:<10} {:>8.3f} {:>8.3f} {:>9.1f} {:>9.1f} {:>8.3f} {:>9.1f} {:>8.3f} {:>8.3f} "
+          "{:>8.3f}  {:.1f}, {:.1f}, {:.1f}\n",
+          label, family, fwd, bwd, tflops(2 * unit, fwd), tflops(5 * unit, bwd), fwd + bwd,
+          tflops(7 * unit, fwd + bwd), ms["delta"], ms["dq"], ms["dkv"], tflops(2 * unit, fwd),
+          tflops(3 * unit, ms["dq"]), tflops(4 * unit, ms["dkv"]));
+      fmt::print("{:<20} {:<10} modules: {}\n", "", "", modules);
+      if (reference.empty()) {
         reference = results;
-      } else if (!reference.empty()) {
+        reference_name = family;
+      } else {
+        const double limit = coopmat ? tolerance : fp32_tolerance;
         const char* names[] = {"out", "dq", "dk", "dv"};
         std::string line;
         bool pass = true;
         for (size_t i = 0; i < 4; ++i) {
           const double err = rel_error(results[i], reference[i]);
-          pass = pass && err <= tolerance;
+          pass = pass && err <= limit;
           line += fmt::format("{}{} {:.2e}", i ? ", " : "", names[i], err);
         }
         all_pass = all_pass && pass;
         ++compared;
-        fmt::print("{:<20} {:<8} check vs fast (max err / max |fast|): {}  {}\n", "", "", line,
-                   pass ? "PASS" : "FAIL");
+        fmt::print("{:<20} {:<10} check vs {} (max err / max |{}|, limit {:.0e}): {}  {}\n", "", "",
+                   reference_name, reference_name, limit, line, pass ? "PASS" : "FAIL");
       }
       std::fflush(stdout);
     }
+    ::unsetenv("VKF_ATTENTION");
   }
   vkf::set_matmul_precision(vkf::MatmulPrecision::F32);
+  detail::set_fast_attention_builds(detail::FastAttentionBuilds::Auto);
   if (compared > 0) fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
   return all_pass ? 0 : 2;
 }

@@ -2,7 +2,8 @@
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
 // of each GQA group), each from one of three families chosen by ops/attention_coopmat.h: plain,
 // fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
-// //!variant lines and defines; the tables here mirror them so the host can size the grids.
+// //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
+// ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
 // Attention dropout's parameters travel in a six-word buffer (the push constants have no room
 // left), with bit 1 of `flags` saying it is on.
 #include "ops/attention.h"
@@ -66,11 +67,6 @@ constexpr Tiles kDkvTiles[] = {{32, 32}, {16, 32}, {8, 16}, {4, 8}};
 constexpr int64_t kMaxHeadDim = 256;
 
 using detail::AttentionKernels;
-// Every fast kernel has a variant for ~41 KiB of shared memory (NVIDIA's 48 KiB) and a smaller one
-// that fits 32 KiB (lavapipe).
-bool large_shared_memory() { return vk::Context::get().info().max_shared_memory >= 42u * 1024u; }
-// Query rows per workgroup of the fast forward: 64 with large shared memory, else 32.
-uint32_t fast_forward_rows() { return large_shared_memory() ? 64u : 32u; }
 constexpr int64_t kMaxGroups = 65535;  // per grid dimension on every device we target
 
 // Index of the smallest variant whose padded head dim holds d.
@@ -91,6 +87,14 @@ void check_grid(int64_t groups, const char* what) {
               what, groups, kMaxGroups);
 }
 
+// The grid of a kernel with one workgroup per block of rows of one head: (blocks, heads, batch),
+// or (heads, blocks, batch) for the register-tiled kernels, whose shaders map grid y to the blocks
+// with the most work first (under a causal mask): workgroups are dispatched about in grid order,
+// so the longest ones start first and the last ones to start are short.
+Grid block_grid(bool heads_fastest, int64_t blocks, int64_t heads, int64_t batch) {
+  const auto u = [](int64_t n) { return static_cast<uint32_t>(n); };
+  return heads_fastest ? Grid{u(heads), u(blocks), u(batch)} : Grid{u(blocks), u(heads), u(batch)};
+}
 
 Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
               const AttentionOptions& opts) {
@@ -182,6 +186,7 @@ struct SavedForward {
   Dims dims;
   AttnParams params;
   AttentionKernels kernels = AttentionKernels::Plain;  // the family of forward and backward
+  detail::FastAttentionModules fast_modules;             // with AttentionKernels::Fast
 
   uint32_t flags() const {
     return (mask.defined() ? kAttnFlagMask : 0) | (dropout.defined() ? kAttnFlagDropout : 0);
@@ -192,20 +197,12 @@ struct SavedForward {
   uint64_t dropout_address() const { return dropout.defined() ? dropout.address() : 0; }
 };
 
-// The fast backward kernels: 32 queries (dq) / 32 keys (dk, dv) per workgroup; the other tile
-// side is 32 with large shared memory, else 16.
-constexpr uint32_t kFastBwdRows = 32;
-const char* fast_bwd_suffix(bool dq) {
-  const bool big = large_shared_memory();
-  return dq ? (big ? "_k32" : "_k16") : (big ? "_q32" : "_q16");
-}
-
-// The tensor-core kernels' flag for reading rows as vec4: head_dim a multiple of 4 and every
-// operand starting 16-byte aligned.
+// The tensor-core and register-tiled kernels' flag for reading (and writing) rows as vec4:
+// head_dim a multiple of 4 and every operand (undefined ones aside) starting 16-byte aligned.
 uint32_t vec4_flag(int64_t d, std::initializer_list<const Tensor*> operands) {
   if (d % 4 != 0) return 0;
   for (const Tensor* t : operands)
-    if (t->address() % 16 != 0) return 0;
+    if (t->defined() && t->address() % 16 != 0) return 0;
   return detail::kFlashFlagVec4;
 }
 
@@ -216,8 +213,18 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Dims& dims = s.dims;
   const int vi = variant_index(dims.d);
   const double qbytes = static_cast<double>(s.q.nbytes());
+  Tensor dq, dk, dv;
+  if (ctx.needs_grad(0)) dq = Tensor::empty(s.q.shape(), DType::F32);
+  if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
+    dk = Tensor::empty(s.k.shape(), DType::F32);
+    dv = Tensor::empty(s.v.shape(), DType::F32);
+  }
+  // The register-tiled kernels also write their gradients as vec4.
   const uint32_t flags =
-      s.flags() | (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout}) : 0);
+      s.flags() |
+      (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout})
+       : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout, &dq, &dk, &dv})
+                   : 0);
 
   Tensor delta = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
   const DeltaPush dp{dout.address(), s.out.address(), delta.address(),
@@ -227,44 +234,37 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
          {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   if (ctx.needs_grad(0)) {
-    Tensor dq = Tensor::empty(s.q.shape(), DType::F32);
     const DqPush push{s.q.address(),   s.k.address(),      s.v.address(),
                       s.mask_address(), dout.address(),    s.lse.address(),
                       delta.address(),  dq.address(),      s.dropout_address(),
                       s.params,         flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dq")
-                         : s.fast()  ? kFastBwdRows
+                         : s.fast()  ? s.fast_modules.dq_rows
                                      : kDqTiles[vi].bq;
     const int64_t blocks = (dims.tq + rows - 1) / rows;
     check_grid(blocks, "the dq query blocks");
     launch(s.coopmat() ? detail::flash_module("dq")
-           : s.fast()  ? std::string("attention_fast_bwd_dq") + fast_bwd_suffix(true)
+           : s.fast()  ? s.fast_modules.dq
                        : variant_name("attention_bwd_dq", vi),
-           push,
-           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
-                static_cast<uint32_t>(dims.b)},
+           push, block_grid(s.fast(), blocks, dims.hq, dims.b),
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, {},
            pair_cost(dims, 3, 3 * qbytes));
     ctx.add_grad(0, dq);
   }
   if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
-    Tensor dk = Tensor::empty(s.k.shape(), DType::F32);
-    Tensor dv = Tensor::empty(s.v.shape(), DType::F32);
     const DkvPush push{s.q.address(),   s.k.address(),   s.v.address(),
                        s.mask_address(), dout.address(),  s.lse.address(),
                        delta.address(),  dk.address(),    dv.address(),
                        s.dropout_address(), s.params,    flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
-                         : s.fast()  ? kFastBwdRows
+                         : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
     launch(s.coopmat() ? detail::flash_module("dkv")
-           : s.fast()  ? std::string("attention_fast_bwd_dkv") + fast_bwd_suffix(false)
+           : s.fast()  ? s.fast_modules.dkv
                        : variant_name("attention_bwd_dkv", vi),
-           push,
-           Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hkv),
-                static_cast<uint32_t>(dims.b)},
+           push, block_grid(s.fast(), blocks, dims.hkv, dims.b),
            {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk, &dv}, {},
            pair_cost(dims, 4, 2 * qbytes + 4.0 * static_cast<double>(s.k.nbytes())));
     ctx.add_grad(1, dk);
@@ -279,14 +279,17 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const Dims dims = validate(q, k, v, key_padding_mask, opts);
   const int vi = variant_index(dims.d);
   const AttentionKernels kernels = detail::attention_kernels(dims.d, opts.dropout_p);
+  detail::FastAttentionModules fast_modules;
+  if (kernels == AttentionKernels::Fast) fast_modules = detail::fast_attention_modules();
   const uint32_t rows = kernels == AttentionKernels::Coopmat ? detail::flash_rows("fwd")
-                        : kernels == AttentionKernels::Fast  ? fast_forward_rows()
+                        : kernels == AttentionKernels::Fast  ? fast_modules.fwd_rows
                                                              : kForwardTiles[vi].bq;
   const int64_t blocks = (dims.tq + rows - 1) / rows;
   check_grid(blocks, "the query blocks");
 
   SavedForward s;
   s.kernels = kernels;
+  s.fast_modules = fast_modules;
   s.dims = dims;
   s.params = make_params(dims, opts);
   s.q = q.is_contiguous() ? q : q.contiguous();
@@ -302,16 +305,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   s.out = Tensor::empty(q.shape(), DType::F32);
   s.lse = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
 
+  const uint32_t vec4 = s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v})
+                        : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &s.out})
+                                    : 0;
   const ForwardPush push{s.q.address(),      s.k.address(),   s.v.address(),
                          s.mask_address(),   s.out.address(), s.lse.address(),
-                         s.dropout_address(), s.params,
-                         s.flags() | (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v}) : 0)};
+                         s.dropout_address(), s.params,      s.flags() | vec4};
   launch(s.coopmat() ? detail::flash_module("fwd")
-         : s.fast()  ? "attention_fast_fwd_q" + std::to_string(rows)
+         : s.fast()  ? s.fast_modules.fwd
                      : variant_name("attention_fwd", vi),
-         push,
-         Grid{static_cast<uint32_t>(blocks), static_cast<uint32_t>(dims.hq),
-              static_cast<uint32_t>(dims.b)},
+         push, block_grid(s.fast(), blocks, dims.hq, dims.b),
          {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse}, {},
          pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
 

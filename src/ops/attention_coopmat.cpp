@@ -1,6 +1,6 @@
 // Kernel choice for ops::attention (see attention_coopmat.h). The shared-memory sizes below mirror
-// the declarations of the flash_attn_*.comp shaders, so that a device that cannot hold them is
-// routed to the fp32 kernels with a reason instead of failing at pipeline creation.
+// the declarations of the flash_attn_*.comp and attention_fast_*.comp shaders, so that a device
+// that cannot hold them is routed to other kernels instead of failing at pipeline creation.
 #include "ops/attention_coopmat.h"
 
 #include <fmt/format.h>
@@ -53,6 +53,59 @@ uint32_t shared_bytes(const std::string& kernel) {
   const uint32_t tiles = 2 * queries * kRowVec, kv = rows * kRowVec;
   const uint32_t vec = emulated ? tiles + sg * 2 * 16 * queries / 8 + 2 * kv : std::max(tiles, kv);
   return vec * kVec + 2 * queries * 4 + rows * 4;
+}
+
+// Bytes of shared memory of the fp32 register-tiled kernels, mirroring attention_fast.glsl and the
+// kernels' declarations: rows of 17 vec4 (64 floats + 4), row groups of 8 invocations and 4 rows
+// with exchange regions of 4 rows of (columns + 4) floats + 8, one float or uint per tile row for
+// key flags, logsumexp and delta.
+constexpr uint32_t kRowBytes = 17 * 16;
+constexpr uint32_t exchange_bytes(uint32_t columns) { return (4 * ((columns + 4) / 4) + 2) * 16; }
+// Forward: Q (bq rows), K (32), V (32 rows of 64 floats), one exchange per row group, key flags;
+// the barrier build adds its reduction scratch (8 floats per row).
+constexpr uint32_t fast_fwd_bytes(uint32_t bq, bool barriers) {
+  return (bq + 32) * kRowBytes + 32 * 256 + bq / 4 * exchange_bytes(32) + 32 * 4 +
+         (barriers ? bq * 8 * 4 : 0);
+}
+// dq: Q and dO (32 rows), K and V (bk), one exchange per row group (8), key flags.
+constexpr uint32_t fast_dq_bytes(uint32_t bk) {
+  return (2 * 32 + 2 * bk) * kRowBytes + 8 * exchange_bytes(bk) + bk * 4;
+}
+// dk/dv: K and V (32 rows), Q and dO (bq), two exchanges per row group (8), logsumexp and delta.
+constexpr uint32_t fast_dkv_bytes(uint32_t bq) {
+  return (2 * 32 + 2 * bq) * kRowBytes + 2 * 8 * exchange_bytes(bq) + 2 * bq * 4;
+}
+
+// One build of an fp32 register-tiled kernel: module suffix, rows per workgroup (queries, or keys
+// for dk/dv) and bytes of shared memory.
+struct FastVariant {
+  const char* suffix;
+  uint32_t rows;
+  uint32_t shared_bytes;
+};
+// Large tiles, small tiles (32 KiB), and the build synchronised by workgroup barriers.
+struct FastKernelBuilds {
+  FastVariant large, small, barriers;
+};
+constexpr FastKernelBuilds kFastFwd{{"q64", 64, fast_fwd_bytes(64, false)},
+                                    {"q32", 32, fast_fwd_bytes(32, false)},
+                                    {"q32_shared", 32, fast_fwd_bytes(32, true)}};
+constexpr FastKernelBuilds kFastDq{{"k32", 32, fast_dq_bytes(32)},
+                                   {"k16", 32, fast_dq_bytes(16)},
+                                   {"k16_shared", 32, fast_dq_bytes(16)}};
+constexpr FastKernelBuilds kFastDkv{{"q32", 32, fast_dkv_bytes(32)},
+                                    {"q16", 32, fast_dkv_bytes(16)},
+                                    {"q16_shared", 32, fast_dkv_bytes(16)}};
+static_assert(fast_fwd_bytes(32, true) <= 32768 && fast_dq_bytes(16) <= 32768 &&
+                  fast_dkv_bytes(16) <= 32768,
+              "the small builds must fit 32 KiB of shared memory (lavapipe)");
+static_assert(fast_fwd_bytes(64, false) <= 49152 && fast_dq_bytes(32) <= 49152 &&
+                  fast_dkv_bytes(32) <= 49152,
+              "the large builds must fit 48 KiB of shared memory (NVIDIA)");
+
+FastAttentionBuilds& fast_builds_slot() {
+  static FastAttentionBuilds builds = FastAttentionBuilds::Auto;
+  return builds;
 }
 
 bool lists_16x16x16(const vk::DeviceInfo& info) {
@@ -115,11 +168,39 @@ std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   return "";
 }
 
+void set_fast_attention_builds(FastAttentionBuilds builds) { fast_builds_slot() = builds; }
+
+FastAttentionModules fast_attention_modules() {
+  const auto& info = vk::Context::get().info();
+  const FastAttentionBuilds builds = fast_builds_slot();
+  // Row groups of 8 consecutive invocations must lie inside one subgroup (attention_fast.glsl).
+  const bool subgroups = builds != FastAttentionBuilds::WorkgroupBarriers &&
+                         info.subgroup_shuffle && info.min_subgroup_size >= 8;
+  FastAttentionModules m;
+  m.fits = true;
+  const auto pick = [&](const char* kernel, const FastKernelBuilds& table, std::string* module,
+                        uint32_t* rows) {
+    const FastVariant* chosen = &table.barriers;
+    if (subgroups)
+      chosen = builds == FastAttentionBuilds::Auto &&
+                       table.large.shared_bytes <= info.max_shared_memory
+                   ? &table.large
+                   : &table.small;
+    if (chosen->shared_bytes > info.max_shared_memory) m.fits = false;
+    *module = std::string(kernel) + "_" + chosen->suffix;
+    *rows = chosen->rows;
+  };
+  pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
+  pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
+  pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
+  return m;
+}
+
 AttentionKernels attention_kernels(int64_t head_dim, float dropout_p) {
   if (attention_coopmat_unfit(head_dim, dropout_p).empty()) return AttentionKernels::Coopmat;
   // Dropout of the probabilities lives in the plain kernels only.
   if (!plain_forced() && math_mode() == MathMode::Fast && head_dim <= kFastMaxHeadDim &&
-      dropout_p == 0)
+      dropout_p == 0 && fast_attention_modules().fits)
     return AttentionKernels::Fast;
   return AttentionKernels::Plain;
 }

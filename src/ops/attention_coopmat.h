@@ -26,6 +26,26 @@ AttentionKernels attention_kernels(int64_t head_dim, float dropout_p);
 // Why the tensor-core kernels cannot serve such a call now, or "" when they can.
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p);
 
+// Which builds of the fp32 register-tiled kernels (attention_fast_*.comp) run: Auto takes the
+// largest tiles whose shared memory fits (about 44 KiB on NVIDIA, else the 32 KiB ones) with
+// subgroup shuffles where every subgroup holds whole groups of 8 invocations (minimum subgroup
+// size >= 8 and shuffles in compute shaders), else the builds that synchronise through workgroup
+// barriers. SmallTiles forces the 32 KiB tiles and WorkgroupBarriers the barrier builds (tests
+// and benchmarks compare them).
+enum class FastAttentionBuilds { Auto, SmallTiles, WorkgroupBarriers };
+void set_fast_attention_builds(FastAttentionBuilds builds);
+
+// The modules and rows per workgroup the fast kernels run now. `fits` is false (and the fast
+// kernels are not chosen) on a device whose shared memory cannot hold them.
+struct FastAttentionModules {
+  std::string fwd, dq, dkv;
+  uint32_t fwd_rows = 0;  // queries per forward workgroup
+  uint32_t dq_rows = 0;   // queries per dq workgroup
+  uint32_t dkv_rows = 0;  // keys per dk/dv workgroup
+  bool fits = false;
+};
+FastAttentionModules fast_attention_modules();
+
 // The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
 // set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees
 // f16 rounding (as matmul_coopmat's f16_convert() allows), else the exact-conversion build.

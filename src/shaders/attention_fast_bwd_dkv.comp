@@ -1,29 +1,34 @@
-// Fused attention backward, key side, register-tiled (Fast math mode, head_dim <= 64): dk and dv
-// for a block of BK keys of one key/value head, walking every query head of the GQA group
+// Fused attention backward, key side, register-tiled fp32 (Fast math mode, head_dim <= 64): dk and
+// dv for a block of BK = 32 keys of one key/value head, walking every query head of the GQA group
 // (ascending) and the visible queries in tiles of BQ (ascending). Same arithmetic as
 // attention_bwd_dkv.comp:
 //   dv_j = sum_{h, i} p_ij do_i        dk_j = sum_{h, i} ds_ij q_i
-// but each thread owns a 4x4 block of (key, query) pairs and a 4 x OD block of dk and of dv.
-// Gradients are summed in a fixed order (deterministic, no atomics).
+// In the layout of attention_fast.glsl the row groups own keys (rows rg + 8 r of the block) and
+// the lanes the tile's queries lane + 8 c: each lane forms k.q and v.do for its 4 keys and the
+// tile's queries from vec4 reads, turns them into p and ds, passes both to its row group through
+// shared memory, and adds p dO and ds Q into its 4 x 8 blocks of dv and dk (8 reads of p and ds
+// and 16 of dO and Q feed 256 multiply-adds). K and V of the block stay in shared memory; two
+// workgroup barriers per query tile (staging Q, dO, lse, delta); sums in a fixed order
+// (deterministic, no atomics). Scores in log2 units as in the forward.
 //
-// Shared layouts: K and V d-major (four keys = one vec4), Q and dO row-major padded to DMAX + 1
-// floats, p and ds query-major (four keys of one query = one vec4).
-// Variants by queries per tile: q32 needs ~41 KiB of shared memory (NVIDIA), q16 ~29 KiB
-// (lavapipe). Threads = BK * BQ / 16. The host mirrors BK = 32.
+// Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB), q16 (31.1 KiB,
+// lavapipe's 32 KiB) with subgroup synchronisation, and q16_shared (workgroup barriers, for
+// devices without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BK = 32 and
+// the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant q32 -DBQ=32
-//!variant q16 -DBQ=16
+//!variant q32 -DBQ=32 -DROW_SHUFFLE=1
+//!variant q16 -DBQ=16 -DROW_SHUFFLE=1
+//!variant q16_shared -DBQ=16 -DROW_SHUFFLE=0
 #version 460
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
-#define DMAX 64
-#define BK 32
-#define NT (BQ * BK / 16)
-#define TI (BQ / 4)       // pair blocks across a tile's queries
-#define OD (DMAX / TI)    // dk/dv dims per thread
-#define RS (DMAX + 1)
+#define BK 32             // keys per workgroup
+#define CQ (BQ / 8)       // queries per lane (LANES = 8)
+#define NRG (BK / 4)      // row groups (RQ = 4 keys each)
+#define NT (NRG * 8)      // invocations
+#define XW BQ             // columns of the exchange regions
+#include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
 layout(push_constant, std430) uniform Push {
@@ -41,43 +46,49 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-shared vec4 sKt[DMAX * BK / 4];  // K[j][d] at d * BK + j
-shared vec4 sVt[DMAX * BK / 4];
-shared float sQ[BQ * RS];        // Q[i][d] at i * RS + d
-shared float sDO[BQ * RS];
-shared vec4 sP[BQ * BK / 4];     // p[i][j] at i * BK + j
-shared vec4 sG[BQ * BK / 4];     // ds[i][j] at i * BK + j
-shared uint sKeyOk[BK];
-shared float sLse[BQ];
+shared vec4 sK[BK * ROW4];   // K row j of the block at j * ROW4
+shared vec4 sV[BK * ROW4];   // V row j
+shared vec4 sQ[BQ * ROW4];   // Q row i of the tile at i * ROW4
+shared vec4 sDO[BQ * ROW4];  // dO row i
+shared vec4 sP[NRG * XG4];   // row group g's p: key r, query i at float 4 (g XG4 + r XP4) + i
+shared vec4 sG[NRG * XG4];   // and its ds
+shared float sLse2[BQ];      // the tile's logsumexp in log2 units (0 past the end)
 shared float sDelta[BQ];
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint k0 = gl_WorkGroupID.x * BK;
-  const uint hk = gl_WorkGroupID.y;
+  const uint rg = t / LANES, lane = t % LANES;
+  // Grid (key/value heads, key blocks, batch), heads fastest: every head's first block (seen by
+  // the most queries under a causal mask) is dispatched first.
+  const uint k0 = gl_WorkGroupID.y * BK;
+  const uint hk = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint group = p.a.hq / p.a.hkv;
   const uint k_rows = min(uint(BK), p.a.tk - k0);
-  // Keys sj..sj+3 and queries si..si+3 of a tile; dk/dv rows sj..sj+3, dims od..od+OD-1.
-  const uint sj = (t / TI) * 4, si = (t % TI) * 4, od = (t % TI) * OD;
+  const bool vec4_rows = (p.flags & FLAG_ROWS_VEC4) != 0u;
+  const bool softcap = p.a.softcap > 0.0;
+  const float to_log2 = p.a.scale * LOG2E;
+  const uint q_stride = p.a.hq * D;
+  const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
 
-  for (uint e = t; e < BK * DMAX; e += NT) {
-    uint jj = e / DMAX, d = e % DMAX;
-    bool in_range = jj < k_rows && d < D;
-    uint src = ((b * p.a.tk + k0 + jj) * p.a.hkv + hk) * D + d;
-    sKt[(d * BK + jj) / 4][jj % 4] = in_range ? p.k.v[src] : 0.0;
-    sVt[(d * BK + jj) / 4][jj % 4] = in_range ? p.v.v[src] : 0.0;
+  STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, p.a.hkv * D, k_rows);
+  STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, p.a.hkv * D, k_rows);
+  // This lane's keys: present and not padding.
+  bool key_ok[RQ];
+  bool all_keys_ok = k_rows == BK;  // every key of the block, for the whole-tile test
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    const uint jj = rg + NRG * r;
+    key_ok[r] = jj < k_rows;
+    if (key_ok[r] && (p.flags & FLAG_MASK) != 0u) key_ok[r] = p.mask.v[b * p.a.tk + k0 + jj] != 0;
   }
-  if (t < BK) {
-    bool ok = t < k_rows;
-    if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + k0 + t] != 0;
-    sKeyOk[t] = ok ? 1u : 0u;
-  }
-  vec4 acc_k[4][OD / 4], acc_v[4][OD / 4];
-  [[unroll]] for (uint r = 0; r < 4; ++r)
-    [[unroll]] for (uint c = 0; c < OD / 4; ++c) acc_k[r][c] = acc_v[r][c] = vec4(0.0);
+  all_keys_ok = all_keys_ok && (p.flags & FLAG_MASK) == 0u;
+  vec4 acc_k[RQ][2], acc_v[RQ][2];  // dk, dv rows, dims 4 lane + (0..3), 32 + 4 lane + (0..3)
+  [[unroll]] for (uint r = 0; r < RQ; ++r)
+    acc_k[r][0] = acc_k[r][1] = acc_v[r][0] = acc_v[r][1] = vec4(0.0);
 
+  // Queries that can see a key of the block: position i + q_offset >= k0 (causal) and
+  // position - (k0 + k_rows - 1) < window.
   int i_lo = 0, i_hi = int(p.a.tq);
   if (p.a.causal != 0) i_lo = max(i_lo, int(k0) - p.a.q_offset);
   if (p.a.window != 0) i_hi = min(i_hi, int(k0 + k_rows) - 1 + int(p.a.window) - p.a.q_offset);
@@ -85,76 +96,119 @@ void main() {
   for (uint hg = 0; hg < group; ++hg) {
     const uint h = hk * group + hg;
     for (int i0 = i_lo; i0 < i_hi; i0 += BQ) {
-      barrier();  // the previous tile is consumed (and sKt, sVt, sKeyOk are written)
+      barrier();  // the previous tile is consumed (and sK, sV are written)
       const uint q_rows = min(uint(BQ), p.a.tq - uint(i0));
-      for (uint e = t; e < BQ * DMAX; e += NT) {
-        uint i = e / DMAX, d = e % DMAX;
-        bool in_range = i < q_rows && d < D;
-        uint src = ((b * p.a.tq + uint(i0) + i) * p.a.hq + h) * D + d;
-        sQ[i * RS + d] = in_range ? p.q.v[src] : 0.0;
-        sDO[i * RS + d] = in_range ? p.dout.v[src] : 0.0;
-      }
+      const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
+      STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, q_stride, q_rows);
+      STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
       if (t < BQ) {
-        uint row = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
-        sLse[t] = t < q_rows ? p.lse.v[row] : 0.0;
-        sDelta[t] = t < q_rows ? p.delta.v[row] : 0.0;
+        const uint at = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
+        sLse2[t] = t < q_rows ? p.lse.v[at] * LOG2E : 0.0;
+        sDelta[t] = t < q_rows ? p.delta.v[at] : 0.0;
       }
       barrier();
 
-      // dot[r][c] = Q[si + r] . K[sj + c], dp[r][c] = dO[si + r] . V[sj + c]
-      vec4 dot[4], dp[4];
-      [[unroll]] for (uint r = 0; r < 4; ++r) dot[r] = dp[r] = vec4(0.0);
-      [[dont_unroll]] for (uint d = 0; d < D; ++d) {
-        const vec4 kb = sKt[(d * BK + sj) / 4];
-        const vec4 vb = sVt[(d * BK + sj) / 4];
-        [[unroll]] for (uint r = 0; r < 4; ++r) {
-          dot[r] += sQ[(si + r) * RS + d] * kb;
-          dp[r] += sDO[(si + r) * RS + d] * vb;
-        }
-      }
-      [[unroll]] for (uint r = 0; r < 4; ++r) {
-        const uint i = si + r;
-        vec4 pr = vec4(0.0), g = vec4(0.0);
-        [[unroll]] for (uint c = 0; c < 4; ++c) {
-          const uint jj = sj + c;
-          if (i < q_rows && sKeyOk[jj] != 0 &&
-              position_visible(p.a, i0 + int(i) + p.a.q_offset, int(k0 + jj))) {
-            pr[c] = exp(transform_score(p.a, dot[r][c]) - sLse[i]);
-            g[c] = pr[c] * (dp[r][c] - sDelta[i]) * transform_score_grad(p.a, dot[r][c]);
+      // dot[r][c] = K[rg + NRG r] . Q[lane + 8 c] and dp[r][c] = V[rg + NRG r] . dO[lane + 8 c].
+      float dot[RQ][CQ], dp[RQ][CQ];
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = dp[r][c] = 0.0;
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 qq[CQ], oo[CQ];
+          [[unroll]] for (uint c = 0; c < CQ; ++c) {
+            qq[c] = sQ[(lane + LANES * c) * ROW4 + d0 + dc];
+            oo[c] = sDO[(lane + LANES * c) * ROW4 + d0 + dc];
+          }
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
+            const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CQ; ++c) {
+              dot[r][c] = fma4(qq[c], kk, dot[r][c]);
+              dp[r][c] = fma4(oo[c], vv, dp[r][c]);
+            }
           }
         }
-        sP[(i * BK + sj) / 4] = pr;
-        sG[(i * BK + sj) / 4] = g;
       }
-      barrier();
 
-      // dv[sj + r][od + c] += sum_i p[i][sj + r] dO[i][od + c]; dk likewise with ds and Q.
-      [[dont_unroll]] for (uint i = 0; i < BQ; ++i) {
-        const vec4 pr = sP[(i * BK + sj) / 4];
-        const vec4 g = sG[(i * BK + sj) / 4];
-        [[unroll]] for (uint c = 0; c < OD / 4; ++c) {
-          const uint base = i * RS + od + 4 * c;
-          const vec4 ov = vec4(sDO[base], sDO[base + 1], sDO[base + 2], sDO[base + 3]);
-          const vec4 qv = vec4(sQ[base], sQ[base + 1], sQ[base + 2], sQ[base + 3]);
-          [[unroll]] for (uint r = 0; r < 4; ++r) {
-            acc_v[r][c] += pr[r] * ov;
-            acc_k[r][c] += g[r] * qv;
+      // p and ds = p (dp - delta) d(score)/d(dot); without a soft-cap the derivative is the
+      // constant scale, applied to dk once at the end. Hidden pairs get 0 (selected, so whatever
+      // exp2 made of their scores is dropped); a tile whose queries all see every key of the
+      // block skips the tests.
+      float pr[RQ][CQ], g[RQ][CQ];
+      float lse2[CQ], dlt[CQ];
+      [[unroll]] for (uint c = 0; c < CQ; ++c) {
+        lse2[c] = sLse2[lane + LANES * c];
+        dlt[c] = sDelta[lane + LANES * c];
+      }
+      if (softcap) {
+        [[unroll]] for (uint r = 0; r < RQ; ++r)
+          [[unroll]] for (uint c = 0; c < CQ; ++c) {
+            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
+            pr[r][c] = exp2(p.a.softcap * th * LOG2E - lse2[c]);
+            g[r][c] = pr[r][c] * (dp[r][c] - dlt[c]) * (p.a.scale * (1.0 - th * th));
+          }
+      } else {
+        [[unroll]] for (uint r = 0; r < RQ; ++r)
+          [[unroll]] for (uint c = 0; c < CQ; ++c) {
+            pr[r][c] = exp2(dot[r][c] * to_log2 - lse2[c]);
+            g[r][c] = pr[r][c] * (dp[r][c] - dlt[c]);
+          }
+      }
+      const int pos_first = i0 + p.a.q_offset;
+      const bool whole = all_keys_ok && q_rows == BQ &&
+                         (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
+                         (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
+      if (!whole) {
+        [[unroll]] for (uint c = 0; c < CQ; ++c) {
+          const uint ii = lane + LANES * c;
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            if (!key_ok[r] || ii >= q_rows ||
+                !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))) {
+              pr[r][c] = 0.0;
+              g[r][c] = 0.0;
+            }
+          }
+        }
+      }
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CQ; ++c) {
+          const uint at = 4u * (rg * XG4 + r * XP4) + lane + LANES * c;
+          sP[at / 4u][at % 4u] = pr[r][c];
+          sG[at / 4u][at % 4u] = g[r][c];
+        }
+      ROW_SYNC();
+
+      // dv[r] += sum_i p[r][i] dO[i] and dk[r] += sum_i ds[r][i] Q[i] over the tile's queries,
+      // in order.
+      [[unroll]] for (uint i4 = 0; i4 < BQ / 4; ++i4) {
+        vec4 pr[RQ], g[RQ];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          pr[r] = sP[rg * XG4 + r * XP4 + i4];
+          g[r] = sG[rg * XG4 + r * XP4 + i4];
+        }
+        [[unroll]] for (uint u = 0; u < 4; ++u) {
+          const uint i = 4 * i4 + u;
+          const vec4 o0 = sDO[i * ROW4 + lane], o1 = sDO[i * ROW4 + LANES + lane];
+          const vec4 q0 = sQ[i * ROW4 + lane], q1 = sQ[i * ROW4 + LANES + lane];
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            acc_v[r][0] = fma(vec4(pr[r][u]), o0, acc_v[r][0]);
+            acc_v[r][1] = fma(vec4(pr[r][u]), o1, acc_v[r][1]);
+            acc_k[r][0] = fma(vec4(g[r][u]), q0, acc_k[r][0]);
+            acc_k[r][1] = fma(vec4(g[r][u]), q1, acc_k[r][1]);
           }
         }
       }
     }
   }
 
-  [[unroll]] for (uint r = 0; r < 4; ++r) {
-    const uint jj = sj + r;
+  const vec4 grad_scale = vec4(softcap ? 1.0 : p.a.scale);
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    const uint jj = rg + NRG * r;
     if (jj >= k_rows) continue;
-    const uint row = ((b * p.a.tk + k0 + jj) * p.a.hkv + hk) * D;
-    [[unroll]] for (uint c = 0; c < OD; ++c) {
-      const uint d = od + c;
-      if (d < D) {
-        p.dk.v[row + d] = acc_k[r][c / 4][c % 4];
-        p.dv.v[row + d] = acc_v[r][c / 4][c % 4];
-      }
-    }
+    const uint row = kv_base + jj * p.a.hkv * D;
+    store_chunk(p.dk, row, lane, D, vec4_rows, acc_k[r][0] * grad_scale);
+    store_chunk(p.dk, row, LANES + lane, D, vec4_rows, acc_k[r][1] * grad_scale);
+    store_chunk(p.dv, row, lane, D, vec4_rows, acc_v[r][0]);
+    store_chunk(p.dv, row, LANES + lane, D, vec4_rows, acc_v[r][1]);
   }
 }

@@ -1,28 +1,32 @@
-// Fused attention backward, query side, register-tiled (Fast math mode, head_dim <= 64): dq for a
-// block of BQ queries of one head, walking the visible keys in tiles of BK. Same arithmetic as
-// attention_bwd_dq.comp (probabilities recomputed from the saved logsumexp;
-// ds = p (do.v - delta) d(score)/d(dot); dq = sum_j ds_ij k_j), but each thread owns a 4x4 block of
-// scores and a 4 x OD block of dq, so shared-memory loads are shared by several multiply-adds.
-// Gradients are summed in a fixed order (deterministic, no atomics).
+// Fused attention backward, query side, register-tiled fp32 (Fast math mode, head_dim <= 64): dq
+// for a block of BQ = 32 queries of one head, walking the visible keys in tiles of BK. Same
+// arithmetic as attention_bwd_dq.comp: probabilities recomputed from the saved logsumexp,
+// ds = p (do.v - delta) d(score)/d(dot), dq = sum_j ds_ij k_j. In the layout of
+// attention_fast.glsl each lane keeps, for its 4 query rows and the tile's keys lane + 8 c, the
+// dot products q.k and do.v in registers (vec4 reads of Q, dO, K and V: 16 reads feed 128
+// multiply-adds), turns them into ds, passes ds to its row group through shared memory, and
+// adds ds K into its 4 x 8 block of dq (4 reads of ds and 8 of K feed 128 multiply-adds). Two
+// workgroup barriers per tile (staging K and V); sums in a fixed order (deterministic, no
+// atomics). Scores in log2 units as in the forward.
 //
-// Shared layouts: Q and dO d-major (four query rows = one vec4), K and V row-major with rows
-// padded to DMAX + 1 floats (threads of different key blocks hit different banks), ds key-major.
-// Variants by keys per tile: k32 needs ~37 KiB of shared memory (NVIDIA), k16 ~27 KiB (lavapipe).
-// Threads = BQ * BK / 16. The host mirrors BQ = 32.
+// Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.3 KiB,
+// lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for devices
+// without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BQ = 32 and the
+// sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant k32 -DBK=32
-//!variant k16 -DBK=16
+//!variant k32 -DBK=32 -DROW_SHUFFLE=1
+//!variant k16 -DBK=16 -DROW_SHUFFLE=1
+//!variant k16_shared -DBK=16 -DROW_SHUFFLE=0
 #version 460
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
-#define DMAX 64
-#define BQ 32
-#define NT (BQ * BK / 16)
-#define TJ (BK / 4)       // score blocks across a tile's keys
-#define OD (DMAX / TJ)    // dq dims per thread
-#define RS (DMAX + 1)
+#define BQ 32             // queries per workgroup
+#define CK (BK / 8)       // keys per lane (LANES = 8)
+#define NRG (BQ / 4)      // row groups (RQ = 4 rows each)
+#define NT (NRG * 8)      // invocations
+#define XW BK             // columns of the exchange regions
+#include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
 layout(push_constant, std430) uniform Push {
@@ -39,113 +43,145 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-shared vec4 sQt[DMAX * BQ / 4];   // Q[i][d] at d * BQ + i
-shared vec4 sDOt[DMAX * BQ / 4];  // dO[i][d] at d * BQ + i
-shared float sK[BK * RS];         // K[j][d] at j * RS + d
-shared float sV[BK * RS];
-shared vec4 sGt[BK * BQ / 4];     // ds[i][j] at j * BQ + i
+shared vec4 sQ[BQ * ROW4];   // Q row i of the block at i * ROW4
+shared vec4 sDO[BQ * ROW4];  // dO row i
+shared vec4 sK[BK * ROW4];   // K row j of the tile at j * ROW4
+shared vec4 sV[BK * ROW4];   // V row j
+shared vec4 sG[NRG * XG4];   // row group g's ds: row r, key j at float 4 (g XG4 + r XP4) + j
 shared uint sKeyOk[BK];
-shared float sLse[BQ];
-shared float sDelta[BQ];
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint q0 = gl_WorkGroupID.x * BQ;
-  const uint h = gl_WorkGroupID.y;
+  const uint rg = t / LANES, lane = t % LANES;
+  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
+  // under a causal mask) is dispatched first.
+  const uint blocks = (p.a.tq + BQ - 1) / BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint h = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
-  const uint si = (t / TJ) * 4, sj = (t % TJ) * 4, od = (t % TJ) * OD;
+  const bool vec4_rows = (p.flags & FLAG_ROWS_VEC4) != 0u;
+  const bool softcap = p.a.softcap > 0.0;
+  const float to_log2 = p.a.scale * LOG2E;
+  const uint kv_stride = p.a.hkv * D;
+  const uint q_base = ((b * p.a.tq + q0) * p.a.hq + h) * D;
 
-  for (uint e = t; e < BQ * DMAX; e += NT) {
-    uint i = e / DMAX, d = e % DMAX;
-    bool in_range = i < q_rows && d < D;
-    uint src = ((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d;
-    sQt[(d * BQ + i) / 4][i % 4] = in_range ? p.q.v[src] : 0.0;
-    sDOt[(d * BQ + i) / 4][i % 4] = in_range ? p.dout.v[src] : 0.0;
+  STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, p.a.hq * D, q_rows);
+  STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, p.a.hq * D, q_rows);
+  // This lane's rows: logsumexp in log2 units and delta. A row that saw no key has lse = +inf;
+  // none of its scores is visible, so it is never used.
+  float lse2[RQ], dlt[RQ];
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    const uint i = rg + NRG * r;
+    const uint at = (b * p.a.hq + h) * p.a.tq + q0 + i;
+    lse2[r] = i < q_rows ? p.lse.v[at] * LOG2E : 0.0;
+    dlt[r] = i < q_rows ? p.delta.v[at] : 0.0;
   }
-  if (t < BQ) {
-    uint row = (b * p.a.hq + h) * p.a.tq + q0 + t;
-    sLse[t] = t < q_rows ? p.lse.v[row] : 0.0;
-    sDelta[t] = t < q_rows ? p.delta.v[row] : 0.0;
-  }
-  vec4 acc[4][OD / 4];
-  [[unroll]] for (uint r = 0; r < 4; ++r)
-    [[unroll]] for (uint c = 0; c < OD / 4; ++c) acc[r][c] = vec4(0.0);
+  vec4 acc[RQ][2];  // dq rows, dims 4 lane + (0..3) and 32 + 4 lane + (0..3)
+  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
 
   const int pos_first = int(q0) + p.a.q_offset;
-  const int pos_last = int(q0 + q_rows) - 1 + p.a.q_offset;
+  const int pos_last = pos_first + int(q_rows) - 1;
   int j_lo = 0, j_hi = int(p.a.tk);
   if (p.a.causal != 0) j_hi = min(j_hi, pos_last + 1);
   if (p.a.window != 0) j_lo = max(j_lo, pos_first - int(p.a.window) + 1);
   j_lo = (j_lo / BK) * BK;
 
   for (int j0 = j_lo; j0 < j_hi; j0 += BK) {
-    barrier();  // the previous tile is consumed (and sQt, sDOt, sLse, sDelta are written)
-    for (uint e = t; e < BK * DMAX; e += NT) {
-      uint jj = e / DMAX, d = e % DMAX;
-      uint j = uint(j0) + jj;
-      bool in_range = j < p.a.tk && d < D;
-      uint src = ((b * p.a.tk + j) * p.a.hkv + hk) * D + d;
-      sK[jj * RS + d] = in_range ? p.k.v[src] : 0.0;
-      sV[jj * RS + d] = in_range ? p.v.v[src] : 0.0;
-    }
+    barrier();  // the previous tile is consumed (and sQ, sDO are written)
+    const uint k_rows = min(uint(BK), p.a.tk - uint(j0));
+    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
+    STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, kv_stride, k_rows);
+    STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, kv_stride, k_rows);
     if (t < BK) {
-      uint j = uint(j0) + t;
-      bool ok = j < p.a.tk;
-      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + j] != 0;
+      bool ok = t < k_rows;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + t] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();
 
-    // dot[r][c] = Q[si + r] . K[sj + c] and dp[r][c] = dO[si + r] . V[sj + c].
-    vec4 dot[4], dp[4];
-    [[unroll]] for (uint r = 0; r < 4; ++r) dot[r] = dp[r] = vec4(0.0);
-    [[dont_unroll]] for (uint d = 0; d < D; ++d) {
-      const vec4 qa = sQt[(d * BQ + si) / 4];
-      const vec4 oa = sDOt[(d * BQ + si) / 4];
-      const vec4 kb = vec4(sK[sj * RS + d], sK[(sj + 1) * RS + d], sK[(sj + 2) * RS + d], sK[(sj + 3) * RS + d]);
-      const vec4 vb = vec4(sV[sj * RS + d], sV[(sj + 1) * RS + d], sV[(sj + 2) * RS + d], sV[(sj + 3) * RS + d]);
-      [[unroll]] for (uint r = 0; r < 4; ++r) {
-        dot[r] += qa[r] * kb;
-        dp[r] += oa[r] * vb;
-      }
-    }
-    [[unroll]] for (uint c = 0; c < 4; ++c) {
-      const uint jj = sj + c;
-      vec4 col;
-      [[unroll]] for (uint r = 0; r < 4; ++r) {
-        const uint i = si + r;
-        float g = 0.0;
-        if (i < q_rows && sKeyOk[jj] != 0 && position_visible(p.a, pos_first + int(i), j0 + int(jj))) {
-          const float pr = exp(transform_score(p.a, dot[r][c]) - sLse[i]);
-          g = pr * (dp[r][c] - sDelta[i]) * transform_score_grad(p.a, dot[r][c]);
+    // dot[r][c] = Q[rg + NRG r] . K[lane + 8 c] and dp[r][c] = dO[rg + NRG r] . V[lane + 8 c].
+    float dot[RQ][CK], dp[RQ][CK];
+    [[unroll]] for (uint r = 0; r < RQ; ++r)
+      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = dp[r][c] = 0.0;
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
+      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+        vec4 kk[CK], vv[CK];
+        [[unroll]] for (uint c = 0; c < CK; ++c) {
+          kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
+          vv[c] = sV[(lane + LANES * c) * ROW4 + d0 + dc];
         }
-        col[r] = g;
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
+          const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
+          [[unroll]] for (uint c = 0; c < CK; ++c) {
+            dot[r][c] = fma4(qq, kk[c], dot[r][c]);
+            dp[r][c] = fma4(oo, vv[c], dp[r][c]);
+          }
+        }
       }
-      sGt[(jj * BQ + si) / 4] = col;
     }
-    barrier();
 
-    // dq[si + r][od + c] += sum_j ds[si + r][j] K[j][od + c]
-    [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) {
-      const vec4 g = sGt[(jj * BQ + si) / 4];
-      [[unroll]] for (uint c = 0; c < OD / 4; ++c) {
-        const uint base = jj * RS + od + 4 * c;
-        const vec4 kv = vec4(sK[base], sK[base + 1], sK[base + 2], sK[base + 3]);
-        [[unroll]] for (uint r = 0; r < 4; ++r) acc[r][c] += g[r] * kv;
+    // ds = p (dp - delta) d(score)/d(dot); without a soft-cap the derivative is the constant
+    // scale, applied to dq once at the end. Hidden pairs get 0 (selected, so whatever exp2 made
+    // of their scores is dropped); a tile every row sees whole skips the tests.
+    float g[RQ][CK];
+    if (softcap) {
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CK; ++c) {
+          const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
+          const float pr = exp2(p.a.softcap * th * LOG2E - lse2[r]);
+          g[r][c] = pr * (dp[r][c] - dlt[r]) * (p.a.scale * (1.0 - th * th));
+        }
+    } else {
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CK; ++c)
+          g[r][c] = exp2(dot[r][c] * to_log2 - lse2[r]) * (dp[r][c] - dlt[r]);
+    }
+    const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
+                       (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
+                       (p.a.window == 0 || pos_last - j0 < int(p.a.window));
+    if (!whole) {
+      [[unroll]] for (uint c = 0; c < CK; ++c) {
+        const uint jj = lane + LANES * c;
+        const bool key_ok = sKeyOk[jj] != 0u;
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const uint i = rg + NRG * r;
+          if (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), j0 + int(jj)))
+            g[r][c] = 0.0;
+        }
+      }
+    }
+    [[unroll]] for (uint r = 0; r < RQ; ++r)
+      [[unroll]] for (uint c = 0; c < CK; ++c) {
+        const uint at = 4u * (rg * XG4 + r * XP4) + lane + LANES * c;
+        sG[at / 4u][at % 4u] = g[r][c];
+      }
+    ROW_SYNC();
+
+    // acc[r] += sum_j ds[r][j] K[j] over the tile's keys, in order.
+    [[unroll]] for (uint j4 = 0; j4 < BK / 4; ++j4) {
+      vec4 g[RQ];
+      [[unroll]] for (uint r = 0; r < RQ; ++r) g[r] = sG[rg * XG4 + r * XP4 + j4];
+      [[unroll]] for (uint u = 0; u < 4; ++u) {
+        const vec4 k0 = sK[(4 * j4 + u) * ROW4 + lane];
+        const vec4 k1 = sK[(4 * j4 + u) * ROW4 + LANES + lane];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          acc[r][0] = fma(vec4(g[r][u]), k0, acc[r][0]);
+          acc[r][1] = fma(vec4(g[r][u]), k1, acc[r][1]);
+        }
       }
     }
   }
 
-  [[unroll]] for (uint r = 0; r < 4; ++r) {
-    const uint i = si + r;
+  const vec4 grad_scale = vec4(softcap ? 1.0 : p.a.scale);
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    const uint i = rg + NRG * r;
     if (i >= q_rows) continue;
-    const uint row = ((b * p.a.tq + q0 + i) * p.a.hq + h) * D;
-    [[unroll]] for (uint c = 0; c < OD; ++c) {
-      const uint d = od + c;
-      if (d < D) p.dq.v[row + d] = acc[r][c / 4][c % 4];
-    }
+    const uint row = q_base + i * p.a.hq * D;
+    store_chunk(p.dq, row, lane, D, vec4_rows, acc[r][0] * grad_scale);
+    store_chunk(p.dq, row, LANES + lane, D, vec4_rows, acc[r][1] * grad_scale);
   }
 }

@@ -1,27 +1,37 @@
-// Fused attention forward, register-tiled (Fast math mode, head_dim <= 64). Same contract as
-// attention_fwd.comp (o and the row logsumexp; online softmax; no [Tq, Tk] tensor in memory), but
-// built for throughput: each thread computes a 4x4 block of scores and a 4x8 block of the output,
-// reading shared memory as vec4s, so a shared-memory load feeds several multiply-adds instead of
-// one (the plain kernel is bound by shared-memory bandwidth at about 1/8 of the FMA rate).
+// Fused attention forward, register-tiled fp32 (Fast math mode, head_dim <= 64), in the manner of
+// FlashAttention-2: same contract as attention_fwd.comp (o and the row logsumexp; online softmax;
+// no [Tq, Tk] tensor in memory). A workgroup owns BQ query rows of one head and walks the visible
+// keys in tiles of BK = 32. In the layout of attention_fast.glsl, each lane keeps a 4 x 4 block
+// of the tile's scores (rows rg + NRG r, keys lane + 8 c) and a 4 x 8 block of the output in
+// registers. Per tile:
+//   1. the workgroup stages K and V (16-byte reads) and the keys' padding flags;
+//   2. each lane forms its scores from vec4 reads of Q and K (4 + 4 reads feed 64 multiply-adds);
+//   3. the row maximum is reduced over the 8 lanes of the row group (subgroup shuffles), each
+//      lane rescales its output block and its running partial row sum, and writes its
+//      probabilities to the group's exchange region;
+//   4. each lane adds P V for its rows and dims (4 reads of P and 8 of V feed 128 multiply-adds).
+// Two workgroup barriers per tile; the partial row sums are reduced over the group once, at the
+// end, in a fixed order (deterministic). Scores are kept in the log2 domain (scale * log2 e
+// folded into one multiply, exp2), the logsumexp is written in natural units.
 //
-// Shared layouts: Q and K are stored d-major (sQt[d][i], sKt[d][j]) so the four rows of a score
-// block are one vec4; probabilities are stored key-major (sPt[j][i]) for the same reason in P·V;
-// V stays row-major (eight consecutive d of one key are two vec4s).
-//
-// Variants by the query rows per workgroup: q64 needs 41 KiB of shared memory (NVIDIA's 48 KiB),
-// q32 fits lavapipe's 32 KiB. Threads = BQ * BK / 16. The host mirrors BQ (src/ops/attention.cpp).
+// Variants: q64 (64 rows, 128 invocations, 43.1 KiB of shared memory: NVIDIA's 48 KiB), q32 (32
+// rows, 64 invocations, 29.9 KiB: lavapipe's 32 KiB), both with subgroup shuffles, and q32_shared
+// (30.9 KiB; row reductions through shared memory, for devices without the subgroups ROW_SHUFFLE
+// needs). The host mirrors BQ and the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant q64 -DBQ=64
-//!variant q32 -DBQ=32
+//!variant q64 -DBQ=64 -DROW_SHUFFLE=1
+//!variant q32 -DBQ=32 -DROW_SHUFFLE=1
+//!variant q32_shared -DBQ=32 -DROW_SHUFFLE=0
 #version 460
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
-#define DMAX 64
-#define BK 32
-#define NT (BQ * BK / 16)
-#define TJ (BK / 4)  // score blocks across a tile's keys
+#define BK 32             // keys per tile
+#define CK (BK / 8)       // keys per lane (LANES = 8)
+#define NRG (BQ / 4)      // row groups (RQ = 4 rows each)
+#define NT (NRG * 8)      // invocations
+#define XW BK             // columns of the exchange regions
+#include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
 layout(push_constant, std430) uniform Push {
@@ -36,143 +46,193 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-shared vec4 sQt[DMAX * BQ / 4];  // Q[i][d] at float index d * BQ + i
-shared vec4 sKt[DMAX * BK / 4];  // K[j][d] at d * BK + j
-shared vec4 sV[BK * DMAX / 4];   // V[j][d] at j * DMAX + d
-shared vec4 sPt[BK * BQ / 4];    // scores, then probabilities, at j * BQ + i
-shared uint sKeyOk[BK];
-shared float sM[BQ];
-shared float sL[BQ];
-shared float sAlpha[BQ];
+shared vec4 sQ[BQ * ROW4];   // Q row i (of the block) at i * ROW4
+shared vec4 sK[BK * ROW4];   // K row j (of the tile) at j * ROW4
+shared vec4 sV[BK * DCH];    // V row j at j * DCH (read along the row: no padding needed)
+shared vec4 sP[NRG * XG4];   // row group g's probabilities: row r, key j at float
+                             // 4 (g XG4 + r XP4) + j
+shared uint sKeyOk[BK];      // key j of the tile exists and is not padding
+#if !ROW_SHUFFLE
+shared float sRed[BQ * LANES];  // row reductions: row i, lane at i * LANES + lane
+#endif
+
+// Maximum (sum) of x over the 8 lanes of the row group, the same value in every lane. The sum
+// adds in a fixed pattern, so the result does not depend on timing.
+void row_max(inout float x[RQ], uint rg, uint lane) {
+#if ROW_SHUFFLE
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    x[r] = max(x[r], subgroupShuffleXor(x[r], 1u));
+    x[r] = max(x[r], subgroupShuffleXor(x[r], 2u));
+    x[r] = max(x[r], subgroupShuffleXor(x[r], 4u));
+  }
+#else
+  [[unroll]] for (uint r = 0; r < RQ; ++r) sRed[(rg * RQ + r) * LANES + lane] = x[r];
+  barrier();
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    float m = sRed[(rg * RQ + r) * LANES];
+    [[unroll]] for (uint u = 1; u < LANES; ++u) m = max(m, sRed[(rg * RQ + r) * LANES + u]);
+    x[r] = m;
+  }
+  barrier();  // sRed is free again
+#endif
+}
+
+void row_sum(inout float x[RQ], uint rg, uint lane) {
+#if ROW_SHUFFLE
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    x[r] += subgroupShuffleXor(x[r], 1u);
+    x[r] += subgroupShuffleXor(x[r], 2u);
+    x[r] += subgroupShuffleXor(x[r], 4u);
+  }
+#else
+  [[unroll]] for (uint r = 0; r < RQ; ++r) sRed[(rg * RQ + r) * LANES + lane] = x[r];
+  barrier();
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    float s = sRed[(rg * RQ + r) * LANES];
+    [[unroll]] for (uint u = 1; u < LANES; ++u) s += sRed[(rg * RQ + r) * LANES + u];
+    x[r] = s;
+  }
+  barrier();
+#endif
+}
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint q0 = gl_WorkGroupID.x * BQ;
-  const uint h = gl_WorkGroupID.y;
+  const uint rg = t / LANES, lane = t % LANES;
+  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
+  // under a causal mask) is dispatched first.
+  const uint blocks = (p.a.tq + BQ - 1) / BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint h = gl_WorkGroupID.x;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
-  // This thread's 4x4 score block (rows si..si+3, keys sj..sj+3 of the tile) and 4x8 output
-  // block (rows si..si+3, dims od..od+7).
-  const uint si = (t / TJ) * 4, sj = (t % TJ) * 4;
-  const uint od = (t % TJ) * 8;
+  const bool vec4_rows = (p.flags & FLAG_ROWS_VEC4) != 0u;
+  const bool softcap = p.a.softcap > 0.0;
+  const float to_log2 = p.a.scale * LOG2E;  // dot -> score in log2 units (no soft-cap)
+  const uint kv_stride = p.a.hkv * D;
 
-  for (uint e = t; e < BQ * DMAX; e += NT) {
-    uint i = e / DMAX, d = e % DMAX;
-    float x = i < q_rows && d < D ? p.q.v[((b * p.a.tq + q0 + i) * p.a.hq + h) * D + d] : 0.0;
-    sQt[(d * BQ + i) / 4][i % 4] = x;
+  STAGE_ROWS(sQ, BQ, ROW4, p.q, ((b * p.a.tq + q0) * p.a.hq + h) * D, p.a.hq * D, q_rows);
+
+  float m[RQ], l[RQ];  // running row max (log2 units) and this lane's partial row sum
+  vec4 acc[RQ][2];     // output rows, dims 4 lane + (0..3) and 32 + 4 lane + (0..3)
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    m[r] = MASKED;
+    l[r] = 0.0;
+    acc[r][0] = acc[r][1] = vec4(0.0);
   }
-  if (t < BQ) {
-    sM[t] = MASKED;
-    sL[t] = 0.0;
-  }
-  vec4 acc[4][2];
-  [[unroll]] for (uint r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
 
   const int pos_first = int(q0) + p.a.q_offset;
-  const int pos_last = int(q0 + q_rows) - 1 + p.a.q_offset;
+  const int pos_last = pos_first + int(q_rows) - 1;
   int j_lo = 0, j_hi = int(p.a.tk);
   if (p.a.causal != 0) j_hi = min(j_hi, pos_last + 1);
   if (p.a.window != 0) j_lo = max(j_lo, pos_first - int(p.a.window) + 1);
   j_lo = (j_lo / BK) * BK;  // tiles aligned to BK keys
 
   for (int j0 = j_lo; j0 < j_hi; j0 += BK) {
-    barrier();  // the previous tile is consumed
-    for (uint e = t; e < BK * DMAX; e += NT) {
-      uint jj = e / DMAX, d = e % DMAX;
-      uint j = uint(j0) + jj;
-      bool in_range = j < p.a.tk && d < D;
-      uint src = ((b * p.a.tk + j) * p.a.hkv + hk) * D + d;
-      sKt[(d * BK + jj) / 4][jj % 4] = in_range ? p.k.v[src] : 0.0;
-      sV[(jj * DMAX + d) / 4][d % 4] = in_range ? p.v.v[src] : 0.0;
-    }
+    barrier();  // the previous tile's K, V and key flags are consumed (and sQ is written)
+    const uint k_rows = min(uint(BK), p.a.tk - uint(j0));
+    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
+    STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, kv_stride, k_rows);
+    STAGE_ROWS(sV, BK, DCH, p.v, kv_base, kv_stride, k_rows);
     if (t < BK) {
-      uint j = uint(j0) + t;
-      bool ok = j < p.a.tk;
-      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + j] != 0;
+      bool ok = t < k_rows;
+      if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + t] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();
 
-    // Scores: s[r][c] = Q[si + r] . K[sj + c].
-    vec4 s[4];
-    [[unroll]] for (uint r = 0; r < 4; ++r) s[r] = vec4(0.0);
-    [[dont_unroll]] for (uint d = 0; d < D; ++d) {
-      const vec4 qa = sQt[(d * BQ + si) / 4];
-      const vec4 kb = sKt[(d * BK + sj) / 4];
-      s[0] += qa.x * kb;
-      s[1] += qa.y * kb;
-      s[2] += qa.z * kb;
-      s[3] += qa.w * kb;
-    }
-    [[unroll]] for (uint c = 0; c < 4; ++c) {
-      const uint jj = sj + c;
-      vec4 col;
-      [[unroll]] for (uint r = 0; r < 4; ++r) {
-        const uint i = si + r;
-        float x = MASKED;
-        if (i < q_rows && sKeyOk[jj] != 0 && position_visible(p.a, pos_first + int(i), j0 + int(jj)))
-          x = transform_score(p.a, s[r][c]);
-        col[r] = x;
-      }
-      sPt[(jj * BQ + si) / 4] = col;
-    }
-    barrier();
-
-    // Online softmax, one thread per query row.
-    if (t < BQ) {
-      float m_old = sM[t];
-      float m_new = m_old;
-      [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) m_new = max(m_new, sPt[(jj * BQ + t) / 4][t % 4]);
-      float alpha = 1.0, sum = 0.0;
-      if (m_new != MASKED) {
-        alpha = m_old == MASKED ? 0.0 : exp(m_old - m_new);
-        [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) {
-          const float x = sPt[(jj * BQ + t) / 4][t % 4];
-          const float pr = x == MASKED ? 0.0 : exp(x - m_new);
-          sPt[(jj * BQ + t) / 4][t % 4] = pr;
-          sum += pr;
+    // s[r][c] = Q[rg + NRG r] . K[lane + 8 c], summed over d in order.
+    float s[RQ][CK];
+    [[unroll]] for (uint r = 0; r < RQ; ++r)
+      [[unroll]] for (uint c = 0; c < CK; ++c) s[r][c] = 0.0;
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
+      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+        vec4 kk[CK];
+        [[unroll]] for (uint c = 0; c < CK; ++c) kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
+          [[unroll]] for (uint c = 0; c < CK; ++c)
+            s[r][c] = fma4(qq, kk[c], s[r][c]);
         }
-      } else {
-        [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) sPt[(jj * BQ + t) / 4][t % 4] = 0.0;
       }
-      sM[t] = m_new;
-      sL[t] = sL[t] * alpha + sum;
-      sAlpha[t] = alpha;
     }
-    barrier();
 
-    // acc = acc * alpha + P V for rows si..si+3, dims od..od+7.
-    [[unroll]] for (uint r = 0; r < 4; ++r) {
-      const float al = sAlpha[si + r];
-      acc[r][0] *= al;
-      acc[r][1] *= al;
+    // Scores in log2 units; hidden ones become MASKED. A tile every row sees whole (inside the
+    // causal triangle and the window, no padding, no key past the end) skips the tests.
+    if (softcap) {
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CK; ++c) s[r][c] = transform_score(p.a, s[r][c]) * LOG2E;
+    } else {
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CK; ++c) s[r][c] *= to_log2;
     }
-    [[dont_unroll]] for (uint jj = 0; jj < BK; ++jj) {
-      const vec4 pa = sPt[(jj * BQ + si) / 4];
-      const vec4 v0 = sV[(jj * DMAX + od) / 4];
-      const vec4 v1 = sV[(jj * DMAX + od) / 4 + 1];
-      [[unroll]] for (uint r = 0; r < 4; ++r) {
-        acc[r][0] += pa[r] * v0;
-        acc[r][1] += pa[r] * v1;
+    const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
+                       (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
+                       (p.a.window == 0 || pos_last - j0 < int(p.a.window));
+    if (!whole) {
+      [[unroll]] for (uint c = 0; c < CK; ++c) {
+        const uint jj = lane + LANES * c;
+        const bool key_ok = sKeyOk[jj] != 0u;
+        [[unroll]] for (uint r = 0; r < RQ; ++r)
+          if (!key_ok || !position_visible(p.a, pos_first + int(rg + NRG * r), j0 + int(jj)))
+            s[r][c] = MASKED;
+      }
+    }
+
+    // Online softmax: the new row max over the group, then this lane's probabilities.
+    float mt[RQ];
+    [[unroll]] for (uint r = 0; r < RQ; ++r) {
+      mt[r] = s[r][0];
+      [[unroll]] for (uint c = 1; c < CK; ++c) mt[r] = max(mt[r], s[r][c]);
+    }
+    row_max(mt, rg, lane);
+    [[unroll]] for (uint r = 0; r < RQ; ++r) {
+      const float m_new = max(m[r], mt[r]);
+      // MASKED is finite: hidden scores and a row that has seen no key yet are tested, never
+      // passed through exp2.
+      const float alpha = m[r] == MASKED ? 0.0 : exp2(m[r] - m_new);
+      m[r] = m_new;
+      float sum = 0.0;
+      [[unroll]] for (uint c = 0; c < CK; ++c) {
+        const float pr = s[r][c] == MASKED ? 0.0 : exp2(s[r][c] - m_new);
+        const uint at = 4u * (rg * XG4 + r * XP4) + lane + LANES * c;
+        sP[at / 4u][at % 4u] = pr;
+        sum += pr;
+      }
+      l[r] = l[r] * alpha + sum;
+      acc[r][0] *= alpha;
+      acc[r][1] *= alpha;
+    }
+    ROW_SYNC();
+
+    // acc[r] += sum_j p[r][j] V[j] over the tile's keys, in order.
+    [[unroll]] for (uint j4 = 0; j4 < BK / 4; ++j4) {
+      vec4 pr[RQ];
+      [[unroll]] for (uint r = 0; r < RQ; ++r) pr[r] = sP[rg * XG4 + r * XP4 + j4];
+      [[unroll]] for (uint u = 0; u < 4; ++u) {
+        const vec4 v0 = sV[(4 * j4 + u) * DCH + lane];
+        const vec4 v1 = sV[(4 * j4 + u) * DCH + LANES + lane];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          acc[r][0] = fma(vec4(pr[r][u]), v0, acc[r][0]);
+          acc[r][1] = fma(vec4(pr[r][u]), v1, acc[r][1]);
+        }
       }
     }
   }
-  barrier();  // sL, sM final
 
-  [[unroll]] for (uint r = 0; r < 4; ++r) {
-    const uint i = si + r;
+  row_sum(l, rg, lane);
+  [[unroll]] for (uint r = 0; r < RQ; ++r) {
+    const uint i = rg + NRG * r;
     if (i >= q_rows) continue;
-    const float l = sL[i];
     const uint row = ((b * p.a.tq + q0 + i) * p.a.hq + h) * D;
-    [[unroll]] for (uint c = 0; c < 8; ++c) {
-      const uint d = od + c;
-      if (d < D) p.o.v[row + d] = l > 0.0 ? acc[r][c / 4][c % 4] / l : 0.0;
-    }
-  }
-  if (t < q_rows) {
-    const float l = sL[t];
-    p.lse.v[(b * p.a.hq + h) * p.a.tq + q0 + t] = l > 0.0 ? sM[t] + log(l) : uintBitsToFloat(0x7f800000u);
+    // A row that saw no key outputs zeros and a logsumexp of +inf (as the plain kernel).
+    const vec4 inv = vec4(l[r] > 0.0 ? 1.0 / l[r] : 0.0);
+    store_chunk(p.o, row, lane, D, vec4_rows, acc[r][0] * inv);
+    store_chunk(p.o, row, LANES + lane, D, vec4_rows, acc[r][1] * inv);
+    if (lane == 0)
+      p.lse.v[(b * p.a.hq + h) * p.a.tq + q0 + i] =
+          l[r] > 0.0 ? m[r] * LN2 + log(l[r]) : uintBitsToFloat(0x7f800000u);
   }
 }

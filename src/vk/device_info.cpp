@@ -143,8 +143,14 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
 
   VkPhysicalDeviceFloatControlsProperties float_controls{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+  VkPhysicalDeviceSubgroupSizeControlProperties size_control{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
   VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   subgroup.pNext = &float_controls;
+  // Core in Vulkan 1.3; chained only where the device reports 1.3 or later.
+  VkPhysicalDeviceProperties pre{};
+  vkGetPhysicalDeviceProperties(pd, &pre);
+  if (pre.apiVersion >= VK_API_VERSION_1_3) float_controls.pNext = &size_control;
   VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   driver.pNext = &subgroup;
   VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -159,6 +165,11 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.driver_name = driver.driverName;
   info.driver_info = driver.driverInfo;
   info.subgroup_size = subgroup.subgroupSize;
+  info.min_subgroup_size = size_control.minSubgroupSize > 0
+                               ? std::min(size_control.minSubgroupSize, subgroup.subgroupSize)
+                               : subgroup.subgroupSize;
+  info.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                          (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0;
   info.f16_rounding_rte = float_controls.shaderRoundingModeRTEFloat16 == VK_TRUE;
   info.f16_denorm_preserve = float_controls.shaderDenormPreserveFloat16 == VK_TRUE;
   info.max_shared_memory = p.limits.maxComputeSharedMemorySize;

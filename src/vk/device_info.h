@@ -34,6 +34,11 @@ struct DeviceInfo {
   uint8_t uuid[VK_UUID_SIZE] = {};
   std::vector<MemoryHeapInfo> heaps;
   uint32_t subgroup_size = 0;
+  // Smallest subgroup a compute shader may run with (VK_EXT_subgroup_size_control's
+  // minSubgroupSize where the device reports it, else subgroup_size), and whether compute
+  // shaders have subgroup shuffles.
+  uint32_t min_subgroup_size = 0;
+  bool subgroup_shuffle = false;
   uint32_t max_shared_memory = 0;
   uint64_t max_storage_buffer_range = 0;
   uint32_t max_push_constants = 0;

@@ -1,7 +1,8 @@
 // Fused attention vs the double CPU reference: forward and dq/dk/dv over odd shapes (GQA, MQA,
 // head dims of every kernel variant, Tq != Tk), padding (right, and left so that whole rows see no
-// key), sliding windows, soft-capping and the non-causal mode; the reference backward against
-// central finite differences; determinism; and the errors raised on bad input.
+// key), sliding windows, soft-capping and the non-causal mode, for the register-tiled kernels
+// (both their subgroup and their workgroup-barrier builds) and the plain ones; the reference
+// backward against central finite differences; determinism; and the errors raised on bad input.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -9,6 +10,7 @@
 #include "attention_cases.h"
 #include "core/autograd.h"
 #include "ops/attention.h"
+#include "ops/attention_coopmat.h"
 #include "ops/attention_ref.h"
 #include "test_util.h"
 #include "vk/error.h"
@@ -39,12 +41,28 @@ const Case kCases[] = {
     {"d256_softcap50", 1, 19, 19, 2, 1, 256, true, 0, 50, Pad::kNone, 8},
     // Soft-capping and a window through the register-tiled kernels (head_dim <= 64).
     {"t41_softcap5_window9_d40_gqa", 2, 41, 41, 6, 2, 40, true, 9, 5, Pad::kRight, 3},
+    // Edges of the register-tiled kernels' tiles (32 queries or keys per workgroup, tiles of 16
+    // or 32, 64 on large devices): lengths that are no multiple of any tile, windows that cross
+    // tiles, GQA ratios 4 and 3, head dims off the 4-float chunks (6, 17, 61) and inside the last
+    // chunks (24), query blocks that see no key at all, Tq != Tk; and tiles that every row sees
+    // whole (no padding, no window, past the causal diagonal or non-causal), which skip the
+    // visibility tests.
+    {"t100_gqa4_d24", 2, 100, 100, 8, 2, 24, true, 0, 0, Pad::kNone, 1},
+    {"t80_noncausal_softcap20_gqa2", 1, 80, 80, 4, 2, 64, false, 0, 20, Pad::kNone, 4},
+    {"kv_cache_45_of_83_gqa3_d6_window40", 2, 45, 83, 6, 2, 6, true, 40, 0, Pad::kRight, 1},
+    {"t97_window33_mqa_d17_softcap", 1, 97, 97, 4, 1, 17, true, 33, 8, Pad::kLeft, 3},
+    {"t70_noncausal_window20_d61", 1, 70, 70, 2, 2, 61, false, 20, 0, Pad::kRight, 1},
+    {"queries_75_keys_40_d16_gqa3", 1, 75, 40, 3, 1, 16, true, 0, 0, Pad::kNone, 1},
 };
 
 TEST(Attention, ForwardMatchesReference) {
   uint64_t seed = 100;
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
+    // Head dims up to 64 run the register-tiled kernels in Fast math mode (the default).
+    if (c.d <= 64) {
+      EXPECT_EQ(ops::detail::attention_kernels(c.d, 0), ops::detail::AttentionKernels::Fast);
+    }
     const Inputs in = make_inputs(c, ++seed);
     const Tensor out = ops::attention(
         test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
@@ -74,7 +92,26 @@ TEST(Attention, BackwardMatchesReference) {
   }
 }
 
-// The reference backward against central differences of the reference forward, on tiny sizes.
+// One forward and backward of a case under the current kernel choice against the references.
+void expect_forward_and_backward_match_reference(const Inputs& in, const std::string& name) {
+  const Tensor mask = mask_tensor(in);
+  Tensor out;
+  const auto grads = test::gpu_grads(
+      [&](std::vector<Tensor>& x) {
+        return out = ops::attention(x[0], x[1], x[2], mask, in.opts);
+      },
+      {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
+       test::to_gpu(in.v, kv_shape(in.shape))},
+      test::to_gpu(in.dout, q_shape(in.shape)));
+  test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5,
+                     1e-4, name + " out");
+  const auto want =
+      ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
+  test::expect_close(grads[0], want.dq, 1e-4, 5e-4, name + " dq");
+  test::expect_close(grads[1], want.dk, 1e-4, 5e-4, name + " dk");
+  test::expect_close(grads[2], want.dv, 1e-4, 5e-4, name + " dv");
+}
+
 // Fast math mode runs the register-tiled kernels for head_dim <= 64 (the cases above); the plain
 // kernels serve larger heads, Precise mode and VKF_ATTENTION=plain. Check the plain ones on the
 // small-head cases too.
@@ -84,24 +121,32 @@ TEST(Attention, PlainKernelsMatchReferenceForSmallHeads) {
   for (const Case& c : kCases) {
     if (c.d > 64) continue;
     SCOPED_TRACE(c.name);
-    const Inputs in = make_inputs(c, ++seed);
-    const Tensor mask = mask_tensor(in);
-    Tensor out;
-    const auto grads = test::gpu_grads(
-        [&](std::vector<Tensor>& x) { return out = ops::attention(x[0], x[1], x[2], mask, in.opts); },
-        {test::to_gpu(in.q, q_shape(in.shape)), test::to_gpu(in.k, kv_shape(in.shape)),
-         test::to_gpu(in.v, kv_shape(in.shape))},
-        test::to_gpu(in.dout, q_shape(in.shape)));
-    test::expect_close(out, ref::attention(in.q, in.k, in.v, in.mask, in.shape, in.opts), 2e-5, 1e-4,
-                       std::string(c.name) + " out");
-    const auto want = ref::attention_backward(in.q, in.k, in.v, in.mask, in.dout, in.shape, in.opts);
-    test::expect_close(grads[0], want.dq, 1e-4, 5e-4, std::string(c.name) + " dq");
-    test::expect_close(grads[1], want.dk, 1e-4, 5e-4, std::string(c.name) + " dk");
-    test::expect_close(grads[2], want.dv, 1e-4, 5e-4, std::string(c.name) + " dv");
+    expect_forward_and_backward_match_reference(make_inputs(c, ++seed), c.name);
   }
   ::unsetenv("VKF_ATTENTION");
 }
 
+// The register-tiled kernels synchronise a row group through subgroup shuffles and barriers where
+// the device has subgroups of 8 or more (lavapipe, NVIDIA), else through shared memory and
+// workgroup barriers: check the second build here too, forward and backward.
+TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
+  struct BarrierBuilds {
+    BarrierBuilds() {
+      ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::WorkgroupBarriers);
+    }
+    ~BarrierBuilds() { ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto); }
+  } barrier_builds;
+  EXPECT_NE(ops::detail::fast_attention_modules().fwd.find("_shared"), std::string::npos);
+  uint64_t seed = 700;
+  for (const Case& c : kCases) {
+    if (c.d > 64) continue;
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(ops::detail::attention_kernels(c.d, 0), ops::detail::AttentionKernels::Fast);
+    expect_forward_and_backward_match_reference(make_inputs(c, ++seed), c.name);
+  }
+}
+
+// The reference backward against central differences of the reference forward, on tiny sizes.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   const Case tiny[] = {
       {"causal", 1, 5, 5, 2, 1, 3, true, 0, 0, Pad::kNone, 1},
