@@ -5,39 +5,28 @@
 // these in uniform control flow (they contain barriers); each returns the row's total to all of
 // the row's invocations. Needs LOCAL_SIZE and ROW_THREADS (a power of two) defined; define
 // ROW_SUM_ACC (after including precise_math.glsl) for row_sum_acc.
-shared float row_scratch[LOCAL_SIZE];
-
-float row_sum(float v) {
-  uint t = gl_LocalInvocationID.x;
-  uint lane = t % ROW_THREADS;
-  row_scratch[t] = v;
-  barrier();
-  for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {
-    if (lane < s) row_scratch[t] += row_scratch[t + s];
-    barrier();
+// One row-sum function over type T and a shared T[LOCAL_SIZE] scratch (row_sum, row_sum_acc).
+#define ROW_SUM_FUNCTION(T, name, scratch)              \
+  T name(T v) {                                         \
+    uint t = gl_LocalInvocationID.x;                    \
+    uint lane = t % ROW_THREADS;                        \
+    scratch[t] = v;                                     \
+    barrier();                                          \
+    for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {    \
+      if (lane < s) scratch[t] += scratch[t + s];       \
+      barrier();                                        \
+    }                                                   \
+    T total = scratch[t - lane];                        \
+    barrier(); /* all have read it before reuse */      \
+    return total;                                       \
   }
-  float total = row_scratch[t - lane];
-  barrier();  // everyone has read the total before the scratch is reused
-  return total;
-}
 
+shared float row_scratch[LOCAL_SIZE];
+ROW_SUM_FUNCTION(float, row_sum, row_scratch)
 #ifdef ROW_SUM_ACC
 // row_sum with the accumulator type VACC of precise_math.glsl (double in precise builds).
 shared VACC row_scratch_acc[LOCAL_SIZE];
-
-VACC row_sum_acc(VACC v) {
-  uint t = gl_LocalInvocationID.x;
-  uint lane = t % ROW_THREADS;
-  row_scratch_acc[t] = v;
-  barrier();
-  for (uint s = ROW_THREADS / 2; s > 0; s >>= 1) {
-    if (lane < s) row_scratch_acc[t] += row_scratch_acc[t + s];
-    barrier();
-  }
-  VACC total = row_scratch_acc[t - lane];
-  barrier();
-  return total;
-}
+ROW_SUM_FUNCTION(VACC, row_sum_acc, row_scratch_acc)
 #endif
 
 float row_max(float v) {
