@@ -12,6 +12,9 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
+//                [--profile] [--top 20]
+// --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
+// dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +25,7 @@
 #include <sstream>
 
 #include "bench_models.h"
+#include "profile_table.h"
 #include "core/launch.h"
 #include "infer/generate.h"
 #include "vk/context.h"
@@ -86,6 +90,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "batch sizes, comma separated")->capture_default_str();
   app.add_option("--gbps", gbps, "memory bandwidth for the roofline (H200: 4300)")->capture_default_str();
   app.add_option("--device", device, "Vulkan device index");
+  bool profile = false;
+  int top = 20;
+  app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
+  app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (device >= 0) vk::Context::select_device(device);
@@ -133,6 +141,7 @@ int main(int argc, char** argv) {
           cfg.decode_mode = parse_mode(mode);
           cfg.device_argmax = !host_argmax;
           auto& stream = vk::Context::get().stream();
+          bool profiling = false;
           auto run = [&](double& decode_s, int64_t& decoded, uint64_t& dispatches) {
             using clock = std::chrono::steady_clock;
             clock::time_point first, last;
@@ -141,7 +150,11 @@ int main(int argc, char** argv) {
             uint64_t d0 = 0;
             auto out = infer::generate(model, prompts, cfg, [&](size_t, int32_t) {
               const auto now = clock::now();
-              if (!started) started = true, first = now, d0 = stream.dispatch_count();
+              if (!started) {
+                started = true, first = now, d0 = stream.dispatch_count();
+                // From the first token on: the decode steps, not the prefill.
+                if (profiling) stream.set_profiling(true);
+              }
               last = now;
               ++count;
             });
@@ -154,7 +167,18 @@ int main(int argc, char** argv) {
           int64_t n = 0;
           uint64_t dispatches = 0;
           run(s, n, dispatches);  // warm-up: pipelines, caches
+          profiling = profile && mode == "eager";
           const auto tokens = run(s, n, dispatches);
+          if (profiling) {
+            auto prof = stream.profile();
+            stream.set_profiling(false);
+            profiling = false;
+            std::fprintf(stderr, "profile: %s weights, eager, batch %lld\n", dtype.c_str(),
+                         static_cast<long long>(batch));
+            bench::print_profile(std::move(prof), static_cast<double>(new_tokens - 1),
+                                 1e3 * s / static_cast<double>(new_tokens - 1), top,
+                                 {67, 990, gbps});
+          }
           Result r;
           r.dtype = dtype;
           r.mode = mode;

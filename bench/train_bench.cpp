@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "profile_table.h"
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "models/decoder.h"
@@ -220,27 +221,8 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     if (a.profile) {
       auto prof = stream.profile();
       stream.set_profiling(false);
-      std::sort(prof.begin(), prof.end(), [](const auto& l, const auto& r) { return l.total_ms > r.total_ms; });
-      double total = 0;
-      for (const auto& p : prof) total += p.total_ms;
-      std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / a.steps, sec * 1e3);
-      std::fprintf(stderr, "  %-34s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share", "TFLOP/s",
-                   "GB/s", "of roofline");
-      for (size_t i = 0; i < prof.size() && static_cast<int>(i) < a.top; ++i) {
-        const auto& p = prof[i];
-        const double s = p.total_ms / 1e3;
-        const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
-        // Tensor-core kernels (products, attention) against the f16 matrix peak, everything else
-        // against fp32's.
-        const bool tensor_cores =
-            p.label.rfind("matmul_coopmat", 0) == 0 || p.label.rfind("flash_attn_", 0) == 0;
-        const double roof = std::max(tf / (tensor_cores ? a.peak_tflops_f16 : a.peak_tflops), gb / a.peak_gbps);
-        std::fprintf(stderr, "  %-34s %8.2f %7llu %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
-                     p.total_ms / a.steps,
-                     static_cast<unsigned long long>(p.calls / static_cast<uint64_t>(a.steps)),
-                     100 * p.total_ms / total, tf, gb, 100 * roof);
-      }
-      std::fprintf(stderr, "\n");
+      bench::print_profile(std::move(prof), a.steps, sec * 1e3, a.top,
+                           {a.peak_tflops, a.peak_tflops_f16, a.peak_gbps});
     }
   }
   return 0;
