@@ -72,10 +72,9 @@ constexpr uint32_t fast_fwd_bytes(uint32_t bq, bool barriers) {
 constexpr uint32_t fast_dq_bytes(uint32_t bq) {
   return (2 * bq + 2 * 32) * kRowBytes + 2 * (bq / 4) * exchange_bytes(16) + 32 * 4;
 }
-// dk/dv: K and V (bk rows), Q and dO (query tiles of 2 x 16 rows, one half of the workgroup
-// each), two exchanges of 16 columns per row group (bk / 4 per half), logsumexp and delta.
-constexpr uint32_t fast_dkv_bytes(uint32_t bk) {
-  return (2 * bk + 2 * 32) * kRowBytes + 2 * 2 * (bk / 4) * exchange_bytes(16) + 2 * 32 * 4;
+// dk/dv: K and V (32 rows), Q and dO (bq), two exchanges per row group (8), logsumexp and delta.
+constexpr uint32_t fast_dkv_bytes(uint32_t bq) {
+  return (2 * 32 + 2 * bq) * kRowBytes + 2 * 8 * exchange_bytes(bq) + 2 * bq * 4;
 }
 
 // One build of an fp32 register-tiled kernel: module suffix, rows per workgroup (queries, or keys
@@ -95,9 +94,9 @@ constexpr FastKernelBuilds kFastFwd{{"q64", 64, fast_fwd_bytes(64, false)},
 constexpr FastKernelBuilds kFastDq{{"q32", 32, fast_dq_bytes(32)},
                                    {"q16", 16, fast_dq_bytes(16)},
                                    {"q16_shared", 16, fast_dq_bytes(16)}};
-constexpr FastKernelBuilds kFastDkv{{"k32", 32, fast_dkv_bytes(32)},
-                                    {"k16", 16, fast_dkv_bytes(16)},
-                                    {"k16_shared", 16, fast_dkv_bytes(16)}};
+constexpr FastKernelBuilds kFastDkv{{"q32", 32, fast_dkv_bytes(32)},
+                                    {"q16", 32, fast_dkv_bytes(16)},
+                                    {"q16_shared", 32, fast_dkv_bytes(16)}};
 static_assert(fast_fwd_bytes(32, true) <= 32768 && fast_dq_bytes(16) <= 32768 &&
                   fast_dkv_bytes(16) <= 32768,
               "the small builds must fit 32 KiB of shared memory (lavapipe)");
