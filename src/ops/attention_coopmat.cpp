@@ -67,10 +67,9 @@ constexpr uint32_t fast_fwd_bytes(uint32_t bq, bool barriers) {
   return (bq + 32) * kRowBytes + 32 * 256 + bq / 4 * exchange_bytes(32) + 32 * 4 +
          (barriers ? bq * 8 * 4 : 0);
 }
-// dq: Q and dO (bq rows), K and V (key tiles of 2 x 16 rows, one half of the workgroup each), one
-// exchange of 16 columns per row group (bq / 4 per half), key flags.
-constexpr uint32_t fast_dq_bytes(uint32_t bq) {
-  return (2 * bq + 2 * 32) * kRowBytes + 2 * (bq / 4) * exchange_bytes(16) + 32 * 4;
+// dq: Q and dO (32 rows), K and V (bk), one exchange per row group (8), key flags.
+constexpr uint32_t fast_dq_bytes(uint32_t bk) {
+  return (2 * 32 + 2 * bk) * kRowBytes + 8 * exchange_bytes(bk) + bk * 4;
 }
 // dk/dv: K and V (32 rows), Q and dO (bq), two exchanges per row group (8), logsumexp and delta.
 constexpr uint32_t fast_dkv_bytes(uint32_t bq) {
@@ -91,9 +90,9 @@ struct FastKernelBuilds {
 constexpr FastKernelBuilds kFastFwd{{"q64", 64, fast_fwd_bytes(64, false)},
                                     {"q32", 32, fast_fwd_bytes(32, false)},
                                     {"q32_shared", 32, fast_fwd_bytes(32, true)}};
-constexpr FastKernelBuilds kFastDq{{"q32", 32, fast_dq_bytes(32)},
-                                   {"q16", 16, fast_dq_bytes(16)},
-                                   {"q16_shared", 16, fast_dq_bytes(16)}};
+constexpr FastKernelBuilds kFastDq{{"k32", 32, fast_dq_bytes(32)},
+                                   {"k16", 32, fast_dq_bytes(16)},
+                                   {"k16_shared", 32, fast_dq_bytes(16)}};
 constexpr FastKernelBuilds kFastDkv{{"q32", 32, fast_dkv_bytes(32)},
                                     {"q16", 32, fast_dkv_bytes(16)},
                                     {"q16_shared", 32, fast_dkv_bytes(16)}};

@@ -27,7 +27,7 @@ AttentionKernels attention_kernels(int64_t head_dim, float dropout_p);
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p);
 
 // Which builds of the fp32 register-tiled kernels (attention_fast_*.comp) run: Auto takes the
-// largest tiles whose shared memory fits (up to 45.3 KiB, on NVIDIA, else the 32 KiB ones) with
+// largest tiles whose shared memory fits (about 44 KiB on NVIDIA, else the 32 KiB ones) with
 // subgroup shuffles where every subgroup holds whole groups of 8 invocations (minimum subgroup
 // size >= 8 and shuffles in compute shaders), else the builds that synchronise through workgroup
 // barriers. SmallTiles forces the 32 KiB tiles and WorkgroupBarriers the barrier builds (tests

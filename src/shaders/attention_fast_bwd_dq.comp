@@ -1,31 +1,33 @@
 // Fused attention backward, query side, register-tiled fp32 (Fast math mode, head_dim <= 64): dq
-// for a block of BQ queries of one head, walking the visible keys in tiles of 2 BK = 32. Same
+// for a block of BQ = 32 queries of one head, walking the visible keys in tiles of BK. Same
 // arithmetic as attention_bwd_dq.comp: probabilities recomputed from the saved logsumexp,
 // ds = p (do.v - delta) d(score)/d(dot), dq = sum_j ds_ij k_j. The workgroup is made of two
-// halves that split every key tile: half `hf` takes its keys hf BK .. hf BK + BK - 1, each half
-// with dq accumulators of its own for all the block's queries, which the first half adds to the
-// second's once at the end, in that order (deterministic, no atomics). The halves share the
-// staged Q, dO, K and V (and the barriers), so the workgroup holds twice the invocations of a
-// design with one set of accumulators for the same shared memory: more warps to hide latency.
-// In the layout of attention_fast.glsl each lane keeps, for its 4 query rows and its half's keys
-// lane + 8 c, the dot products do.v and then q.k in registers (vec4 reads), turns them into ds,
-// passes ds to its row group through shared memory, and adds ds K into its 4 x 8 block of dq
-// (4 reads of ds and 8 of K feed 128 multiply-adds). Two workgroup barriers per tile (staging K
-// and V). Scores in log2 units as in the forward.
+// halves of 64 invocations that split the work by product, so that the workgroup holds twice the
+// invocations for the shared memory of one set of tiles (more warps to hide latency behind):
+//   half 0 forms q.k and p d(score)/d(dot) (hidden pairs 0), half 1 do.v meanwhile and then ds
+//   from half 0's values; both add ds K into dq, half 0 for dims 0..31, half 1 for 32..63.
+// In the layout of attention_fast.glsl the row groups of each half own query rows (rg + NRG r)
+// and the lanes the tile's keys lane + 8 c, the same in both halves: invocation t of half 1 finds
+// the values it needs where invocation t of half 0 left them. Each lane forms its product for 4
+// rows and the tile's keys from vec4 reads (8 reads feed 64 multiply-adds), and adds ds K into
+// its 4 x 4 block of dq through its row group's exchange region (4 reads of ds and 4 of K feed 64
+// multiply-adds). Four workgroup barriers per key tile (staging K, V and the key flags; handing
+// half 0's values to half 1 and the score gradients back to both); sums in a fixed order
+// (deterministic, no atomics). Scores in log2 units as in the forward.
 //
-// Variants by queries per workgroup: q32 (128 invocations, 39.6 KiB of shared memory: NVIDIA's
-// 48 KiB), q16 (64 invocations, 28.4 KiB: lavapipe's 32 KiB) with subgroup synchronisation, and
-// q16_shared (workgroup barriers, for devices without the subgroups ROW_SHUFFLE needs). The host
-// mirrors BQ and the sizes (src/ops/attention_coopmat.cpp).
+// Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.3 KiB,
+// lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for
+// devices without the subgroups ROW_SHUFFLE needs). 128 invocations. The host mirrors BQ = 32
+// and the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant q32 -DBQ=32 -DROW_SHUFFLE=1
-//!variant q16 -DBQ=16 -DROW_SHUFFLE=1
-//!variant q16_shared -DBQ=16 -DROW_SHUFFLE=0
+//!variant k32 -DBK=32 -DROW_SHUFFLE=1
+//!variant k16 -DBK=16 -DROW_SHUFFLE=1
+//!variant k16_shared -DBK=16 -DROW_SHUFFLE=0
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
-#define BK 16             // keys per half and tile
+#define BQ 32             // queries per workgroup
 #define CK (BK / 8)       // keys per lane (LANES = 8)
 #define NRG (BQ / 4)      // row groups per half (RQ = 4 rows each)
 #define HALF (NRG * 8)    // invocations per half
@@ -50,17 +52,19 @@ layout(push_constant, std430) uniform Push {
 
 shared vec4 sQ[BQ * ROW4];   // Q row i of the block at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
-shared vec4 sK[2 * BK * ROW4];  // K row j of the tile at j * ROW4 (half hf's from hf BK)
-shared vec4 sV[2 * BK * ROW4];  // V row j
-// Row group g of half hf (region hf NRG + g): ds of row r, key j at float 4 (g XG4 + r XP4) + j.
-shared vec4 sG[2 * NRG * XG4];
-shared uint sKeyOk[2 * BK];     // key j of the tile exists and is not padding
+shared vec4 sK[BK * ROW4];   // K row j of the tile at j * ROW4
+shared vec4 sV[BK * ROW4];   // V row j
+// Row group g's exchange region: row r, key j at float 4 (g XG4 + r XP4) + j; p d(score)/d(dot)
+// from half 0, which half 1 turns into ds in place.
+shared vec4 sG[NRG * XG4];
+shared uint sKeyOk[BK];      // key j of the tile exists and is not padding
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint hf = t / HALF;                        // half: keys hf BK .. of every tile
+  const bool first_half = t < HALF;   // q.k and p; else do.v and ds
   const uint rg = (t % HALF) / LANES, lane = t % LANES;
-  const uint xg = (hf * NRG + rg) * XG4;           // this row group's exchange region
+  const uint xg = rg * XG4;           // this row group's exchange region
+  const uint dim_chunk = first_half ? lane : LANES + lane;  // the dq dims this lane adds
   // Grid (heads, batch, query blocks), blocks slowest: the last blocks of every head and batch
   // (the most keys under a causal mask) are dispatched first, the shortest ones last.
   const uint blocks = (p.a.tq + BQ - 1) / BQ;
@@ -78,142 +82,119 @@ void main() {
 
   STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, p.a.hq * D, q_rows);
   STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, p.a.hq * D, q_rows);
-  // This lane's rows: logsumexp in log2 units and delta. A row that saw no key has lse = +inf;
-  // none of its scores is visible, so it is never used.
-  float lse2[RQ], dlt[RQ];
+  // This lane's rows: half 0 their logsumexp in log2 units, half 1 their delta. A row that saw no
+  // key has lse = +inf; none of its scores is visible, so it is never used.
+  float row_stat[RQ];
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint i = rg + NRG * r;
     const uint at = (b * p.a.hq + h) * p.a.tq + q0 + i;
-    lse2[r] = i < q_rows ? p.lse.v[at] * LOG2E : 0.0;
-    dlt[r] = i < q_rows ? p.delta.v[at] : 0.0;
+    row_stat[r] = i >= q_rows ? 0.0 : first_half ? p.lse.v[at] * LOG2E : p.delta.v[at];
   }
-  vec4 acc[RQ][2];  // dq rows, dims 4 lane + (0..3) and 32 + 4 lane + (0..3)
-  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
+  vec4 acc[RQ];  // dq rows, dims 4 dim_chunk + (0..3)
+  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r] = vec4(0.0);
 
   const int pos_first = int(q0) + p.a.q_offset;
   const int pos_last = pos_first + int(q_rows) - 1;
   int j_lo = 0, j_hi = int(p.a.tk);
   if (p.a.causal != 0) j_hi = min(j_hi, pos_last + 1);
   if (p.a.window != 0) j_lo = max(j_lo, pos_first - int(p.a.window) + 1);
-  j_lo = (j_lo / (2 * BK)) * (2 * BK);
+  j_lo = (j_lo / BK) * BK;
 
-  for (int j0 = j_lo; j0 < j_hi; j0 += 2 * BK) {
+  for (int j0 = j_lo; j0 < j_hi; j0 += BK) {
     barrier();  // the previous tile is consumed (and sQ, sDO are written)
-    const uint tile_rows = min(uint(2 * BK), p.a.tk - uint(j0));
+    const uint k_rows = min(uint(BK), p.a.tk - uint(j0));
     const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
-    STAGE_ROWS(sK, 2 * BK, ROW4, p.k, kv_base, kv_stride, tile_rows);
-    STAGE_ROWS(sV, 2 * BK, ROW4, p.v, kv_base, kv_stride, tile_rows);
-    if (t < 2 * BK) {
-      bool ok = t < tile_rows;
+    STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, kv_stride, k_rows);
+    STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, kv_stride, k_rows);
+    if (t < BK) {
+      bool ok = t < k_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + t] != 0;
       sKeyOk[t] = ok ? 1u : 0u;
     }
     barrier();
 
-    // This half's keys: tile rows k0h .. k0h + BK - 1, key positions from jh.
-    const uint k0h = hf * BK;
-    const int jh = j0 + int(k0h);
-    const uint k_rows = tile_rows > k0h ? min(uint(BK), tile_rows - k0h) : 0u;
-
-    // dp[r][c] = dO[rg + NRG r] . V[k0h + lane + 8 c], then dot[r][c] = Q[rg + NRG r] . K[...]:
-    // two passes over the head dim rather than one, so that only one product's operands are live
-    // beside the other's results (fewer registers, the same reads and the same sums).
-    float dot[RQ][CK], dp[RQ][CK];
+    // Half 0: dot[r][c] = Q[rg + NRG r] . K[lane + 8 c]; half 1: the same with dO and V.
+    float dot[RQ][CK];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = dp[r][c] = 0.0;
-    for (uint d0 = 0; d0 < DCH; d0 += 4) {
-      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-        vec4 vv[CK];
-        [[unroll]] for (uint c = 0; c < CK; ++c)
-          vv[c] = sV[(k0h + lane + LANES * c) * ROW4 + d0 + dc];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
-          [[unroll]] for (uint c = 0; c < CK; ++c) dp[r][c] = fma4(oo, vv[c], dp[r][c]);
+      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = 0.0;
+    if (first_half) {
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 kk[CK];
+          [[unroll]] for (uint c = 0; c < CK; ++c)
+            kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(qq, kk[c], dot[r][c]);
+          }
         }
       }
-    }
-    for (uint d0 = 0; d0 < DCH; d0 += 4) {
-      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-        vec4 kk[CK];
-        [[unroll]] for (uint c = 0; c < CK; ++c)
-          kk[c] = sK[(k0h + lane + LANES * c) * ROW4 + d0 + dc];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
-          [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(qq, kk[c], dot[r][c]);
-        }
-      }
-    }
-
-    // ds = p (dp - delta) d(score)/d(dot); without a soft-cap the derivative is the constant
-    // scale, applied to dq once at the end. Hidden pairs get 0 (selected, so whatever exp2 made
-    // of their scores is dropped); a half-tile every row sees whole skips the tests.
-    float g[RQ][CK];
-    if (softcap) {
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CK; ++c) {
-          const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
-          const float pr = exp2(p.a.softcap * th * LOG2E - lse2[r]);
-          g[r][c] = pr * (dp[r][c] - dlt[r]) * (p.a.scale * (1.0 - th * th));
-        }
-    } else {
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CK; ++c)
-          g[r][c] = exp2(dot[r][c] * to_log2 - lse2[r]) * (dp[r][c] - dlt[r]);
-    }
-    const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
-                       (p.a.causal == 0 || jh + BK - 1 <= pos_first) &&
-                       (p.a.window == 0 || pos_last - jh < int(p.a.window));
-    if (!whole) {
+      // p d(score)/d(dot) (without a soft-cap the derivative is the constant scale, applied to
+      // dq once at the end). Hidden pairs get 0 (selected, so whatever exp2 made of their scores
+      // is dropped); a tile every row sees whole skips the tests.
+      const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
+                         (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
+                         (p.a.window == 0 || pos_last - j0 < int(p.a.window));
       [[unroll]] for (uint c = 0; c < CK; ++c) {
         const uint jj = lane + LANES * c;
-        const bool key_ok = sKeyOk[k0h + jj] != 0u;
+        const bool key_ok = whole || sKeyOk[jj] != 0u;
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          float pd;
+          if (softcap) {
+            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
+            pd = exp2(p.a.softcap * th * LOG2E - row_stat[r]) * (p.a.scale * (1.0 - th * th));
+          } else {
+            pd = exp2(dot[r][c] * to_log2 - row_stat[r]);
+          }
           const uint i = rg + NRG * r;
-          if (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), jh + int(jj)))
-            g[r][c] = 0.0;
+          if (!whole &&
+              (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), j0 + int(jj))))
+            pd = 0.0;
+          const uint at = 4u * (xg + r * XP4) + jj;
+          sG[at / 4u][at % 4u] = pd;
+        }
+      }
+    } else {
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 vv[CK];
+          [[unroll]] for (uint c = 0; c < CK; ++c)
+            vv[c] = sV[(lane + LANES * c) * ROW4 + d0 + dc];
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(oo, vv[c], dot[r][c]);
+          }
         }
       }
     }
-    [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CK; ++c) {
-        const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
-        sG[at / 4u][at % 4u] = g[r][c];
-      }
-    ROW_SYNC();
+    barrier();  // half 0's values reach half 1
 
-    // acc[r] += sum_j ds[r][j] K[j] over the half's keys, in order.
+    // Half 1: ds = p d(score)/d(dot) (dp - delta), in place (each lane rewrites the entries it
+    // read), for the row groups of both halves: a workgroup barrier, not a row-group one.
+    if (!first_half) {
+      [[unroll]] for (uint r = 0; r < RQ; ++r)
+        [[unroll]] for (uint c = 0; c < CK; ++c) {
+          const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
+          sG[at / 4u][at % 4u] = sG[at / 4u][at % 4u] * (dot[r][c] - row_stat[r]);
+        }
+    }
+    barrier();
+
+    // acc[r] += sum_j ds[r][j] K[j] over the tile's keys, in order, for this lane's dims.
     [[unroll]] for (uint j4 = 0; j4 < BK / 4; ++j4) {
       vec4 g[RQ];
       [[unroll]] for (uint r = 0; r < RQ; ++r) g[r] = sG[xg + r * XP4 + j4];
       [[unroll]] for (uint u = 0; u < 4; ++u) {
-        const uint j = k0h + 4 * j4 + u;
-        const vec4 k0 = sK[j * ROW4 + lane], k1 = sK[j * ROW4 + LANES + lane];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          acc[r][0] = fma(vec4(g[r][u]), k0, acc[r][0]);
-          acc[r][1] = fma(vec4(g[r][u]), k1, acc[r][1]);
-        }
+        const vec4 kk = sK[(4 * j4 + u) * ROW4 + dim_chunk];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r] = fma(vec4(g[r][u]), kk, acc[r]);
       }
     }
   }
 
-  // The second half hands its sums to the first through the (now free) K tile: for row
-  // rg + NRG r, chunk s (0: dims 4 lane.., 1: 32 + 4 lane..) at ((rg RQ + r) 2 + s) 8 + lane,
-  // BQ 16 vec4 in all, within the tile's 2 BK ROW4.
-  barrier();  // every half is done with the last tile
-  if (hf == 1u) {
-    [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint s2 = 0; s2 < 2; ++s2)
-        sK[((rg * RQ + r) * 2 + s2) * LANES + lane] = acc[r][s2];
-  }
-  barrier();
-  if (hf == 1u) return;
   const vec4 grad_scale = vec4(softcap ? 1.0 : p.a.scale);
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint i = rg + NRG * r;
     if (i >= q_rows) continue;
-    const uint row = q_base + i * p.a.hq * D;
-    const uint at = (rg * RQ + r) * 2 * LANES + lane;
-    store_chunk(p.dq, row, lane, D, vec4_rows, (acc[r][0] + sK[at]) * grad_scale);
-    store_chunk(p.dq, row, LANES + lane, D, vec4_rows, (acc[r][1] + sK[at + LANES]) * grad_scale);
+    store_chunk(p.dq, q_base + i * p.a.hq * D, dim_chunk, D, vec4_rows, acc[r] * grad_scale);
   }
 }
