@@ -142,8 +142,8 @@ void main() {
     }
     barrier();
 
-    // Half 0: dot[r][c] = K[rg + NRG r] . Q[lane + 8 c]; half 1: the same with V and dO. One
-    // loop for both (the operands' arrays chosen per half), so each lane holds one product.
+    // Half 0: dot[r][c] = K[rg + NRG r] . Q[lane + 8 c]; half 1: the same with V and dO (each
+    // lane holds one product's scores).
     float dot[RQ][CQ];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
       [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = 0.0;
