@@ -1,7 +1,8 @@
 // Fused attention (see attention.h): input validation, the forward dispatch, and the backward as
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
-// of each GQA group), each from one of three families chosen by ops/attention_coopmat.h: plain,
-// fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
+// of each GQA group; the fast family takes one query head per workgroup and adds the heads'
+// partials in a fourth pass), each from one of three families chosen by ops/attention_coopmat.h:
+// plain, fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
 // //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
 // ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
 // Attention dropout's parameters travel in a six-word buffer (the push constants have no room
@@ -47,6 +48,12 @@ struct DkvPush {
   uint32_t flags;
 };
 
+// attention_fast_bwd_dkv_group_sum.comp: per-query-head partials of dk and dv summed over groups.
+struct GroupSumPush {
+  uint64_t part_k, part_v, dk, dv;
+  uint32_t n, d, group;
+};
+
 struct DeltaPush {
   uint64_t dout, o, delta;
   uint32_t rows, tq, hq, d;
@@ -88,12 +95,14 @@ void check_grid(int64_t groups, const char* what) {
 }
 
 // The grid of a kernel with one workgroup per block of rows of one head: (blocks, heads, batch),
-// or (heads, blocks, batch) for the register-tiled kernels, whose shaders map grid y to the blocks
+// or (heads, batch, blocks) for the register-tiled kernels, whose shaders map grid z to the blocks
 // with the most work first (under a causal mask): workgroups are dispatched about in grid order,
-// so the longest ones start first and the last ones to start are short.
-Grid block_grid(bool heads_fastest, int64_t blocks, int64_t heads, int64_t batch) {
+// so the longest ones of every head and batch start first and the last ones to start are short
+// (with the batch outermost instead, each batch's long blocks would start after the previous
+// batch's short ones, and the last batch's would run alone at the end).
+Grid block_grid(bool longest_first, int64_t blocks, int64_t heads, int64_t batch) {
   const auto u = [](int64_t n) { return static_cast<uint32_t>(n); };
-  return heads_fastest ? Grid{u(heads), u(blocks), u(batch)} : Grid{u(blocks), u(heads), u(batch)};
+  return longest_first ? Grid{u(heads), u(batch), u(blocks)} : Grid{u(blocks), u(heads), u(batch)};
 }
 
 Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -252,10 +261,18 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     ctx.add_grad(0, dq);
   }
   if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
-    const DkvPush push{s.q.address(),   s.k.address(),   s.v.address(),
-                       s.mask_address(), dout.address(),  s.lse.address(),
-                       delta.address(),  dk.address(),    dv.address(),
-                       s.dropout_address(), s.params,    flags};
+    // The register-tiled dk/dv kernel runs one workgroup per query head; under GQA it writes
+    // per-head partials ([B, Tk, Hq, D], 16-byte aligned like every fresh tensor) that a second
+    // pass adds over each group in head order.
+    const bool partials = s.fast() && dims.hq != dims.hkv;
+    const Tensor dk_out =
+        partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dk;
+    const Tensor dv_out =
+        partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
+    const DkvPush push{s.q.address(),   s.k.address(),     s.v.address(),
+                       s.mask_address(), dout.address(),    s.lse.address(),
+                       delta.address(),  dk_out.address(),  dv_out.address(),
+                       s.dropout_address(), s.params,      flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
@@ -264,9 +281,24 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     launch(s.coopmat() ? detail::flash_module("dkv")
            : s.fast()  ? s.fast_modules.dkv
                        : variant_name("attention_bwd_dkv", vi),
-           push, block_grid(s.fast(), blocks, dims.hkv, dims.b),
-           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk, &dv}, {},
-           pair_cost(dims, 4, 2 * qbytes + 4.0 * static_cast<double>(s.k.nbytes())));
+           push, block_grid(s.fast(), blocks, s.fast() ? dims.hq : dims.hkv, dims.b),
+           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out},
+           {},
+           pair_cost(dims, 4,
+                     2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
+    if (partials) {
+      const GroupSumPush sum{dk_out.address(),
+                             dv_out.address(),
+                             dk.address(),
+                             dv.address(),
+                             checked_u32(dk.numel(), "attention: dk elements"),
+                             s.params.d,
+                             static_cast<uint32_t>(dims.hq / dims.hkv)};
+      launch("attention_fast_bwd_dkv_group_sum", sum, grid_1d(dk.numel(), 256),
+             {&dk_out, &dv_out}, {&dk, &dv}, {},
+             {2.0 * static_cast<double>(dk_out.numel()),
+              2.0 * static_cast<double>(dk_out.nbytes() + dk.nbytes())});
+    }
     ctx.add_grad(1, dk);
     ctx.add_grad(2, dv);
   }

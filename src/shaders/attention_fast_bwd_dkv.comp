@@ -1,20 +1,34 @@
-// Fused attention backward, key side, register-tiled fp32 (Fast math mode, head_dim <= 64): dk and
-// dv for a block of BK = 32 keys of one key/value head, walking every query head of the GQA group
-// (ascending) and the visible queries in tiles of BQ (ascending). Same arithmetic as
+// Fused attention backward, key side, register-tiled fp32 (Fast math mode, head_dim <= 64): the
+// contributions of one query head to dk and dv for a block of BK = 32 keys of its key/value head,
+// walking the visible queries in tiles of BQ (ascending). Same arithmetic as
 // attention_bwd_dkv.comp:
 //   dv_j = sum_{h, i} p_ij do_i        dk_j = sum_{h, i} ds_ij q_i
-// In the layout of attention_fast.glsl the row groups own keys (rows rg + 8 r of the block) and
-// the lanes the tile's queries lane + 8 c: each lane forms k.q and v.do for its 4 keys and the
-// tile's queries from vec4 reads, turns them into p and ds, passes both to its row group through
-// shared memory, and adds p dO and ds Q into its 4 x 8 blocks of dv and dk (8 reads of p and ds
-// and 16 of dO and Q feed 256 multiply-adds). K and V of the block stay in shared memory; two
-// workgroup barriers per query tile (staging Q, dO, lse, delta); sums in a fixed order
-// (deterministic, no atomics). Scores in log2 units as in the forward.
+// here with h fixed: the workgroup writes sum_i over head h to row (b, key, h) of [B, Tk, Hq, D]
+// outputs. Without GQA (Hq = Hkv) those are dk and dv themselves; with GQA they are per-head
+// partials that attention_fast_bwd_dkv_group_sum.comp adds over the group in head order. One
+// workgroup per query head rather than per key/value head gives the grid `group` times more
+// workgroups, each `group` times shorter: a GQA model with few key/value heads (3 in a 135M
+// Llama) otherwise fills barely more than one wave of the GPU, with the workgroups of the first
+// key blocks (seen by every query under a causal mask) running long after the rest are done.
+// The workgroup is made of two halves of 64 invocations that split the work by product rather
+// than by rows, so that each holds one accumulator block instead of two (fewer registers) and
+// the workgroup twice the invocations for the shared memory of one set of tiles:
+//   half 0 forms k.q, the probabilities p (hidden pairs 0) and dv += p dO;
+//   half 1 forms v.do meanwhile, then ds = p (dp - delta) d(score)/d(dot) from half 0's p, and
+//   dk += ds Q.
+// In the layout of attention_fast.glsl the row groups of each half own keys (rows rg + NRG r of
+// the block) and the lanes the tile's queries lane + 8 c, the same in both halves: invocation t
+// of half 1 finds the p it needs where invocation t of half 0 left it. Each lane forms its
+// products for 4 keys and the tile's queries from vec4 reads (8 reads feed 64 multiply-adds),
+// and adds p dO (or ds Q) into its 4 x 8 block of dv (or dk) through its row group's exchange
+// region (4 reads of p and 8 of dO feed 128 multiply-adds). Three workgroup barriers per query
+// tile (staging Q, dO, lse and delta; handing p over); sums in a fixed order (deterministic, no
+// atomics). Scores in log2 units as in the forward.
 //
 // Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB), q16 (31.1 KiB,
 // lavapipe's 32 KiB) with subgroup synchronisation, and q16_shared (workgroup barriers, for
-// devices without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BK = 32 and
-// the sizes (src/ops/attention_coopmat.cpp).
+// devices without the subgroups ROW_SHUFFLE needs). 128 invocations. The host mirrors BK = 32
+// and the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant q32 -DBQ=32 -DROW_SHUFFLE=1
 //!variant q16 -DBQ=16 -DROW_SHUFFLE=1
@@ -25,8 +39,9 @@
 #include "attention_common.glsl"
 #define BK 32             // keys per workgroup
 #define CQ (BQ / 8)       // queries per lane (LANES = 8)
-#define NRG (BK / 4)      // row groups (RQ = 4 keys each)
-#define NT (NRG * 8)      // invocations
+#define NRG (BK / 4)      // row groups per half (RQ = 4 keys each)
+#define HALF (NRG * 8)    // invocations per half
+#define NT (2 * HALF)     // invocations
 #define XW BQ             // columns of the exchange regions
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
@@ -39,8 +54,8 @@ layout(push_constant, std430) uniform Push {
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
-  F32Buf dk;     // [B, Tk, Hkv, D]
-  F32Buf dv;     // [B, Tk, Hkv, D]
+  F32Buf dk;     // [B, Tk, Hq, D]: dk itself when Hq = Hkv, else head h's partial
+  F32Buf dv;     // [B, Tk, Hq, D]
   AttnDropoutBuf dropout;  // unused: the fast kernels run without dropout
   AttnParams a;
   uint flags;
@@ -50,27 +65,48 @@ shared vec4 sK[BK * ROW4];   // K row j of the block at j * ROW4
 shared vec4 sV[BK * ROW4];   // V row j
 shared vec4 sQ[BQ * ROW4];   // Q row i of the tile at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
-shared vec4 sP[NRG * XG4];   // row group g's p: key r, query i at float 4 (g XG4 + r XP4) + i
-shared vec4 sG[NRG * XG4];   // and its ds
+// Row group g's exchange regions: key r, query i at float 4 (g XG4 + r XP4) + i. sP holds p for
+// half 0's dv; sG holds p d(score)/d(dot) from half 0, which half 1 turns into ds in place.
+shared vec4 sP[NRG * XG4];
+shared vec4 sG[NRG * XG4];
 shared float sLse2[BQ];      // the tile's logsumexp in log2 units (0 past the end)
 shared float sDelta[BQ];
 
+// acc[r] += sum_i W[r][i] X[i] over the tile's queries, in order: W a row group's exchange
+// region, X the tile's rows.
+#define ACCUMULATE_ROWS(W, X)                                                   \
+  [[unroll]] for (uint i4 = 0; i4 < BQ / 4; ++i4) {                             \
+    vec4 w[RQ];                                                                 \
+    [[unroll]] for (uint r = 0; r < RQ; ++r) w[r] = W[xg + r * XP4 + i4];       \
+    [[unroll]] for (uint u = 0; u < 4; ++u) {                                   \
+      const vec4 x0 = X[(4 * i4 + u) * ROW4 + lane];                            \
+      const vec4 x1 = X[(4 * i4 + u) * ROW4 + LANES + lane];                    \
+      [[unroll]] for (uint r = 0; r < RQ; ++r) {                                \
+        acc[r][0] = fma(vec4(w[r][u]), x0, acc[r][0]);                          \
+        acc[r][1] = fma(vec4(w[r][u]), x1, acc[r][1]);                          \
+      }                                                                         \
+    }                                                                           \
+  }
+
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint rg = t / LANES, lane = t % LANES;
-  // Grid (key/value heads, key blocks, batch), heads fastest: every head's first block (seen by
-  // the most queries under a causal mask) is dispatched first.
-  const uint k0 = gl_WorkGroupID.y * BK;
-  const uint hk = gl_WorkGroupID.x;
-  const uint b = gl_WorkGroupID.z;
+  const bool first_half = t < HALF;  // p and dv; else dp, ds and dk
+  const uint rg = (t % HALF) / LANES, lane = t % LANES;
+  const uint xg = rg * XG4;          // this row group's exchange regions
+  // Grid (query heads, batch, key blocks), blocks slowest: the first blocks of every head and
+  // batch (seen by the most queries under a causal mask) are dispatched first.
+  const uint k0 = gl_WorkGroupID.z * BK;
+  const uint h = gl_WorkGroupID.x;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
-  const uint group = p.a.hq / p.a.hkv;
+  const uint hk = h / (p.a.hq / p.a.hkv);
   const uint k_rows = min(uint(BK), p.a.tk - k0);
   const bool vec4_rows = (p.flags & FLAG_ROWS_VEC4) != 0u;
   const bool softcap = p.a.softcap > 0.0;
   const float to_log2 = p.a.scale * LOG2E;
   const uint q_stride = p.a.hq * D;
   const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
+  const uint out_base = ((b * p.a.tk + k0) * p.a.hq + h) * D;  // row k0 of head h's output
 
   STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, p.a.hkv * D, k_rows);
   STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, p.a.hkv * D, k_rows);
@@ -83,9 +119,9 @@ void main() {
     if (key_ok[r] && (p.flags & FLAG_MASK) != 0u) key_ok[r] = p.mask.v[b * p.a.tk + k0 + jj] != 0;
   }
   all_keys_ok = all_keys_ok && (p.flags & FLAG_MASK) == 0u;
-  vec4 acc_k[RQ][2], acc_v[RQ][2];  // dk, dv rows, dims 4 lane + (0..3), 32 + 4 lane + (0..3)
-  [[unroll]] for (uint r = 0; r < RQ; ++r)
-    acc_k[r][0] = acc_k[r][1] = acc_v[r][0] = acc_v[r][1] = vec4(0.0);
+  // dv rows (half 0) or dk rows (half 1), dims 4 lane + (0..3) and 32 + 4 lane + (0..3).
+  vec4 acc[RQ][2];
+  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
 
   // Queries that can see a key of the block: position i + q_offset >= k0 (causal) and
   // position - (k0 + k_rows - 1) < window.
@@ -93,122 +129,109 @@ void main() {
   if (p.a.causal != 0) i_lo = max(i_lo, int(k0) - p.a.q_offset);
   if (p.a.window != 0) i_hi = min(i_hi, int(k0 + k_rows) - 1 + int(p.a.window) - p.a.q_offset);
 
-  for (uint hg = 0; hg < group; ++hg) {
-    const uint h = hk * group + hg;
-    for (int i0 = i_lo; i0 < i_hi; i0 += BQ) {
-      barrier();  // the previous tile is consumed (and sK, sV are written)
-      const uint q_rows = min(uint(BQ), p.a.tq - uint(i0));
-      const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
-      STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, q_stride, q_rows);
-      STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
-      if (t < BQ) {
-        const uint at = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
-        sLse2[t] = t < q_rows ? p.lse.v[at] * LOG2E : 0.0;
-        sDelta[t] = t < q_rows ? p.delta.v[at] : 0.0;
-      }
-      barrier();
+  for (int i0 = i_lo; i0 < i_hi; i0 += BQ) {
+    barrier();  // the previous tile is consumed (and sK, sV are written)
+    const uint q_rows = min(uint(BQ), p.a.tq - uint(i0));
+    const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
+    STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, q_stride, q_rows);
+    STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
+    if (t < BQ) {
+      const uint at = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
+      sLse2[t] = t < q_rows ? p.lse.v[at] * LOG2E : 0.0;
+      sDelta[t] = t < q_rows ? p.delta.v[at] : 0.0;
+    }
+    barrier();
 
-      // dot[r][c] = K[rg + NRG r] . Q[lane + 8 c] and dp[r][c] = V[rg + NRG r] . dO[lane + 8 c].
-      float dot[RQ][CQ], dp[RQ][CQ];
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = dp[r][c] = 0.0;
+    // Half 0: dot[r][c] = K[rg + NRG r] . Q[lane + 8 c]; half 1: the same with V and dO (each
+    // lane holds one product's scores).
+    float dot[RQ][CQ];
+    [[unroll]] for (uint r = 0; r < RQ; ++r)
+      [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = 0.0;
+    if (first_half) {
       for (uint d0 = 0; d0 < DCH; d0 += 4) {
         [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-          vec4 qq[CQ], oo[CQ];
-          [[unroll]] for (uint c = 0; c < CQ; ++c) {
+          vec4 qq[CQ];
+          [[unroll]] for (uint c = 0; c < CQ; ++c)
             qq[c] = sQ[(lane + LANES * c) * ROW4 + d0 + dc];
-            oo[c] = sDO[(lane + LANES * c) * ROW4 + d0 + dc];
-          }
           [[unroll]] for (uint r = 0; r < RQ; ++r) {
             const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
-            const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
-            [[unroll]] for (uint c = 0; c < CQ; ++c) {
-              dot[r][c] = fma4(qq[c], kk, dot[r][c]);
-              dp[r][c] = fma4(oo[c], vv, dp[r][c]);
-            }
+            [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = fma4(qq[c], kk, dot[r][c]);
           }
         }
       }
-
-      // p and ds = p (dp - delta) d(score)/d(dot); without a soft-cap the derivative is the
-      // constant scale, applied to dk once at the end. Hidden pairs get 0 (selected, so whatever
-      // exp2 made of their scores is dropped); a tile whose queries all see every key of the
-      // block skips the tests.
-      float pr[RQ][CQ], g[RQ][CQ];
-      float lse2[CQ], dlt[CQ];
-      [[unroll]] for (uint c = 0; c < CQ; ++c) {
-        lse2[c] = sLse2[lane + LANES * c];
-        dlt[c] = sDelta[lane + LANES * c];
-      }
-      if (softcap) {
-        [[unroll]] for (uint r = 0; r < RQ; ++r)
-          [[unroll]] for (uint c = 0; c < CQ; ++c) {
-            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
-            pr[r][c] = exp2(p.a.softcap * th * LOG2E - lse2[c]);
-            g[r][c] = pr[r][c] * (dp[r][c] - dlt[c]) * (p.a.scale * (1.0 - th * th));
-          }
-      } else {
-        [[unroll]] for (uint r = 0; r < RQ; ++r)
-          [[unroll]] for (uint c = 0; c < CQ; ++c) {
-            pr[r][c] = exp2(dot[r][c] * to_log2 - lse2[c]);
-            g[r][c] = pr[r][c] * (dp[r][c] - dlt[c]);
-          }
-      }
+      // p, and p d(score)/d(dot) for half 1 (without a soft-cap the derivative is the constant
+      // scale, applied to dk once at the end). Hidden pairs get 0 (selected, so whatever exp2
+      // made of their scores is dropped); a tile whose queries all see every key of the block
+      // skips the tests.
+      float lse2[CQ];
+      [[unroll]] for (uint c = 0; c < CQ; ++c) lse2[c] = sLse2[lane + LANES * c];
       const int pos_first = i0 + p.a.q_offset;
       const bool whole = all_keys_ok && q_rows == BQ &&
                          (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
                          (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
-      if (!whole) {
-        [[unroll]] for (uint c = 0; c < CQ; ++c) {
-          const uint ii = lane + LANES * c;
-          [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            if (!key_ok[r] || ii >= q_rows ||
-                !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))) {
-              pr[r][c] = 0.0;
-              g[r][c] = 0.0;
-            }
-          }
-        }
-      }
       [[unroll]] for (uint r = 0; r < RQ; ++r)
         [[unroll]] for (uint c = 0; c < CQ; ++c) {
-          const uint at = 4u * (rg * XG4 + r * XP4) + lane + LANES * c;
-          sP[at / 4u][at % 4u] = pr[r][c];
-          sG[at / 4u][at % 4u] = g[r][c];
+          float pr, dfac = 1.0;
+          if (softcap) {
+            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
+            pr = exp2(p.a.softcap * th * LOG2E - lse2[c]);
+            dfac = p.a.scale * (1.0 - th * th);
+          } else {
+            pr = exp2(dot[r][c] * to_log2 - lse2[c]);
+          }
+          const uint ii = lane + LANES * c;
+          if (!whole && (!key_ok[r] || ii >= q_rows ||
+                         !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))))
+            pr = 0.0;
+          const uint at = 4u * (xg + r * XP4) + ii;
+          sP[at / 4u][at % 4u] = pr;
+          sG[at / 4u][at % 4u] = pr * dfac;
         }
-      ROW_SYNC();
-
-      // dv[r] += sum_i p[r][i] dO[i] and dk[r] += sum_i ds[r][i] Q[i] over the tile's queries,
-      // in order.
-      [[unroll]] for (uint i4 = 0; i4 < BQ / 4; ++i4) {
-        vec4 pr[RQ], g[RQ];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          pr[r] = sP[rg * XG4 + r * XP4 + i4];
-          g[r] = sG[rg * XG4 + r * XP4 + i4];
-        }
-        [[unroll]] for (uint u = 0; u < 4; ++u) {
-          const uint i = 4 * i4 + u;
-          const vec4 o0 = sDO[i * ROW4 + lane], o1 = sDO[i * ROW4 + LANES + lane];
-          const vec4 q0 = sQ[i * ROW4 + lane], q1 = sQ[i * ROW4 + LANES + lane];
+    } else {
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 oo[CQ];
+          [[unroll]] for (uint c = 0; c < CQ; ++c)
+            oo[c] = sDO[(lane + LANES * c) * ROW4 + d0 + dc];
           [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            acc_v[r][0] = fma(vec4(pr[r][u]), o0, acc_v[r][0]);
-            acc_v[r][1] = fma(vec4(pr[r][u]), o1, acc_v[r][1]);
-            acc_k[r][0] = fma(vec4(g[r][u]), q0, acc_k[r][0]);
-            acc_k[r][1] = fma(vec4(g[r][u]), q1, acc_k[r][1]);
+            const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = fma4(oo[c], vv, dot[r][c]);
           }
         }
       }
     }
+    barrier();  // half 0's p reaches half 1
+
+    // Half 1: ds = p d(score)/d(dot) (dp - delta), in place: each lane rewrites the entries it
+    // read (its own keys and queries), so only its row group needs to see the result.
+    if (!first_half) {
+      [[unroll]] for (uint c = 0; c < CQ; ++c) {
+        const float dlt = sDelta[lane + LANES * c];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
+          sG[at / 4u][at % 4u] = sG[at / 4u][at % 4u] * (dot[r][c] - dlt);
+        }
+      }
+    }
+    ROW_SYNC();
+
+    // dv[r] += sum_i p[r][i] dO[i] (half 0) or dk[r] += sum_i ds[r][i] Q[i] (half 1) over the
+    // tile's queries, in order (one loop per half: a selection between two shared arrays would
+    // read both).
+    if (first_half) {
+      ACCUMULATE_ROWS(sP, sDO);
+    } else {
+      ACCUMULATE_ROWS(sG, sQ);
+    }
   }
 
-  const vec4 grad_scale = vec4(softcap ? 1.0 : p.a.scale);
+  const vec4 grad_scale = vec4(first_half || softcap ? 1.0 : p.a.scale);
+  F32Buf grad_out = first_half ? p.dv : p.dk;  // an address, not a shared read
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint jj = rg + NRG * r;
     if (jj >= k_rows) continue;
-    const uint row = kv_base + jj * p.a.hkv * D;
-    store_chunk(p.dk, row, lane, D, vec4_rows, acc_k[r][0] * grad_scale);
-    store_chunk(p.dk, row, LANES + lane, D, vec4_rows, acc_k[r][1] * grad_scale);
-    store_chunk(p.dv, row, lane, D, vec4_rows, acc_v[r][0]);
-    store_chunk(p.dv, row, LANES + lane, D, vec4_rows, acc_v[r][1]);
+    const uint row = out_base + jj * q_stride;
+    store_chunk(grad_out, row, lane, D, vec4_rows, acc[r][0] * grad_scale);
+    store_chunk(grad_out, row, LANES + lane, D, vec4_rows, acc[r][1] * grad_scale);
   }
 }

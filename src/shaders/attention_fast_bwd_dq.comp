@@ -1,18 +1,24 @@
 // Fused attention backward, query side, register-tiled fp32 (Fast math mode, head_dim <= 64): dq
 // for a block of BQ = 32 queries of one head, walking the visible keys in tiles of BK. Same
 // arithmetic as attention_bwd_dq.comp: probabilities recomputed from the saved logsumexp,
-// ds = p (do.v - delta) d(score)/d(dot), dq = sum_j ds_ij k_j. In the layout of
-// attention_fast.glsl each lane keeps, for its 4 query rows and the tile's keys lane + 8 c, the
-// dot products q.k and do.v in registers (vec4 reads of Q, dO, K and V: 16 reads feed 128
-// multiply-adds), turns them into ds, passes ds to its row group through shared memory, and
-// adds ds K into its 4 x 8 block of dq (4 reads of ds and 8 of K feed 128 multiply-adds). Two
-// workgroup barriers per tile (staging K and V); sums in a fixed order (deterministic, no
-// atomics). Scores in log2 units as in the forward.
+// ds = p (do.v - delta) d(score)/d(dot), dq = sum_j ds_ij k_j. The workgroup is made of two
+// halves of 64 invocations that split the work by product, so that the workgroup holds twice the
+// invocations for the shared memory of one set of tiles (more warps to hide latency behind):
+//   half 0 forms q.k and p d(score)/d(dot) (hidden pairs 0), half 1 do.v meanwhile and then ds
+//   from half 0's values; both add ds K into dq, half 0 for dims 0..31, half 1 for 32..63.
+// In the layout of attention_fast.glsl the row groups of each half own query rows (rg + NRG r)
+// and the lanes the tile's keys lane + 8 c, the same in both halves: invocation t of half 1 finds
+// the values it needs where invocation t of half 0 left them. Each lane forms its product for 4
+// rows and the tile's keys from vec4 reads (8 reads feed 64 multiply-adds), and adds ds K into
+// its 4 x 4 block of dq through its row group's exchange region (4 reads of ds and 4 of K feed 64
+// multiply-adds). Four workgroup barriers per key tile (staging K, V and the key flags; handing
+// half 0's values to half 1 and the score gradients back to both); sums in a fixed order
+// (deterministic, no atomics). Scores in log2 units as in the forward.
 //
 // Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.3 KiB,
-// lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for devices
-// without the subgroups ROW_SHUFFLE needs). 64 invocations. The host mirrors BQ = 32 and the
-// sizes (src/ops/attention_coopmat.cpp).
+// lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for
+// devices without the subgroups ROW_SHUFFLE needs). 128 invocations. The host mirrors BQ = 32
+// and the sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant k32 -DBK=32 -DROW_SHUFFLE=1
 //!variant k16 -DBK=16 -DROW_SHUFFLE=1
@@ -23,8 +29,9 @@
 #include "attention_common.glsl"
 #define BQ 32             // queries per workgroup
 #define CK (BK / 8)       // keys per lane (LANES = 8)
-#define NRG (BQ / 4)      // row groups (RQ = 4 rows each)
-#define NT (NRG * 8)      // invocations
+#define NRG (BQ / 4)      // row groups per half (RQ = 4 rows each)
+#define HALF (NRG * 8)    // invocations per half
+#define NT (2 * HALF)     // invocations
 #define XW BK             // columns of the exchange regions
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
@@ -47,18 +54,23 @@ shared vec4 sQ[BQ * ROW4];   // Q row i of the block at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
 shared vec4 sK[BK * ROW4];   // K row j of the tile at j * ROW4
 shared vec4 sV[BK * ROW4];   // V row j
-shared vec4 sG[NRG * XG4];   // row group g's ds: row r, key j at float 4 (g XG4 + r XP4) + j
-shared uint sKeyOk[BK];
+// Row group g's exchange region: row r, key j at float 4 (g XG4 + r XP4) + j; p d(score)/d(dot)
+// from half 0, which half 1 turns into ds in place.
+shared vec4 sG[NRG * XG4];
+shared uint sKeyOk[BK];      // key j of the tile exists and is not padding
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint rg = t / LANES, lane = t % LANES;
-  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
-  // under a causal mask) is dispatched first.
+  const bool first_half = t < HALF;   // q.k and p; else do.v and ds
+  const uint rg = (t % HALF) / LANES, lane = t % LANES;
+  const uint xg = rg * XG4;           // this row group's exchange region
+  const uint dim_chunk = first_half ? lane : LANES + lane;  // the dq dims this lane adds
+  // Grid (heads, batch, query blocks), blocks slowest: the last blocks of every head and batch
+  // (the most keys under a causal mask) are dispatched first, the shortest ones last.
   const uint blocks = (p.a.tq + BQ - 1) / BQ;
-  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.z) * BQ;
   const uint h = gl_WorkGroupID.x;
-  const uint b = gl_WorkGroupID.z;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
@@ -70,17 +82,16 @@ void main() {
 
   STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, p.a.hq * D, q_rows);
   STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, p.a.hq * D, q_rows);
-  // This lane's rows: logsumexp in log2 units and delta. A row that saw no key has lse = +inf;
-  // none of its scores is visible, so it is never used.
-  float lse2[RQ], dlt[RQ];
+  // This lane's rows: half 0 their logsumexp in log2 units, half 1 their delta. A row that saw no
+  // key has lse = +inf; none of its scores is visible, so it is never used.
+  float row_stat[RQ];
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint i = rg + NRG * r;
     const uint at = (b * p.a.hq + h) * p.a.tq + q0 + i;
-    lse2[r] = i < q_rows ? p.lse.v[at] * LOG2E : 0.0;
-    dlt[r] = i < q_rows ? p.delta.v[at] : 0.0;
+    row_stat[r] = i >= q_rows ? 0.0 : first_half ? p.lse.v[at] * LOG2E : p.delta.v[at];
   }
-  vec4 acc[RQ][2];  // dq rows, dims 4 lane + (0..3) and 32 + 4 lane + (0..3)
-  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
+  vec4 acc[RQ];  // dq rows, dims 4 dim_chunk + (0..3)
+  [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r] = vec4(0.0);
 
   const int pos_first = int(q0) + p.a.q_offset;
   const int pos_last = pos_first + int(q_rows) - 1;
@@ -102,76 +113,80 @@ void main() {
     }
     barrier();
 
-    // dot[r][c] = Q[rg + NRG r] . K[lane + 8 c] and dp[r][c] = dO[rg + NRG r] . V[lane + 8 c].
-    float dot[RQ][CK], dp[RQ][CK];
+    // Half 0: dot[r][c] = Q[rg + NRG r] . K[lane + 8 c]; half 1: the same with dO and V.
+    float dot[RQ][CK];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = dp[r][c] = 0.0;
-    for (uint d0 = 0; d0 < DCH; d0 += 4) {
-      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-        vec4 kk[CK], vv[CK];
-        [[unroll]] for (uint c = 0; c < CK; ++c) {
-          kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
-          vv[c] = sV[(lane + LANES * c) * ROW4 + d0 + dc];
+      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = 0.0;
+    if (first_half) {
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 kk[CK];
+          [[unroll]] for (uint c = 0; c < CK; ++c)
+            kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(qq, kk[c], dot[r][c]);
+          }
         }
+      }
+      // p d(score)/d(dot) (without a soft-cap the derivative is the constant scale, applied to
+      // dq once at the end). Hidden pairs get 0 (selected, so whatever exp2 made of their scores
+      // is dropped); a tile every row sees whole skips the tests.
+      const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
+                         (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
+                         (p.a.window == 0 || pos_last - j0 < int(p.a.window));
+      [[unroll]] for (uint c = 0; c < CK; ++c) {
+        const uint jj = lane + LANES * c;
+        const bool key_ok = whole || sKeyOk[jj] != 0u;
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
-          const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
-          [[unroll]] for (uint c = 0; c < CK; ++c) {
-            dot[r][c] = fma4(qq, kk[c], dot[r][c]);
-            dp[r][c] = fma4(oo, vv[c], dp[r][c]);
+          float pd;
+          if (softcap) {
+            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
+            pd = exp2(p.a.softcap * th * LOG2E - row_stat[r]) * (p.a.scale * (1.0 - th * th));
+          } else {
+            pd = exp2(dot[r][c] * to_log2 - row_stat[r]);
+          }
+          const uint i = rg + NRG * r;
+          if (!whole &&
+              (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), j0 + int(jj))))
+            pd = 0.0;
+          const uint at = 4u * (xg + r * XP4) + jj;
+          sG[at / 4u][at % 4u] = pd;
+        }
+      }
+    } else {
+      for (uint d0 = 0; d0 < DCH; d0 += 4) {
+        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+          vec4 vv[CK];
+          [[unroll]] for (uint c = 0; c < CK; ++c)
+            vv[c] = sV[(lane + LANES * c) * ROW4 + d0 + dc];
+          [[unroll]] for (uint r = 0; r < RQ; ++r) {
+            const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
+            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(oo, vv[c], dot[r][c]);
           }
         }
       }
     }
+    barrier();  // half 0's values reach half 1
 
-    // ds = p (dp - delta) d(score)/d(dot); without a soft-cap the derivative is the constant
-    // scale, applied to dq once at the end. Hidden pairs get 0 (selected, so whatever exp2 made
-    // of their scores is dropped); a tile every row sees whole skips the tests.
-    float g[RQ][CK];
-    if (softcap) {
+    // Half 1: ds = p d(score)/d(dot) (dp - delta), in place (each lane rewrites the entries it
+    // read), for the row groups of both halves: a workgroup barrier, not a row-group one.
+    if (!first_half) {
       [[unroll]] for (uint r = 0; r < RQ; ++r)
         [[unroll]] for (uint c = 0; c < CK; ++c) {
-          const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
-          const float pr = exp2(p.a.softcap * th * LOG2E - lse2[r]);
-          g[r][c] = pr * (dp[r][c] - dlt[r]) * (p.a.scale * (1.0 - th * th));
+          const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
+          sG[at / 4u][at % 4u] = sG[at / 4u][at % 4u] * (dot[r][c] - row_stat[r]);
         }
-    } else {
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CK; ++c)
-          g[r][c] = exp2(dot[r][c] * to_log2 - lse2[r]) * (dp[r][c] - dlt[r]);
     }
-    const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
-                       (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
-                       (p.a.window == 0 || pos_last - j0 < int(p.a.window));
-    if (!whole) {
-      [[unroll]] for (uint c = 0; c < CK; ++c) {
-        const uint jj = lane + LANES * c;
-        const bool key_ok = sKeyOk[jj] != 0u;
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const uint i = rg + NRG * r;
-          if (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), j0 + int(jj)))
-            g[r][c] = 0.0;
-        }
-      }
-    }
-    [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CK; ++c) {
-        const uint at = 4u * (rg * XG4 + r * XP4) + lane + LANES * c;
-        sG[at / 4u][at % 4u] = g[r][c];
-      }
-    ROW_SYNC();
+    barrier();
 
-    // acc[r] += sum_j ds[r][j] K[j] over the tile's keys, in order.
+    // acc[r] += sum_j ds[r][j] K[j] over the tile's keys, in order, for this lane's dims.
     [[unroll]] for (uint j4 = 0; j4 < BK / 4; ++j4) {
       vec4 g[RQ];
-      [[unroll]] for (uint r = 0; r < RQ; ++r) g[r] = sG[rg * XG4 + r * XP4 + j4];
+      [[unroll]] for (uint r = 0; r < RQ; ++r) g[r] = sG[xg + r * XP4 + j4];
       [[unroll]] for (uint u = 0; u < 4; ++u) {
-        const vec4 k0 = sK[(4 * j4 + u) * ROW4 + lane];
-        const vec4 k1 = sK[(4 * j4 + u) * ROW4 + LANES + lane];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          acc[r][0] = fma(vec4(g[r][u]), k0, acc[r][0]);
-          acc[r][1] = fma(vec4(g[r][u]), k1, acc[r][1]);
-        }
+        const vec4 kk = sK[(4 * j4 + u) * ROW4 + dim_chunk];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r] = fma(vec4(g[r][u]), kk, acc[r]);
       }
     }
   }
@@ -180,8 +195,6 @@ void main() {
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint i = rg + NRG * r;
     if (i >= q_rows) continue;
-    const uint row = q_base + i * p.a.hq * D;
-    store_chunk(p.dq, row, lane, D, vec4_rows, acc[r][0] * grad_scale);
-    store_chunk(p.dq, row, LANES + lane, D, vec4_rows, acc[r][1] * grad_scale);
+    store_chunk(p.dq, q_base + i * p.a.hq * D, dim_chunk, D, vec4_rows, acc[r] * grad_scale);
   }
 }

@@ -99,12 +99,12 @@ void row_sum(inout float x[RQ], uint rg, uint lane) {
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint rg = t / LANES, lane = t % LANES;
-  // Grid (heads, query blocks, batch), heads fastest: every head's last block (the most keys
-  // under a causal mask) is dispatched first.
+  // Grid (heads, batch, query blocks), blocks slowest: the last blocks of every head and batch
+  // (the most keys under a causal mask) are dispatched first, the shortest ones last.
   const uint blocks = (p.a.tq + BQ - 1) / BQ;
-  const uint q0 = (blocks - 1 - gl_WorkGroupID.y) * BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.z) * BQ;
   const uint h = gl_WorkGroupID.x;
-  const uint b = gl_WorkGroupID.z;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);

@@ -419,13 +419,16 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
     }
     {
       //  3. The first layer's attention: the output's gradient, dq, dk, dv and the per-row
-      //     sums (delta) of the fused backward, beside the residual stream's gradient.
+      //     sums (delta) of the fused backward, beside the residual stream's gradient; under GQA
+      //     the fp32 register-tiled dk/dv kernel adds per-query-head partials of dk and dv (two
+      //     more [N, q] while the group sum writes dk and dv).
+      const int64_t q_like = d.Hq != d.Hkv ? 4 : 2;
       Moment m{"backward, first layer's attention",
-               fmt::format("attention gradients 2 x {} + 2 x {} f32", shape2(d.N, d.qd),
+               fmt::format("attention gradients {} x {} + 2 x {} f32", q_like, shape2(d.N, d.qd),
                            shape2(d.N, d.kvd)),
                {},
                grads_then(all_grads - groups.missing_at_attention)};
-      m.workspace.add(d.N * d.qd, kF32, 2);
+      m.workspace.add(d.N * d.qd, kF32, q_like);
       m.workspace.add(d.N * d.kvd, kF32, 2);
       m.workspace.add(d.B * d.Hq * d.T);
       m.workspace.add(d.N * d.H, kF32, 2);

@@ -53,6 +53,10 @@ const Case kCases[] = {
     {"t97_window33_mqa_d17_softcap", 1, 97, 97, 4, 1, 17, true, 33, 8, Pad::kLeft, 3},
     {"t70_noncausal_window20_d61", 1, 70, 70, 2, 2, 61, false, 20, 0, Pad::kRight, 1},
     {"queries_75_keys_40_d16_gqa3", 1, 75, 40, 3, 1, 16, true, 0, 0, Pad::kNone, 1},
+    // The backward kernels' two halves (one forms p, the other dp and ds from it) over 3 batches
+    // and 48 rows (a last tile of 16 where tiles are 32), with GQA 3: dk/dv partials per query
+    // head to add over each group.
+    {"t48_b3_gqa3_halves", 3, 48, 48, 6, 2, 64, true, 0, 0, Pad::kNone, 1},
 };
 
 TEST(Attention, ForwardMatchesReference) {
