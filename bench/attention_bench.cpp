@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/attention.h"
@@ -44,6 +45,8 @@
 namespace {
 
 using vkf::Tensor;
+using vkf::bench::median;
+using vkf::bench::random_values;
 
 struct Shape {
   std::string name;
@@ -60,38 +63,19 @@ Shape parse_shape(const std::string& text) {
     dims = text.substr(0, colon);
     s.causal = text.substr(colon + 1) != "nc";
   }
-  long long b = 0, t = 0, hq = 0, hkv = 0, d = 0;
-  int used = 0;
-  if (std::sscanf(dims.c_str(), "%lldx%lldx%lldx%lldx%lld%n", &b, &t, &hq, &hkv, &d, &used) != 5 ||
-      used != static_cast<int>(dims.size()) || b <= 0 || t <= 0 || hq <= 0 || hkv <= 0 || d <= 0 ||
-      hq % hkv != 0) {
+  const auto sizes = vkf::bench::parse_sizes(dims, 5);
+  if (!sizes || (*sizes)[2] % (*sizes)[3] != 0) {
     throw vkf::Error(fmt::format(
         "--shapes: cannot read '{}'; expected 135m, 1b or BxTxHqxHkvxD (Hkv dividing Hq), "
         "optionally followed by :nc for non-causal, e.g. 8x1024x9x3x64",
         text));
   }
-  s.b = b;
-  s.t = t;
-  s.hq = hq;
-  s.hkv = hkv;
-  s.d = d;
+  s.b = (*sizes)[0];
+  s.t = (*sizes)[1];
+  s.hq = (*sizes)[2];
+  s.hkv = (*sizes)[3];
+  s.d = (*sizes)[4];
   return s;
-}
-
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
-  }
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 // Which part of the attention a profiled kernel label belongs to ("" for anything else).
@@ -174,21 +158,14 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Shape> cases;
-  for (size_t start = 0; start <= shapes.size();) {
-    const size_t end = std::min(shapes.find(',', start), shapes.size());
-    if (end > start) cases.push_back(parse_shape(shapes.substr(start, end - start)));
-    start = end + 1;
-  }
-  std::vector<std::string> families;
-  for (size_t start = 0; start <= kernels.size();) {
-    const size_t end = std::min(kernels.find(',', start), kernels.size());
-    const std::string name = kernels.substr(start, end - start);
+  for (const auto& item : vkf::bench::split_list(shapes)) cases.push_back(parse_shape(item));
+  const std::vector<std::string> families = vkf::bench::split_list(kernels);
+  if (cases.empty() || families.empty())
+    throw vkf::Error("--shapes and --kernels each need at least one item");
+  for (const auto& name : families)
     if (name != "plain" && name != "fast" && name != "fast-small" && name != "coopmat")
       throw vkf::Error(fmt::format(
           "--kernels: unknown family '{}'; use plain, fast, fast-small, coopmat", name));
-    families.push_back(name);
-    start = end + 1;
-  }
   if (device >= 0) vkf::vk::Context::select_device(device);
   auto& ctx = vkf::vk::Context::get();
   namespace detail = vkf::ops::detail;

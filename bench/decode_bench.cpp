@@ -22,9 +22,9 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <sstream>
 
 #include "bench_models.h"
+#include "bench_util.h"
 #include "profile_table.h"
 #include "core/launch.h"
 #include "infer/generate.h"
@@ -33,14 +33,6 @@
 using namespace vkf;
 
 namespace {
-
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 infer::DecodeMode parse_mode(const std::string& m) {
   if (m == "replay") return infer::DecodeMode::Replay;
@@ -98,7 +90,8 @@ int main(int argc, char** argv) {
   try {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
-    std::vector<std::string> dtype_list = split(dtypes), mode_list = split(modes);
+    std::vector<std::string> dtype_list = bench::split_list(dtypes);
+    std::vector<std::string> mode_list = bench::split_list(modes);
     for (const auto& d : dtype_list)
       if (d != "f32" && d != "f16") throw Error(fmt::format("--dtype: '{}' is not f32 or f16", d));
     // f32 runs first: the model is built in f32 and converted to f16 in place afterwards.
@@ -128,7 +121,7 @@ int main(int argc, char** argv) {
           static_cast<double>(params - vector_params) * (dtype == "f16" ? 2.0 : 4.0) +
           4.0 * static_cast<double>(vector_params);
       const double roofline = gbps * 1e9 / bytes;
-      for (const auto& batch_item : split(batches)) {
+      for (const auto& batch_item : bench::split_list(batches)) {
         const int64_t batch = std::stoll(batch_item);
         std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
         for (int64_t r = 0; r < batch; ++r)

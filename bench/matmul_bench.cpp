@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "core/launch.h"
 #include "ops/matmul.h"
@@ -33,6 +34,8 @@
 namespace {
 
 using vkf::Tensor;
+using vkf::bench::median;
+using vkf::bench::random_values;
 
 struct Case {
   int64_t m, n, k;
@@ -41,30 +44,20 @@ struct Case {
 };
 
 Case parse_case(const std::string& text) {
-  Case c{};
   std::string dims = text, mode = "nn";
   if (auto colon = text.find(':'); colon != std::string::npos) {
     dims = text.substr(0, colon);
     mode = text.substr(colon + 1);
   }
-  char x1 = 0, x2 = 0;
-  long long m = 0, n = 0, k = 0;
-  int used = 0;
-  if (std::sscanf(dims.c_str(), "%lld%c%lld%c%lld%n", &m, &x1, &n, &x2, &k, &used) != 5 ||
-      x1 != 'x' || x2 != 'x' || used != static_cast<int>(dims.size()) || m <= 0 || n <= 0 ||
-      k <= 0 || mode.size() != 2 || (mode[0] != 'n' && mode[0] != 't') ||
+  const auto sizes = vkf::bench::parse_sizes(dims, 3);
+  if (!sizes || mode.size() != 2 || (mode[0] != 'n' && mode[0] != 't') ||
       (mode[1] != 'n' && mode[1] != 't')) {
     throw vkf::Error(fmt::format(
         "--shapes: cannot read '{}'; expected MxNxK with positive sizes, optionally followed by "
         ":nn, :nt, :tn or :tt (e.g. 8192x1536x576:nt)",
         text));
   }
-  c.m = m;
-  c.n = n;
-  c.k = k;
-  c.trans_a = mode[0] == 't';
-  c.trans_b = mode[1] == 't';
-  return c;
+  return Case{(*sizes)[0], (*sizes)[1], (*sizes)[2], mode[0] == 't', mode[1] == 't'};
 }
 
 std::vector<Case> default_cases() {
@@ -95,16 +88,6 @@ std::vector<Case> quick_cases() {
 
 // Random operands in [-1, 1) (almost never f16 values, so f16 rounding shows): a cheap generator
 // is plenty for timing.
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
-  }
-  return v;
-}
-
 // The result checked against a reference in double on the operands the kernel multiplies (each
 // rounded to f16 in f16 precision), on up to 16 rows spread over M (all rows of small products)
 // and every column. The error of each element is measured against sum_k |a||b| (a plain
@@ -183,12 +166,6 @@ struct Timer {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 // Every (x, y) of two lists, x outermost.
 template <typename X, typename Y>
 std::vector<std::pair<X, Y>> pairs(const std::vector<X>& xs, const std::vector<Y>& ys) {
@@ -240,12 +217,7 @@ int run(int argc, char** argv) {
 
   std::vector<Case> cases;
   if (!shapes.empty()) {
-    size_t start = 0;
-    while (start <= shapes.size()) {
-      const size_t end = std::min(shapes.find(',', start), shapes.size());
-      if (end > start) cases.push_back(parse_case(shapes.substr(start, end - start)));
-      start = end + 1;
-    }
+    for (const auto& item : vkf::bench::split_list(shapes)) cases.push_back(parse_case(item));
   } else {
     cases = quick ? quick_cases() : default_cases();
   }
@@ -263,12 +235,7 @@ int run(int argc, char** argv) {
   if (coopmat_tiles == "all") {
     for (const auto& t : detail::coopmat_tiles()) tile_choices.push_back(t.name());
   } else {
-    size_t start = 0;
-    while (start <= coopmat_tiles.size()) {
-      const size_t end = std::min(coopmat_tiles.find(',', start), coopmat_tiles.size());
-      if (end > start) tile_choices.push_back(coopmat_tiles.substr(start, end - start));
-      start = end + 1;
-    }
+    tile_choices = vkf::bench::split_list(coopmat_tiles);
   }
   for (const auto& choice : tile_choices) detail::set_coopmat_choice(choice);  // validates names
   using detail::F16Convert;

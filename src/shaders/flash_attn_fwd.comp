@@ -91,23 +91,16 @@ float masked_score(bool full, bool row_ok, int pos, int j0, uint c, float s) {
   return transform_score(p.a, s);
 }
 
-// The maximum (sum) of the 16 values of row `row` of the 16 x 16 f32 matrix at smem `element`,
-// rows SP floats apart, in column order.
-float row_max16(uint element, uint row) {
-  float m = MASKED;
+// The maximum (or the sum) of the 16 values of row `row` of the 16 x 16 f32 matrix at smem
+// `element`, rows SP floats apart, in column order.
+float row_reduce16(uint element, uint row, bool take_max) {
+  float r = take_max ? MASKED : 0.0;
   UNROLL for (uint c = 0; c < 16u; ++c) {
     const uint w = element * 4u + row * SP + c;
-    m = max(m, uintBitsToFloat(smem[w / 4u][w % 4u]));
+    const float x = uintBitsToFloat(smem[w / 4u][w % 4u]);
+    r = take_max ? max(r, x) : r + x;
   }
-  return m;
-}
-float row_sum16(uint element, uint row) {
-  float sum = 0.0;
-  UNROLL for (uint c = 0; c < 16u; ++c) {
-    const uint w = element * 4u + row * SP + c;
-    sum += uintBitsToFloat(smem[w / 4u][w % 4u]);
-  }
-  return sum;
+  return r;
 }
 
 void main() {
@@ -131,10 +124,7 @@ void main() {
 
   stage_rows_f16(uint64_t(p.q), vec4_ok, ((b * p.a.tq + q0) * p.a.hq + h) * D, p.a.hq * D, q_rows,
                  D, Q_OFF, BQ);
-  for (uint r = tid; r < BQ; r += LOCAL_SIZE) {
-    sM[r] = MASKED;
-    sL[r] = 0.0;
-  }
+  for (uint r = tid; r < BQ; r += LOCAL_SIZE) sM[r] = MASKED;
   barrier();
   FRAG_H qa[QF][DF];
   UNROLL for (uint i = 0; i < QF; ++i)
@@ -219,7 +209,7 @@ void main() {
     if (sees_tile && lane < ROWS_SG) {
       const uint r = sg_row0 + lane;
       const float m_old = sM[r];
-      const float m_new = max(m_old, row_max16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u));
+      const float m_new = max(m_old, row_reduce16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u, true));
       sM[r] = m_new;
       sAlpha[r] = m_new == MASKED ? 1.0 : m_old == MASKED ? 0.0 : exp(m_old - m_new);
     }
@@ -267,7 +257,7 @@ void main() {
   UNROLL for (uint i = 0; i < QF; ++i) STORE_F(lsum[i], scratch + i * 16u * SP / 4u, SP / 4u);
   SG_SYNC();
   if (lane < ROWS_SG)
-    sL[sg_row0 + lane] = row_sum16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u);
+    sL[sg_row0 + lane] = row_reduce16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u, false);
   SG_SYNC();  // the row sums written by this subgroup's invocations are visible to all of them
 
   UNROLL for (uint i = 0; i < QF; ++i) {

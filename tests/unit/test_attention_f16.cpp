@@ -148,6 +148,19 @@ Row score_row(const Inputs& in, const Rounded& x, int64_t b, int64_t h, int64_t 
   return row;
 }
 
+// Calls fn(b, h, i, hk, row) for every query row (batch entry b, query head h, position i) that
+// sees at least one key, hk being its key/value head.
+template <typename Fn>
+void for_each_seen_row(const Inputs& in, const Rounded& x, Fn fn) {
+  const auto& s = in.shape;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.hq; ++h)
+      for (int64_t i = 0; i < s.tq; ++i) {
+        const Row row = score_row(in, x, b, h, i);
+        if (row.any) fn(b, h, i, h / (s.hq / s.hkv), row);
+      }
+}
+
 // out: ref::attention on the rounded inputs, and per element the bound
 // (2^-11 + 2 r + 2^-15) sum_j p_j |v_jd| + 2^-24 sum_j |v_jd| (1e-7 where a row sees no key:
 // exact zeros).
@@ -156,23 +169,18 @@ Expected expect_out(const Inputs& in) {
   const Rounded x = rounded_inputs(in);
   Expected e{ref::attention(x.q, x.k, x.v, in.mask, s, in.opts), {}};
   e.tol.assign(e.value.size(), 1e-7);
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.hq; ++h)
-      for (int64_t i = 0; i < s.tq; ++i) {
-        const Row row = score_row(in, x, b, h, i);
-        if (!row.any) continue;
-        const int64_t hk = h / (s.hq / s.hkv);
-        for (int64_t d = 0; d < s.d; ++d) {
-          double pv = 0, vsum = 0;
-          for (int64_t j = 0; j < s.tk; ++j) {
-            if (!row.seen[static_cast<size_t>(j)]) continue;
-            const double vj = std::fabs(x.v[kv_at(s, b, j, hk) + d]);
-            pv += row.p[static_cast<size_t>(j)] * vj;
-            vsum += vj;
-          }
-          e.tol[q_at(s, b, i, h) + d] += (kU11 + 2 * row.r + kSum) * pv + kU24 * vsum;
-        }
+  for_each_seen_row(in, x, [&](int64_t b, int64_t h, int64_t i, int64_t hk, const Row& row) {
+    for (int64_t d = 0; d < s.d; ++d) {
+      double pv = 0, vsum = 0;
+      for (int64_t j = 0; j < s.tk; ++j) {
+        if (!row.seen[static_cast<size_t>(j)]) continue;
+        const double vj = std::fabs(x.v[kv_at(s, b, j, hk) + d]);
+        pv += row.p[static_cast<size_t>(j)] * vj;
+        vsum += vj;
       }
+      e.tol[q_at(s, b, i, h) + d] += (kU11 + 2 * row.r + kSum) * pv + kU24 * vsum;
+    }
+  });
   return e;
 }
 
@@ -196,50 +204,45 @@ GradExpectation expect_grads(const Inputs& in, const std::vector<double>& o) {
     g->tol.assign(n, 1e-7);
   }
   std::vector<double> dp(static_cast<size_t>(s.tk)), dp_mag(static_cast<size_t>(s.tk));
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.hq; ++h)
-      for (int64_t i = 0; i < s.tq; ++i) {
-        const Row row = score_row(in, x, b, h, i);
-        if (!row.any) continue;
-        const int64_t hk = h / (s.hq / s.hkv);
-        const size_t qi = q_at(s, b, i, h);
-        double delta = 0, delta_err = 0;
-        for (int64_t j = 0; j < s.tk; ++j) {
-          const auto jj = static_cast<size_t>(j);
-          if (!row.seen[jj]) continue;
-          dp[jj] = dp_mag[jj] = 0;
-          for (int64_t d = 0; d < s.d; ++d) {
-            const double t = x.dout[qi + d] * x.v[kv_at(s, b, j, hk) + d];
-            dp[jj] += t;
-            dp_mag[jj] += std::fabs(t);
-          }
-          if (o.empty()) delta += row.p[jj] * dp[jj];
-        }
-        if (!o.empty()) {
-          for (int64_t d = 0; d < s.d; ++d) {
-            delta += in.dout[qi + d] * o[qi + d];
-            delta_err += kDot * std::fabs(in.dout[qi + d] * o[qi + d]);
-          }
-        }
-        for (int64_t j = 0; j < s.tk; ++j) {
-          const auto jj = static_cast<size_t>(j);
-          if (!row.seen[jj]) continue;
-          const double p = row.p[jj];
-          const double ds = p * (dp[jj] - delta) * row.cap_grad[jj];
-          const double ds_tol = kU11 * std::fabs(ds) + kU24 +
-                                p * row.cap_grad[jj] * (delta_err + kDot * dp_mag[jj]) +
-                                (2 * row.r + kSum) * std::fabs(ds);
-          const size_t kj = kv_at(s, b, j, hk);
-          for (int64_t d = 0; d < s.d; ++d) {
-            e.dq.value[qi + d] += opts.scale * ds * x.k[kj + d];
-            e.dk.value[kj + d] += opts.scale * ds * x.q[qi + d];
-            e.dv.value[kj + d] += p * x.dout[qi + d];
-            e.dq.tol[qi + d] += opts.scale * std::fabs(x.k[kj + d]) * ds_tol;
-            e.dk.tol[kj + d] += opts.scale * std::fabs(x.q[qi + d]) * ds_tol;
-            e.dv.tol[kj + d] += ((kU11 + row.r + kSum) * p + kU24) * std::fabs(x.dout[qi + d]);
-          }
-        }
+  for_each_seen_row(in, x, [&](int64_t b, int64_t h, int64_t i, int64_t hk, const Row& row) {
+    const size_t qi = q_at(s, b, i, h);
+    double delta = 0, delta_err = 0;
+    for (int64_t j = 0; j < s.tk; ++j) {
+      const auto jj = static_cast<size_t>(j);
+      if (!row.seen[jj]) continue;
+      dp[jj] = dp_mag[jj] = 0;
+      for (int64_t d = 0; d < s.d; ++d) {
+        const double t = x.dout[qi + d] * x.v[kv_at(s, b, j, hk) + d];
+        dp[jj] += t;
+        dp_mag[jj] += std::fabs(t);
       }
+      if (o.empty()) delta += row.p[jj] * dp[jj];
+    }
+    if (!o.empty()) {
+      for (int64_t d = 0; d < s.d; ++d) {
+        delta += in.dout[qi + d] * o[qi + d];
+        delta_err += kDot * std::fabs(in.dout[qi + d] * o[qi + d]);
+      }
+    }
+    for (int64_t j = 0; j < s.tk; ++j) {
+      const auto jj = static_cast<size_t>(j);
+      if (!row.seen[jj]) continue;
+      const double p = row.p[jj];
+      const double ds = p * (dp[jj] - delta) * row.cap_grad[jj];
+      const double ds_tol = kU11 * std::fabs(ds) + kU24 +
+                            p * row.cap_grad[jj] * (delta_err + kDot * dp_mag[jj]) +
+                            (2 * row.r + kSum) * std::fabs(ds);
+      const size_t kj = kv_at(s, b, j, hk);
+      for (int64_t d = 0; d < s.d; ++d) {
+        e.dq.value[qi + d] += opts.scale * ds * x.k[kj + d];
+        e.dk.value[kj + d] += opts.scale * ds * x.q[qi + d];
+        e.dv.value[kj + d] += p * x.dout[qi + d];
+        e.dq.tol[qi + d] += opts.scale * std::fabs(x.k[kj + d]) * ds_tol;
+        e.dk.tol[kj + d] += opts.scale * std::fabs(x.q[qi + d]) * ds_tol;
+        e.dv.tol[kj + d] += ((kU11 + row.r + kSum) * p + kU24) * std::fabs(x.dout[qi + d]);
+      }
+    }
+  });
   return e;
 }
 

@@ -1,0 +1,60 @@
+// Small helpers the micro-benchmarks share: comma-separated option lists, "AxBxC" sizes, the
+// median of timings, and cheap reproducible pseudo-random inputs. Header-only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace vkf::bench {
+
+// The non-empty items of a comma-separated list.
+inline std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Exactly `count` positive decimal sizes separated by 'x' ("8192x1536x576"), or nullopt.
+inline std::optional<std::vector<int64_t>> parse_sizes(const std::string& text, size_t count) {
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find('x', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    if (item.empty() || item.size() > 12 ||
+        !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    sizes.push_back(std::stoll(item));
+    if (sizes.back() <= 0) return std::nullopt;
+    if (end == text.size()) break;
+    start = end + 1;
+  }
+  if (sizes.size() != count) return std::nullopt;
+  return sizes;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// n values in [-1, 1) from a linear congruential generator seeded by `seed`: inputs whose values
+// do not matter for speed, the same on every run.
+inline std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
+  }
+  return v;
+}
+
+}  // namespace vkf::bench
