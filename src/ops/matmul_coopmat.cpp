@@ -58,12 +58,13 @@ std::string CoopmatTile::name() const {
 }
 
 const std::vector<CoopmatTile>& coopmat_tiles() {
-  // 64x64 for products of few tiles; 128x128 with 8 subgroups of 64x32 or 4 of 64x64; the
-  // 128x256 / 256x128 tiles halve the operand traffic per flop again for large products (BK 16
-  // keeps their two staging buffers within 48 KiB).
+  // 64x64 for products of few tiles; 128x128 with 8 subgroups of 64x32, 16 or 32 deep, or with 4
+  // subgroups of 64x64; the 128x256 / 256x128 tiles halve the operand traffic per flop again (BK
+  // 16 keeps their two staging buffers within 48 KiB). 128x128x16/64x32 comes second: it is
+  // auto's choice for all but small products (see coopmat_plan).
   static const std::vector<CoopmatTile> tiles = {
-      {64, 64, 32, 32, 32},   {128, 128, 32, 64, 32}, {128, 128, 16, 64, 64},
-      {128, 256, 16, 64, 64}, {256, 128, 16, 64, 64},
+      {64, 64, 32, 32, 32},   {128, 128, 16, 64, 32}, {128, 128, 32, 64, 32},
+      {128, 128, 16, 64, 64}, {128, 256, 16, 64, 64}, {256, 128, 16, 64, 64},
   };
   return tiles;
 }
@@ -184,11 +185,13 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
     if (coopmat_tile_unfit(*forced, s).empty()) return *forced;
     return std::nullopt;
   }
-  // Auto: 128x128x32 with 8 subgroups of 64x32 where that still gives the GPU plenty of
+  // Auto: 128x128x16 with 8 subgroups of 64x32 where that still gives the GPU plenty of
   // workgroups (a device has on the order of 100 compute units, each wanting a couple of resident
   // workgroups), else 64x64. Measured on the H200 by forcing each tile for every product of a
-  // training step (bench/RESULTS.md): 128x128x32/64x32 gave the fastest step on both model
-  // shapes, ahead of the larger 128x256 / 256x128 tiles and of 128x128x16/64x64.
+  // training step (bench/RESULTS.md): 128x128x16/64x32 gave the fastest step on both model
+  // shapes (1B: 580 ms against 630 for 128x128x32/64x32, whose 153 registers per invocation
+  // leave room for one workgroup per multiprocessor where this tile's 126 fit two), ahead of the
+  // larger 128x256 / 256x128 tiles, of 128x128x16/64x64 and of single-buffered 64-deep slices.
   const auto& tiles = coopmat_tiles();
   const CoopmatTile &small = tiles[0], &medium = tiles[1];
   constexpr int64_t kMediumGroups = 128;

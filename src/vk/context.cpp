@@ -77,8 +77,9 @@ VkInstance create_instance(bool validation, bool quiet_missing_driver) {
   VkResult r = vkCreateInstance(&ici, nullptr, &inst);
   if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
     if (quiet_missing_driver) return VK_NULL_HANDLE;
-    fail("no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER); install your "
-         "GPU's Vulkan driver, or mesa-vulkan-drivers for the CPU device (lavapipe)");
+    fail(
+        "no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER); install your "
+        "GPU's Vulkan driver, or mesa-vulkan-drivers for the CPU device (lavapipe)");
   }
   VKF_VK_CHECK(r);
   return inst;
@@ -107,10 +108,13 @@ Context& Context::get() {
   return *slot;
 }
 
-bool Context::exists() { return instance_slot() != nullptr; }
+bool Context::exists() {
+  return instance_slot() != nullptr;
+}
 
 void Context::select_device(int index) {
-  VKF_REQUIRE(index >= 0, "device index must be >= 0 (got {}); `vkformer devices` lists them", index);
+  VKF_REQUIRE(index >= 0, "device index must be >= 0 (got {}); `vkformer devices` lists them",
+              index);
   if (exists()) {
     VKF_REQUIRE(static_cast<int>(get().info().index) == index,
                 "device {} requested, but vkformer already runs on device {}", index,
@@ -120,7 +124,9 @@ void Context::select_device(int index) {
   requested_device() = index;
 }
 
-void Context::shutdown() { instance_slot().reset(); }
+void Context::shutdown() {
+  instance_slot().reset();
+}
 
 std::optional<int> Context::requested_device_index() {
   if (requested_device()) return requested_device();
@@ -136,7 +142,8 @@ std::optional<int> Context::requested_device_index() {
 
 uint32_t Context::resolve_device_index(const std::vector<DeviceInfo>& devices,
                                        std::optional<int> requested) {
-  VKF_REQUIRE(!devices.empty(), "no Vulkan device found; install a GPU driver, or "
+  VKF_REQUIRE(!devices.empty(),
+              "no Vulkan device found; install a GPU driver, or "
               "mesa-vulkan-drivers for the CPU device (lavapipe)");
   if (!requested) return default_device_index(devices);
   VKF_REQUIRE(*requested >= 0 && static_cast<size_t>(*requested) < devices.size(),
@@ -178,8 +185,9 @@ Context::Context(std::optional<int> requested) {
 
   auto devices = query_devices(instance_);
   if (devices.empty()) {
-    fail("no Vulkan device found; install a GPU driver, or mesa-vulkan-drivers for the CPU "
-         "device (lavapipe)");
+    fail(
+        "no Vulkan device found; install a GPU driver, or mesa-vulkan-drivers for the CPU "
+        "device (lavapipe)");
   }
   if (!requested) requested = requested_device_index();
   const uint32_t index = resolve_device_index(devices, requested);
@@ -248,6 +256,19 @@ Context::Context(std::optional<int> requested) {
   // From here on, coopmat_nv means usable: the extension and its feature are enabled.
   info_.coopmat_nv = info_.coopmat_nv && coopmat_nv.cooperativeMatrix;
   if (info_.memory_budget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  // Pipeline statistics (register counts and the like, printed as each pipeline is created) are
+  // a profiling aid: asked for with VKF_PIPELINE_STATS=1, and only where the driver has them.
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR e_stats{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  const char* stats_env = std::getenv("VKF_PIPELINE_STATS");
+  info_.pipeline_statistics =
+      info_.pipeline_statistics && stats_env && std::string(stats_env) == "1";
+  if (info_.pipeline_statistics) {
+    e_stats.pipelineExecutableInfo = VK_TRUE;
+    e_stats.pNext = enable.pNext;
+    enable.pNext = &e_stats;
+    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -282,7 +303,9 @@ Context::~Context() {
   if (instance_) vkDestroyInstance(instance_, nullptr);
 }
 
-void Context::on_validation_message(std::string message) { messages_.push_back(std::move(message)); }
+void Context::on_validation_message(std::string message) {
+  messages_.push_back(std::move(message));
+}
 
 void Context::check_validation() {
   if (messages_.size() == messages_checked_) return;
@@ -290,7 +313,8 @@ void Context::check_validation() {
   const size_t count = messages_.size() - messages_checked_;
   for (size_t i = messages_checked_; i < messages_.size(); ++i) all += "\n  " + messages_[i];
   messages_checked_ = messages_.size();
-  fail("Vulkan validation reported {} message(s) (VKF_VALIDATE=1 makes them errors):{}", count, all);
+  fail("Vulkan validation reported {} message(s) (VKF_VALIDATE=1 makes them errors):{}", count,
+       all);
 }
 
 }  // namespace vkf::vk

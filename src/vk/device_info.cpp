@@ -201,6 +201,7 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.coopmat2_nv = exts.count("VK_NV_cooperative_matrix2") > 0;
   info.bfloat16 = exts.count("VK_KHR_shader_bfloat16") > 0;
   info.memory_budget = exts.count("VK_EXT_memory_budget") > 0;
+  info.pipeline_statistics = exts.count("VK_KHR_pipeline_executable_properties") > 0;
 
   VkPhysicalDeviceMemoryProperties mem;
   vkGetPhysicalDeviceMemoryProperties(pd, &mem);

@@ -58,6 +58,9 @@ struct DeviceInfo {
   bool coopmat_khr = false;
   bool coopmat2_nv = false;
   bool memory_budget = false;
+  // VK_KHR_pipeline_executable_properties: the driver can report per-pipeline statistics
+  // (registers, shared memory, ...). Enabled only when VKF_PIPELINE_STATS=1 asks for them.
+  bool pipeline_statistics = false;
   bool vulkan_memory_model = false;
   // VK_KHR_shader_float_controls (core in 1.2): kernels may require round-to-nearest-even and
   // preserved subnormals for 16-bit floats.

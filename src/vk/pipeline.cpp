@@ -40,7 +40,8 @@ std::string cache_file_for(const DeviceInfo& info) {
 }
 }  // namespace
 
-Pipelines::Pipelines(VkDevice device, const DeviceInfo& info) : device_(device) {
+Pipelines::Pipelines(VkDevice device, const DeviceInfo& info)
+    : device_(device), statistics_(info.pipeline_statistics) {
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
   VkPipelineLayoutCreateInfo lci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   lci.pushConstantRangeCount = 1;
@@ -105,7 +106,11 @@ const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32
     sm = it->second;
   } else {
     const EmbeddedShader* s = find_embedded_shader(module.c_str());
-    VKF_REQUIRE(s, "shader module '{}' is not built into this vkformer; optional modules exist only when the installed glslc accepts their extension (this build: " VKF_GLSL_EXTENSIONS ")", module);
+    VKF_REQUIRE(s,
+                "shader module '{}' is not built into this vkformer; optional modules exist only "
+                "when the installed glslc accepts their extension (this build: " VKF_GLSL_EXTENSIONS
+                ")",
+                module);
     VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     smci.codeSize = s->word_count * 4;
     smci.pCode = s->words;
@@ -124,10 +129,64 @@ const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32
   cci.stage.pName = "main";
   cci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
   cci.layout = layout_;
+  if (statistics_) cci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   Kernel k;
   k.name = module;
   VKF_VK_CHECK(vkCreateComputePipelines(device_, cache_, 1, &cci, nullptr, &k.pipeline));
+  if (statistics_) print_statistics(k.pipeline, module, spec);
   return kernels_.emplace(key, k).first->second;
+}
+
+void Pipelines::print_statistics(VkPipeline pipeline, const std::string& module,
+                                 const std::vector<uint32_t>& spec) const {
+  // Extension entry points come from the device, not the loader's exports.
+  auto get_props = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vkGetDeviceProcAddr(device_, "vkGetPipelineExecutablePropertiesKHR"));
+  auto get_stats = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
+  if (!get_props || !get_stats) return;
+  std::string specs;
+  for (uint32_t v : spec) specs += fmt::format("{}{}", specs.empty() ? "" : ",", v);
+  VkPipelineInfoKHR pinfo{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+  pinfo.pipeline = pipeline;
+  uint32_t n = 0;
+  if (get_props(device_, &pinfo, &n, nullptr) != VK_SUCCESS) return;
+  std::vector<VkPipelineExecutablePropertiesKHR> props(
+      n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR});
+  if (get_props(device_, &pinfo, &n, props.data()) != VK_SUCCESS) return;
+  for (uint32_t e = 0; e < n; ++e) {
+    VkPipelineExecutableInfoKHR einfo{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+    einfo.pipeline = pipeline;
+    einfo.executableIndex = e;
+    uint32_t m = 0;
+    if (get_stats(device_, &einfo, &m, nullptr) != VK_SUCCESS) continue;
+    std::vector<VkPipelineExecutableStatisticKHR> stats(
+        m, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+    if (get_stats(device_, &einfo, &m, stats.data()) != VK_SUCCESS) continue;
+    std::string line;
+    for (const auto& st : stats) {
+      std::string value;
+      switch (st.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+          value = st.value.b32 ? "yes" : "no";
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+          value = std::to_string(st.value.i64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+          value = std::to_string(st.value.u64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+          value = fmt::format("{:g}", st.value.f64);
+          break;
+        default:
+          continue;
+      }
+      line += fmt::format("; {}={}", st.name, value);
+    }
+    std::fprintf(stderr, "pipeline-stats %s [%s] %s%s\n", module.c_str(), specs.c_str(),
+                 props[e].name, line.c_str());
+  }
 }
 
 }  // namespace vkf::vk

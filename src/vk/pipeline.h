@@ -2,6 +2,9 @@
 // constants), and cached for the life of the context. Every pipeline shares one layout: no
 // descriptor sets, only a 128-byte push-constant block carrying buffer device addresses and sizes.
 // The driver's VkPipelineCache is persisted under ~/.cache/vkformer (VKF_PIPELINE_CACHE=0 disables).
+// With VKF_PIPELINE_STATS=1 on a driver that has VK_KHR_pipeline_executable_properties, each
+// pipeline's statistics (on NVIDIA: registers per thread, shared memory, ...) are printed to stderr
+// as it is created: what a kernel's occupancy is, without a vendor profiler.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -37,7 +40,10 @@ class Pipelines {
 
  private:
   void save_cache();
+  void print_statistics(VkPipeline pipeline, const std::string& module,
+                        const std::vector<uint32_t>& spec) const;
   VkDevice device_;
+  bool statistics_ = false;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   std::string cache_path_;
