@@ -34,11 +34,6 @@ uint32_t shared_bytes(const CoopmatTile& t, uint32_t mma_m) {
   return std::max(staging, scratch);
 }
 
-// Workgroups of a tile over a batch of m x n outputs.
-int64_t groups(const CoopmatTile& t, int64_t batch, int64_t m, int64_t n) {
-  return batch * int64_t{div_up(m, t.bm)} * int64_t{div_up(n, t.bn)};
-}
-
 const CoopmatTile* find_tile(const std::string& name) {
   for (const auto& t : coopmat_tiles())
     if (t.name() == name) return &t;
@@ -177,7 +172,7 @@ std::string f16_convert_name() {
                                           : "emulated";
 }
 
-std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
+std::optional<CoopmatTile> coopmat_plan(int64_t /*batch*/, int64_t /*m*/, int64_t /*n*/) {
   if (matmul_precision() != MatmulPrecision::F16 || g_choice == "off") return std::nullopt;
   const CoopmatSupport s = coopmat_support();
   if (!s.unsupported.empty()) return std::nullopt;
@@ -185,18 +180,17 @@ std::optional<CoopmatTile> coopmat_plan(int64_t batch, int64_t m, int64_t n) {
     if (coopmat_tile_unfit(*forced, s).empty()) return *forced;
     return std::nullopt;
   }
-  // Auto: 128x128x16 with 8 subgroups of 64x32 where that still gives the GPU plenty of
-  // workgroups (a device has on the order of 100 compute units, each wanting a couple of resident
-  // workgroups), else 64x64. Measured on the H200 by forcing each tile for every product of a
-  // training step (bench/RESULTS.md): 128x128x16/64x32 gave the fastest step on both model
-  // shapes (1B: 580 ms against 630 for 128x128x32/64x32, whose 153 registers per invocation
-  // leave room for one workgroup per multiprocessor where this tile's 126 fit two), ahead of the
-  // larger 128x256 / 256x128 tiles, of 128x128x16/64x64 and of single-buffered 64-deep slices.
+  // Auto: 128x128x16 with 8 subgroups of 64x32 wherever it fits the device, else 64x64 (split-K,
+  // chosen after the tile, gives products with few output tiles their workgroups). Measured on
+  // the H200 by forcing each tile for every product of a training step (bench/RESULTS.md):
+  // 128x128x16/64x32 gave the fastest step on both model shapes (1B: 580 ms against 630 for
+  // 128x128x32/64x32, whose 153 registers per invocation leave room for one workgroup per
+  // multiprocessor where this tile's 126 fit two), ahead of the larger 128x256 / 256x128 tiles, of
+  // 128x128x16/64x64 and of single-buffered 64-deep slices; and it beat 64x64 on the products of
+  // few tiles too (1B: 605 ms with 64x64 below 128 workgroups, 580 without).
   const auto& tiles = coopmat_tiles();
   const CoopmatTile &small = tiles[0], &medium = tiles[1];
-  constexpr int64_t kMediumGroups = 128;
-  if (groups(medium, batch, m, n) >= kMediumGroups && coopmat_tile_unfit(medium, s).empty())
-    return medium;
+  if (coopmat_tile_unfit(medium, s).empty()) return medium;
   if (coopmat_tile_unfit(small, s).empty()) return small;
   return std::nullopt;
 }

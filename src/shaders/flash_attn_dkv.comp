@@ -9,7 +9,8 @@
 // A workgroup of NUM_SG subgroups takes BK = NUM_SG * 16 keys; each subgroup holds its 16 keys'
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
-// operands. Queries (q and do) are staged per tile as f16 rows in shared memory. Masks and the
+// operands. Queries (q and do) are staged per tile as f16 rows in shared memory, the next tile's
+// loads in flight while the current one is multiplied (fetch_rows / stash_rows). Masks and the
 // softmax gradient run on the accumulators' components, whose rows (keys) and columns (queries)
 // come from the index matrix (flash_frag.glsl). A subgroup whose keys no query of the tile sees
 // skips it.
@@ -63,6 +64,7 @@ shared float sLse[BQT];
 shared float sDelta[BQT];
 shared uint sKeyOk[BK];  // key exists and is not padding
 
+#define PREFETCH_ROWS BQT  // fetch_rows / stash_rows tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
@@ -125,14 +127,36 @@ void main() {
   const int sg_k_first = int(k0 + sg_key0);
   const uint conv = 2 * QV + sg * CONV_VEC;
 
+  // The next tile of queries and of their output gradients, as read (see fetch_rows): the tiles
+  // run through the heads of the group, each over [i_lo, i_hi).
+  TileChunks q_next, do_next;
+  if (i_lo < i_hi) {
+    const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + hk * group) * D;
+    const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
+    q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
+    do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+  }
   for (uint hg = 0; hg < group; ++hg) {
     const uint h = hk * group + hg;
     for (int i0 = i_lo; i0 < i_hi; i0 += BQT) {
       barrier();  // the previous tile (and, the first time, the v staging) is consumed
       const uint q_rows = min(uint(BQT), p.a.tq - uint(i0));
-      const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
-      stage_rows_f16(uint64_t(p.q), vec4_ok, q_base, p.a.hq * D, q_rows, D, 0u, BQT);
-      stage_rows_f16(uint64_t(p.dout), vec4_ok, q_base, p.a.hq * D, q_rows, D, QV, BQT);
+      stash_rows(q_next, 0u);
+      stash_rows(do_next, QV);
+      {
+        uint next_h = h;
+        int next_i0 = i0 + BQT;
+        if (next_i0 >= i_hi) {
+          next_h = h + 1u;
+          next_i0 = i_lo;
+        }
+        if (next_h < (hk + 1u) * group) {
+          const uint base = ((b * p.a.tq + uint(next_i0)) * p.a.hq + next_h) * D;
+          const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
+          q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
+          do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+        }
+      }
       for (uint r = tid; r < BQT; r += LOCAL_SIZE) {
         const uint row = (b * p.a.hq + h) * p.a.tq + uint(i0) + r;
         sLse[r] = r < q_rows ? p.lse.v[row] : 0.0;

@@ -6,7 +6,8 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup. Per tile each subgroup, on registers (each component's row and
+// memory by the whole workgroup (the next tile's loads in flight while the current one is
+// multiplied: fetch_rows / stash_rows). Per tile each subgroup, on registers (each component's row and
 // column are known from the index matrix, see flash_frag.glsl):
 //   1. S = q k^T into accumulators; each component masked and transformed;
 //   2. the tile's row maxima: the maximum over the tile's fragments of each component, stored as
@@ -68,6 +69,7 @@ shared float sL[BQ];      // the row sum, at the end
 shared float sAlpha[BQ];  // exp(old max - new max) of the last tile
 shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 
+#define PREFETCH_ROWS BKV  // fetch_rows / stash_rows tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
@@ -151,12 +153,25 @@ void main() {
   const int sg_pos_first = pos_first + int(sg_row0);
   const uint scratch = S_OFF + sg * SCRATCH_VEC;
 
+  TileChunks kt, vt;  // the next tile of keys and values, as read
+  if (j_lo < j_hi) {
+    const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
+    const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
+    kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
+    vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+  }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the q staging) is consumed
     const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
-    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
-    stage_rows_f16(uint64_t(p.k), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, 0u, BKV);
-    stage_rows_f16(uint64_t(p.v), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC, BKV);
+    stash_rows(kt, 0u);
+    stash_rows(vt, KV_VEC);
+    if (j0 + BKV < j_hi) {
+      const uint j1 = uint(j0 + BKV);
+      const uint rows = min(uint(BKV), p.a.tk - j1);
+      const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
+      kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
+      vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+    }
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;

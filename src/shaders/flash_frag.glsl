@@ -213,6 +213,56 @@ void stage_rows_f16(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, 
   }
 }
 
+#ifdef PREFETCH_ROWS
+// A tile of PREFETCH_ROWS rows (keys, or queries) staged through registers: fetch_rows issues the
+// loads of the next tile before the current one is multiplied, so that their latency overlaps the
+// work, and stash_rows converts them to f16 and writes them to shared memory once everyone is
+// done with the current tile -- the two halves of stage_rows_f16. PREFETCH_CHUNKS: 8-element
+// chunks of the tile per invocation.
+#define PREFETCH_CHUNKS ((PREFETCH_ROWS * (DMAX / 8u) + LOCAL_SIZE - 1u) / LOCAL_SIZE)
+struct TileChunks {
+  vec4 lo[PREFETCH_CHUNKS], hi[PREFETCH_CHUNKS];
+};
+
+// This invocation's chunks of rows 0..rows-1 of a tile whose row r starts at addr[base + r * ld]
+// (D elements; zeros past D and past `rows`), read as stage_rows_f16 reads them.
+TileChunks fetch_rows(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, uint D) {
+  TileChunks t;
+  UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
+    const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
+    const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
+    t.lo[l] = vec4(0.0);
+    t.hi[l] = vec4(0.0);
+    if (chunk < PREFETCH_ROWS * (DMAX / 8u) && r < rows) {
+      const uint at = base + r * ld + d;
+      if (vec4_ok && d + 8u <= D) {
+        t.lo[l] = Vec4Buf(addr).v[at / 4u];
+        t.hi[l] = Vec4Buf(addr).v[at / 4u + 1u];
+      } else {
+        float x[8];
+        [[unroll]] for (uint e = 0; e < 8u; ++e) x[e] = d + e < D ? F32Buf(addr).v[at + e] : 0.0;
+        t.lo[l] = vec4(x[0], x[1], x[2], x[3]);
+        t.hi[l] = vec4(x[4], x[5], x[6], x[7]);
+      }
+    }
+  }
+  return t;
+}
+
+// Writes fetched chunks as f16 rows, PITCH halves apart, at smem `element`.
+void stash_rows(TileChunks t, uint element) {
+  UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
+    const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
+    const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
+    if (chunk < PREFETCH_ROWS * (DMAX / 8u)) {
+      smem[element + (r * PITCH + d) / 8u] =
+          uvec4(pack2(t.lo[l].x, t.lo[l].y), pack2(t.lo[l].z, t.lo[l].w), pack2(t.hi[l].x, t.hi[l].y),
+                pack2(t.hi[l].z, t.hi[l].w));
+    }
+  }
+}
+#endif
+
 // Writes the 16 x 16 matrix whose element (r, c) is r (as f32) at smem `element` (rows 4 uvec4
 // apart). Loaded row-major it gives each component's row, column-major its column.
 void write_index_matrix(uint element) {
