@@ -83,14 +83,8 @@ void store_chunk(F32Buf buf, uint row, uint c, uint d, bool vec4_rows, vec4 x) {
 #define STAGE_ROWS(dst, ROWS, PITCH4, buf, base, stride, valid)                                 \
   if (vec4_rows) {                                                                            \
     vec4 x_[uint(ROWS) * DCH / NT];                                                           \
-    [[unroll]] for (uint n_ = 0; n_ < uint(ROWS) * DCH / NT; ++n_) {                          \
-      const uint i_ = (t + n_ * NT) / DCH, c_ = (t + n_ * NT) % DCH;                          \
-      x_[n_] = i_ < (valid) && 4u * c_ < D                                                    \
-                   ? Vec4Buf(uint64_t(buf)).v[((base) + i_ * (stride)) / 4u + c_]             \
-                   : vec4(0.0);                                                               \
-    }                                                                                         \
-    [[unroll]] for (uint n_ = 0; n_ < uint(ROWS) * DCH / NT; ++n_)                            \
-      dst[((t + n_ * NT) / DCH) * uint(PITCH4) + (t + n_ * NT) % DCH] = x_[n_];               \
+    FETCH_ROWS(x_, ROWS, buf, base, stride, valid)                                            \
+    STORE_ROWS(dst, x_, ROWS, PITCH4)                                                         \
   } else {                                                                                    \
     [[dont_unroll]] for (uint e_ = t; e_ < uint(ROWS) * DCH; e_ += NT) {                      \
       const uint i_ = e_ / DCH, c_ = e_ % DCH;                                                \
@@ -98,6 +92,21 @@ void store_chunk(F32Buf buf, uint row, uint c, uint d, bool vec4_rows, vec4 x) {
           i_ < (valid) ? load_chunk(buf, (base) + i_ * (stride), c_, D, false) : vec4(0.0);   \
     }                                                                                         \
   }
+
+// The two halves of STAGE_ROWS with vec4 rows: FETCH_ROWS reads this invocation's chunks into
+// x (an array of ROWS * DCH / NT vec4), STORE_ROWS writes them to shared memory. A tile loop
+// fetches the next tile before working on the current one, so that the loads are in flight
+// during the work (the register cost: ROWS * DCH / NT vec4 per staged operand).
+#define FETCH_ROWS(x, ROWS, buf, base, stride, valid)                                           \
+  [[unroll]] for (uint n_ = 0; n_ < uint(ROWS) * DCH / NT; ++n_) {                            \
+    const uint i_ = (t + n_ * NT) / DCH, c_ = (t + n_ * NT) % DCH;                            \
+    x[n_] = i_ < (valid) && 4u * c_ < D                                                       \
+                ? Vec4Buf(uint64_t(buf)).v[((base) + i_ * (stride)) / 4u + c_]                \
+                : vec4(0.0);                                                                  \
+  }
+#define STORE_ROWS(dst, x, ROWS, PITCH4)                                                        \
+  [[unroll]] for (uint n_ = 0; n_ < uint(ROWS) * DCH / NT; ++n_)                              \
+    dst[((t + n_ * NT) / DCH) * uint(PITCH4) + (t + n_ * NT) % DCH] = x[n_];
 
 // Makes a row group's shared-memory writes visible to the rest of the group. Must be reached by
 // the whole workgroup (it is a workgroup barrier with ROW_SHUFFLE=0).

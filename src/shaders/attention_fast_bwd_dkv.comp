@@ -129,12 +129,32 @@ void main() {
   if (p.a.causal != 0) i_lo = max(i_lo, int(k0) - p.a.q_offset);
   if (p.a.window != 0) i_hi = min(i_hi, int(k0 + k_rows) - 1 + int(p.a.window) - p.a.q_offset);
 
+  // With vec4 rows the next tile's Q and dO are read into registers before the current tile's
+  // work (FETCH_ROWS), so that their loads overlap it.
+  vec4 q_next[BQ * DCH / NT], do_next[BQ * DCH / NT];
+  if (vec4_rows && i_lo < i_hi) {
+    const uint rows = min(uint(BQ), p.a.tq - uint(i_lo));
+    const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + h) * D;
+    FETCH_ROWS(q_next, BQ, p.q, base, q_stride, rows)
+    FETCH_ROWS(do_next, BQ, p.dout, base, q_stride, rows)
+  }
   for (int i0 = i_lo; i0 < i_hi; i0 += BQ) {
     barrier();  // the previous tile is consumed (and sK, sV are written)
     const uint q_rows = min(uint(BQ), p.a.tq - uint(i0));
     const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
-    STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, q_stride, q_rows);
-    STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
+    if (vec4_rows) {
+      STORE_ROWS(sQ, q_next, BQ, ROW4)
+      STORE_ROWS(sDO, do_next, BQ, ROW4)
+      if (i0 + BQ < i_hi) {
+        const uint rows = min(uint(BQ), p.a.tq - uint(i0 + BQ));
+        const uint base = q_base + BQ * q_stride;
+        FETCH_ROWS(q_next, BQ, p.q, base, q_stride, rows)
+        FETCH_ROWS(do_next, BQ, p.dout, base, q_stride, rows)
+      }
+    } else {
+      STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, q_stride, q_rows);
+      STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
+    }
     if (t < BQ) {
       const uint at = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
       sLse2[t] = t < q_rows ? p.lse.v[at] * LOG2E : 0.0;

@@ -100,12 +100,32 @@ void main() {
   if (p.a.window != 0) j_lo = max(j_lo, pos_first - int(p.a.window) + 1);
   j_lo = (j_lo / BK) * BK;
 
+  // With vec4 rows the next tile's K and V are read into registers before the current tile's
+  // work (FETCH_ROWS), so that their loads overlap it.
+  vec4 k_next[BK * DCH / NT], v_next[BK * DCH / NT];
+  if (vec4_rows && j_lo < j_hi) {
+    const uint rows = min(uint(BK), p.a.tk - uint(j_lo));
+    const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
+    FETCH_ROWS(k_next, BK, p.k, base, kv_stride, rows)
+    FETCH_ROWS(v_next, BK, p.v, base, kv_stride, rows)
+  }
   for (int j0 = j_lo; j0 < j_hi; j0 += BK) {
     barrier();  // the previous tile is consumed (and sQ, sDO are written)
     const uint k_rows = min(uint(BK), p.a.tk - uint(j0));
     const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
-    STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, kv_stride, k_rows);
-    STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, kv_stride, k_rows);
+    if (vec4_rows) {
+      STORE_ROWS(sK, k_next, BK, ROW4)
+      STORE_ROWS(sV, v_next, BK, ROW4)
+      if (j0 + BK < j_hi) {
+        const uint rows = min(uint(BK), p.a.tk - uint(j0 + BK));
+        const uint base = kv_base + BK * kv_stride;
+        FETCH_ROWS(k_next, BK, p.k, base, kv_stride, rows)
+        FETCH_ROWS(v_next, BK, p.v, base, kv_stride, rows)
+      }
+    } else {
+      STAGE_ROWS(sK, BK, ROW4, p.k, kv_base, kv_stride, k_rows);
+      STAGE_ROWS(sV, BK, ROW4, p.v, kv_base, kv_stride, k_rows);
+    }
     if (t < BK) {
       bool ok = t < k_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + t] != 0;
