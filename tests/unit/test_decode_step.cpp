@@ -5,9 +5,9 @@
 // argmax. Weights held in f16: logits equal those of the f32 path on the same f16-rounded weights
 // at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
 // tokens agree; replay works with them too. With f16 weights, the RMSNorms computed in the
-// prologue of the projections that read them save their dispatches and change no bit. Models whose rotary tables depend on the length fall
-// back to the general path. A prefill computes the head on the last position only. An active
-// adapter is applied by the decode step too.
+// prologue of the projections that read them save their dispatches and change no bit. Models
+// whose rotary tables depend on the length fall back to the general path. A prefill computes the
+// head on the last position only. An active adapter is applied by the decode step too.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
