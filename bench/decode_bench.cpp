@@ -9,14 +9,10 @@
 // compared with those of the first mode of the same dtype (replay and eager run the same kernels,
 // so they must agree exactly), and f16 tokens with f32 ones (random weights make near-ties, so
 // this is a rate, not a gate). One JSON line per run, then a table.
-// --norm-prologue on,off runs every mode both with the decode step's RMSNorms computed in the
-// prologue of the f16 projections that read them and stored by their own dispatch
-// (ops::set_norm_prologue; `auto`: the device's default, on except on CPU devices): what the
-// prologue buys, and (replay, eager) a check that it changes no token.
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--norm-prologue auto] [--profile] [--top 20]
+//                [--profile] [--top 20]
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 #include <fmt/format.h>
@@ -32,7 +28,6 @@
 #include "profile_table.h"
 #include "core/launch.h"
 #include "infer/generate.h"
-#include "ops/decode.h"
 #include "vk/context.h"
 
 using namespace vkf;
@@ -47,7 +42,7 @@ infer::DecodeMode parse_mode(const std::string& m) {
 }
 
 struct Result {
-  std::string dtype, mode, norms;
+  std::string dtype, mode;
   int64_t batch = 0;
   double tps = 0, ms = 0, roofline = 0, dispatches = 0;
   std::string check;
@@ -87,10 +82,6 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "batch sizes, comma separated")->capture_default_str();
   app.add_option("--gbps", gbps, "memory bandwidth for the roofline (H200: 4300)")->capture_default_str();
   app.add_option("--device", device, "Vulkan device index");
-  std::string prologues = "auto";
-  app.add_option("--norm-prologue", prologues,
-                 "RMSNorm in the f16 projections' prologue, comma separated: auto, on, off")
-      ->capture_default_str();
   bool profile = false;
   int top = 20;
   app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
@@ -112,15 +103,6 @@ int main(int argc, char** argv) {
     if (dtype_list.empty() || mode_list.empty())
       throw Error("nothing to run: give --dtype and --modes");
     for (const auto& m : mode_list) parse_mode(m);
-    const std::vector<std::string> prologue_list = bench::split_list(prologues);
-    for (const auto& p : prologue_list)
-      if (p != "auto" && p != "on" && p != "off")
-        throw Error(fmt::format("--norm-prologue: '{}' is not auto, on or off", p));
-    if (prologue_list.empty()) throw Error("nothing to run: give --norm-prologue auto, on or off");
-    // Each mode with each norm setting; the first run of a dtype and batch is the reference.
-    std::vector<std::pair<std::string, std::string>> runs;
-    for (const auto& m : mode_list)
-      for (const auto& p : prologue_list) runs.emplace_back(m, p);
     VKF_REQUIRE(new_tokens >= 2, "--new must be at least 2 (decode steps follow the first token)");
 
     int64_t params = 0;
@@ -132,7 +114,6 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     // "dtype/batch" -> the tokens of the first mode run
     std::map<std::string, std::vector<std::vector<int32_t>>> reference;
-    std::map<std::string, std::string> reference_norms;  // how that first run kept its norms
     std::map<int64_t, std::vector<std::vector<int32_t>>> f32_tokens;
     for (const auto& dtype : dtype_list) {
       if (dtype == "f16") model.convert_matrices(DType::F16);
@@ -147,9 +128,7 @@ int main(int argc, char** argv) {
           for (int64_t t = 0; t < prompt_len; ++t)
             prompts[static_cast<size_t>(r)].push_back(
                 static_cast<int32_t>((r * 7919 + t * 104729) % model.spec().vocab_size));
-        for (const auto& [mode, prologue] : runs) {
-          ops::set_norm_prologue(prologue == "auto" ? std::nullopt
-                                                    : std::optional<bool>(prologue == "on"));
+        for (const auto& mode : mode_list) {
           infer::GenerationConfig cfg;
           cfg.max_new_tokens = new_tokens;
           cfg.decode_mode = parse_mode(mode);
@@ -187,8 +166,7 @@ int main(int argc, char** argv) {
             auto prof = stream.profile();
             stream.set_profiling(false);
             profiling = false;
-            std::fprintf(stderr, "profile: %s weights, eager, norms %s, batch %lld\n",
-                         dtype.c_str(), ops::norm_prologue() ? "in the prologue" : "stored",
+            std::fprintf(stderr, "profile: %s weights, eager, batch %lld\n", dtype.c_str(),
                          static_cast<long long>(batch));
             bench::print_profile(std::move(prof), static_cast<double>(new_tokens - 1),
                                  1e3 * s / static_cast<double>(new_tokens - 1), top,
@@ -197,7 +175,6 @@ int main(int argc, char** argv) {
           Result r;
           r.dtype = dtype;
           r.mode = mode;
-          r.norms = ops::norm_prologue() ? "prologue" : "stored";
           r.batch = batch;
           r.tps = s > 0 ? static_cast<double>(n) / s : 0;
           r.ms = 1e3 * s / static_cast<double>(new_tokens - 1);
@@ -206,7 +183,6 @@ int main(int argc, char** argv) {
           const std::string key = dtype + "/" + batch_item;
           if (!reference.contains(key)) {
             reference[key] = tokens;
-            reference_norms[key] = ops::norm_prologue() ? "in the prologue" : "stored";
             r.check = "reference";
           } else {
             const double same = agreement(tokens, reference[key]);
@@ -216,32 +192,31 @@ int main(int argc, char** argv) {
             r.check =
                 fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
                             exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");
-            if (prologue_list.size() > 1) r.check += " with norms " + reference_norms[key];
           }
           if (dtype == "f32" && !f32_tokens.contains(batch)) f32_tokens[batch] = tokens;
           if (dtype == "f16" && f32_tokens.contains(batch))
             r.check += fmt::format(", {:.1f}% = f32", 100 * agreement(tokens, f32_tokens[batch]));
           fmt::print(
               "{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"dtype\":\"{}\",\"mode\":\"{}\","
-              "\"norms\":\"{}\",\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
+              "\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
               "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f},"
               "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"device\":\"{}\"}}\n",
-              shape, dtype, mode, r.norms, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
+              shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
               roofline, r.check, vk::Context::get().info().name);
           std::fflush(stdout);
           results.push_back(r);
         }
       }
     }
-    fmt::print("\n| dtype | mode | norms | batch | tok/s | ms/step | dispatches/step | "
-               "of b1 roofline | tokens |\n");
-    fmt::print("|---|---|---|---:|---:|---:|---:|---:|---|\n");
+    fmt::print("\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | "
+               "tokens |\n");
+    fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
     for (const auto& r : results) {
       const std::string share =
           r.batch == 1 ? fmt::format("{:.0f}% of {:.0f}", 100 * r.tps / r.roofline, r.roofline)
                        : "";
-      fmt::print("| {} | {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode,
-                 r.norms, r.batch, r.tps, r.ms, r.dispatches, share, r.check);
+      fmt::print("| {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode,
+                 r.batch, r.tps, r.ms, r.dispatches, share, r.check);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -34,15 +34,6 @@ std::string module_of(const std::string& param_name) {
   const size_t dot = param_name.rfind('.');
   return dot == std::string::npos ? param_name : param_name.substr(0, dot);
 }
-
-// The head's product scaled and soft-capped as transformers does.
-Tensor scaled_logits(const ArchSpec& s, Tensor logits, const Trace& trace) {
-  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
-  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
-  if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
-  if (trace) trace("logits", logits);
-  return logits;
-}
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const ArchSpec& s) {
@@ -256,34 +247,7 @@ struct DecoderModel::Step {
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
   const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
-  bool final_norm = true;  // false: run() leaves the final norm to the head (decode_step())
 };
-
-struct DecoderModel::BlockInput {
-  Tensor h;               // the block's input as it is; undefined when `normed` describes it
-  ops::RmsNormed normed;  // normed.x defined: the input is rms_norm(normed), never stored
-
-  BlockInput(Tensor computed) : h(std::move(computed)) {}  // NOLINT(google-explicit-constructor)
-  explicit BlockInput(ops::RmsNormed n) : normed(std::move(n)) {}
-  bool in_prologue() const { return normed.x.defined(); }
-  int64_t batch() const { return (in_prologue() ? normed.x : h).dim(0); }
-  // The projection `module` of the input: through nn::linear (where adapters hook in), or with
-  // the norm in the product's prologue (a decode step, where no adapter is active).
-  Tensor linear(const std::string& module, const Tensor& weight, const Tensor& bias = {}) const {
-    return in_prologue() ? ops::rms_norm_linear(normed, weight, bias)
-                         : nn::linear(module, h, weight, bias);
-  }
-};
-
-DecoderModel::BlockInput DecoderModel::block_input(const Tensor& x, const std::string& prefix,
-                                                   const Tensor& weight) const {
-  if (spec_.norm == NormKind::RMS) {
-    ops::RmsNormed normed{x, param(prefix + ".weight"), static_cast<float>(spec_.norm_eps),
-                          spec_.norm_one_plus};
-    if (ops::norm_prologue_applies(normed, weight)) return BlockInput(std::move(normed));
-  }
-  return norm(x, prefix);
-}
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
   VKF_REQUIRE(batch > 0 && capacity > 0, "make_cache: batch and capacity must be positive");
@@ -297,7 +261,7 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
   return c;
 }
 
-Tensor DecoderModel::attention_block(int64_t l, const BlockInput& in, const Step& step,
+Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
                                      const Trace& trace, const Tensor* residual) {
   const int64_t T = step.T;
   const auto& s = spec_;
@@ -308,18 +272,18 @@ Tensor DecoderModel::attention_block(int64_t l, const BlockInput& in, const Step
   auto emit = [&](const std::string& what, const Tensor& t) {
     if (trace) trace(fmt::format("layers.{}.attn.{}", l, what), t);
   };
-  const int64_t B = in.batch(), D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
+  const int64_t B = h.dim(0), D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
   Tensor q, k, v;
   if (s.fused_qkv) {
     // phi3 stores the q, k and v rows one after another in qkv_proj.
-    Tensor qkv = in.linear(L(n.qkv), P(n.qkv + ".weight"));
+    Tensor qkv = nn::linear(L(n.qkv), h, P(n.qkv + ".weight"));
     q = qkv.slice(2, 0, Hq * D).contiguous();
     k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
     v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
   } else {
-    q = in.linear(L(n.q), P(n.q + ".weight"), bias(n.q, s.qkv_bias));
-    k = in.linear(L(n.k), P(n.k + ".weight"), bias(n.k, s.qkv_bias));
-    v = in.linear(L(n.v), P(n.v + ".weight"), bias(n.v, s.qkv_bias));
+    q = nn::linear(L(n.q), h, P(n.q + ".weight"), bias(n.q, s.qkv_bias));
+    k = nn::linear(L(n.k), h, P(n.k + ".weight"), bias(n.k, s.qkv_bias));
+    v = nn::linear(L(n.v), h, P(n.v + ".weight"), bias(n.v, s.qkv_bias));
   }
   const float eps = static_cast<float>(s.norm_eps);
   if (s.qk_norm == QkNorm::Full) {  // olmo2: over every head at once, before the head split
@@ -400,7 +364,7 @@ Tensor DecoderModel::attention_block(int64_t l, const BlockInput& in, const Step
   return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
-Tensor DecoderModel::mlp_block(int64_t l, const BlockInput& in, const Trace& trace,
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace,
                                const Tensor* residual) const {
   const auto& s = spec_;
   const auto& n = s.names;
@@ -415,24 +379,19 @@ Tensor DecoderModel::mlp_block(int64_t l, const BlockInput& in, const Trace& tra
   };
   Tensor out;
   if (s.mlp == MlpKind::Plain) {
-    Tensor a = ops::activation(in.linear(L(n.fc), P(n.fc + ".weight"), bias(n.fc)), s.act);
+    Tensor a = ops::activation(nn::linear(L(n.fc), h, P(n.fc + ".weight"), bias(n.fc)), s.act);
     out = project(n.proj, a, bias(n.proj));
   } else if (s.fused_gate_up) {
-    Tensor gu = in.linear(L(n.gate_up), P(n.gate_up + ".weight"));
+    Tensor gu = nn::linear(L(n.gate_up), h, P(n.gate_up + ".weight"));
     out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
   } else if (residual && !s.mlp_bias) {
     // A folded decode step has no adapter or trace on these projections: both products and the
-    // activation in one pass over the two weights (ops::gated_linear; same sums as below), with
-    // the norm in its prologue when the input is described rather than computed.
-    const Tensor& wg = P(n.gate + ".weight");
-    const Tensor& wu = P(n.up + ".weight");
-    out = project(n.down,
-                  in.in_prologue() ? ops::rms_norm_gated_linear(in.normed, wg, wu, s.act)
-                                   : ops::gated_linear(in.h, wg, wu, s.act),
+    // activation in one pass over the two weights (ops::gated_linear; same sums as below).
+    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act),
                   Tensor());
   } else {
-    Tensor g = in.linear(L(n.gate), P(n.gate + ".weight"), bias(n.gate));
-    Tensor u = in.linear(L(n.up), P(n.up + ".weight"), bias(n.up));
+    Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
+    Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
     out = project(n.down, ops::gated_act(g, u, s.act), bias(n.down));
   }
   if (residual) return {};
@@ -456,24 +415,10 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   const bool fold = step.decode && !trace && !nn::active_adapter() &&
                     !dropout_rng::active_stream() && res_mult == 1.0f &&
                     (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
-  if (fold && s.placement == NormPlacement::Pre) {
-    // Each block's projections may compute its RMSNorm in their prologue (block_input): the
-    // attention's q/k/v read x before its output projection adds into x, and the MLP's norm is
-    // taken of the updated x.
-    auto P = [&](const std::string& leaf) -> const Tensor& { return param(L(leaf)); };
-    const std::string& attn_first = s.fused_qkv ? n.qkv : n.q;
-    const std::string& mlp_first = s.mlp == MlpKind::Plain ? n.fc
-                                   : s.fused_gate_up       ? n.gate_up
-                                                           : n.gate;
-    attention_block(l, block_input(x, L(n.norm1), P(attn_first + ".weight")), step, trace, &x);
-    mlp_block(l, block_input(x, L(n.norm2), P(mlp_first + ".weight")), trace, &x);
-    return x;
-  }
   if (fold) {
-    // Parallel: both blocks read the norm of x before either adds into it, so it is computed.
     const Tensor h = norm(x, L(n.norm1));
     attention_block(l, h, step, trace, &x);
-    mlp_block(l, h, trace, &x);
+    mlp_block(l, s.placement == NormPlacement::Pre ? norm(x, L(n.norm2)) : h, trace, &x);
     return x;
   }
   switch (s.placement) {
@@ -529,7 +474,13 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
 }
 
 Tensor DecoderModel::apply_head(const HeadInput& head, const Trace& trace) const {
-  return scaled_logits(spec_, nn::linear(kHeadModule, head.hidden, head.weight), trace);
+  const auto& s = spec_;
+  Tensor logits = nn::linear(kHeadModule, head.hidden, head.weight);
+  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
+  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
+  if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
+  if (trace) trace("logits", logits);
+  return logits;
 }
 
 bool DecoderModel::lora_on_head() const {
@@ -647,16 +598,9 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
   step.table_positions = cache.capacity;  // every position the cache can hold
   step.cache = &cache;
   step.decode = &in;
-  step.final_norm = false;
-  // The adapter and the head as forward() applies them (apply_head's product and scaling), with
-  // the final norm in the head's prologue where it can be computed there: not under LoRA on the
-  // head, whose low-rank term reads the stored norm.
+  // The adapter and the head as forward() applies them.
   const nn::AdapterScope adapter_scope(effective_adapter());
-  const Tensor x = run(in.ids, step, {});
-  const Tensor head_weight = head_input(Tensor()).weight;
-  const BlockInput head_in = lora_on_head() ? BlockInput(norm(x, s.names.final_norm))
-                                            : block_input(x, s.names.final_norm, head_weight);
-  return scaled_logits(s, head_in.linear(kHeadModule, head_weight), {});
+  return apply_head(head_input(run(in.ids, step, {})), {});
 }
 
 Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace& trace) {
@@ -691,7 +635,6 @@ Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace&
     }
     emit(fmt::format("layers.{}.out", l), x);
   }
-  if (!step.final_norm) return x;
   x = norm(x, s.names.final_norm);
   emit("final_norm", x);
   return x;

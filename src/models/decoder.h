@@ -119,9 +119,7 @@ class DecoderModel {
   // so the commands it records can be captured once and replayed; cache.length is left to the
   // caller. Same results as forward() with that cache up to summation order: it runs fused
   // kernels (rotary + cache append, one-query attention, residual adds in the projections'
-  // epilogues, gate/up/activation in one pass for f16 weights, and with f16 weights each RMSNorm
-  // of a pre-norm layer and the final one computed in the prologue of the projections that read
-  // it (ops::norm_prologue), bitwise the stored norm's values) where no adapter or trace needs
+  // epilogues, gate/up/activation in one pass for f16 weights) where no adapter or trace needs
   // the separate steps.
   Tensor decode_step(const DecodeInputs& in, KVCache& cache);
   // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
@@ -143,20 +141,14 @@ class DecoderModel {
   Tensor apply_head(const HeadInput& head, const Trace& trace) const;
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
-  // What a block's projections read: the normalized hidden state, or the residual stream and the
-  // RMSNorm those projections compute in their prologue (a decode step with f16 weights).
-  struct BlockInput;
-  // `x` through the norm `prefix` as the projection `weight` reads it: described, when the
-  // projection can compute an RMSNorm in its prologue (ops::norm_prologue_applies); else computed.
-  BlockInput block_input(const Tensor& x, const std::string& prefix, const Tensor& weight) const;
   // The embedding, layers and final norm of one step: the hidden states [B, T, hidden_size].
   Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
   // With `residual`, the block's output projection is added into *residual in place and an
   // undefined tensor is returned.
-  Tensor attention_block(int64_t layer, const BlockInput& in, const Step& step,
-                         const Trace& trace, const Tensor* residual = nullptr);
-  Tensor mlp_block(int64_t layer, const BlockInput& in, const Trace& trace,
+  Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
+                         const Tensor* residual = nullptr);
+  Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
                    const Tensor* residual = nullptr) const;
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 

@@ -1,21 +1,14 @@
 // The decode ops (see decode.h): validation and dispatch of argmax_rows.comp, kv_cache_write.comp,
 // rope_kv_write.comp and attention_decode.comp; linear_accumulate through the GEMM entry point;
-// gated_linear, rms_norm_linear and rms_norm_gated_linear through matmul_skinny_f16.comp's gated,
-// norm and gated_norm variants, each falling back to the composed ops where that kernel does not
-// serve the shapes.
+// gated_linear through matmul_skinny_f16.comp's gated variant.
 #include "ops/decode.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <optional>
-#include <string>
 
 #include "core/launch.h"
 #include "ops/attention_params.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
-#include "ops/norm.h"
-#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -40,191 +33,7 @@ void check_counter(const Tensor& t, const char* op, const char* what) {
               "{}: {} must be an I32 tensor whose first element is read on the device", op, what);
 }
 
-constexpr int64_t kSkinnyMaxRows = 8;  // matmul_skinny_f16's MMAX
-constexpr int64_t kSkinnyCols = 8;     // and its COLS
-
-// matmul_skinny_f16.comp's push block of its gated and norm variants (std430: addresses first).
-struct SkinnyDecodePush {
-  uint64_t a, b, b2, c, bias, norm_w;
-  uint32_t m, n, k, lda, ldb, c_rs, tpr_log2;
-  float eps;
-  uint32_t one_plus;
-};
-
-// Whether matmul_skinny_f16 serves rows `a` of x times weight^T as gemm() would pick it for
-// linear(x, weight): an f16 weight [n > 1, k > 1] with contiguous rows (gemm reads a weight of
-// one row or one column through the tiled kernel), at most 8 rows of x with contiguous
-// elements, and a grid of one dispatch.
-bool skinny_f16_serves(const detail::MatDesc& a, const Tensor& weight) {
-  return weight.dtype() == DType::F16 && weight.is_contiguous() && a.rows <= kSkinnyMaxRows &&
-         a.cs == 1 && weight.dim(0) > 1 && weight.dim(1) > 1 &&
-         div_up(weight.dim(0), kSkinnyCols) <= kMaxGroups;
-}
-
-// The row stride the kernel takes for rows `a` (0 for a single row).
-uint32_t row_stride(const detail::MatDesc& a) {
-  return static_cast<uint32_t>(a.rows == 1 ? 0 : a.rs);
-}
-
-// Whether the kernel reads x and the weights 16 bytes at a time: k % 8 == 0 and every row start
-// (and the norm weight, when there is one) 16-byte aligned.
-bool vec8_x(const detail::MatDesc& a, const Tensor& norm_weight) {
-  return a.cols % 8 == 0 && a.t.address() % 16 == 0 && row_stride(a) % 4 == 0 &&
-         (!norm_weight.defined() || norm_weight.address() % 16 == 0);
-}
-bool vec8_weights(int64_t k, const Tensor& w1, const Tensor& w2) {
-  return k % 8 == 0 && w1.address() % 16 == 0 && (!w2.defined() || w2.address() % 16 == 0);
-}
-
-// One matmul_skinny_f16 dispatch of a decode variant ("gated", "norm" or "gated_norm"): out
-// [rows, n] = product of the rows `a` and the weight(s), through the RMSNorm `normed` when its
-// weight is defined. The callers have checked skinny_f16_serves.
-Tensor skinny_decode(const char* variant, const detail::MatDesc& a, const Shape& leading,
-                     const Tensor& w1, const Tensor& w2, const Tensor& bias,
-                     const RmsNormed* normed, bool vec8, Activation act) {
-  const int64_t m = a.rows, n = w1.dim(0), k = a.cols;
-  Shape out_shape = leading;
-  out_shape.back() = n;
-  Tensor out = Tensor::empty(out_shape, DType::F32);
-  checked_u32((m - 1) * a.rs + k, "skinny product x extent");
-  checked_u32(n * k, "skinny product weight elements");
-  SkinnyDecodePush push{};
-  push.a = a.t.address();
-  push.b = w1.address();
-  push.b2 = w2.defined() ? w2.address() : 0;
-  push.c = out.address();
-  push.bias = bias.defined() ? bias.address() : 0;
-  push.norm_w = normed ? normed->weight.address() : 0;
-  push.m = static_cast<uint32_t>(m);
-  push.n = static_cast<uint32_t>(n);
-  push.k = static_cast<uint32_t>(k);
-  push.lda = row_stride(a);
-  push.ldb = static_cast<uint32_t>(k);
-  push.c_rs = static_cast<uint32_t>(n);
-  push.tpr_log2 = normed ? detail::norm_threads_per_row_log2(k) : 0;
-  push.eps = normed ? normed->eps : 0.0f;
-  push.one_plus = normed && normed->one_plus ? 1u : 0u;
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u,
-                                      static_cast<uint32_t>(act)};
-  const double weights = w2.defined() ? 2.0 : 1.0;
-  const Tensor norm_weight = normed ? normed->weight : Tensor();
-  launch(std::string("matmul_skinny_f16_") + variant, push, Grid{div_up(n, kSkinnyCols), 1, 1},
-         {&a.t, &w1, &w2, &bias, &norm_weight}, {&out}, spec,
-         {2.0 * weights * static_cast<double>(m * n * k),
-          2.0 * weights * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
-  return out;
-}
-
-// Validates an RMSNorm'd input as ops::rms_norm would.
-void check_normed(const RmsNormed& in, const char* op) {
-  VKF_REQUIRE(in.x.defined() && in.x.dtype() == DType::F32 && in.x.rank() >= 1 &&
-                  in.x.numel() > 0,
-              "{}: the normed input x must be a non-empty f32 [..., H] tensor", op);
-  const int64_t h = in.x.dim(-1);
-  VKF_REQUIRE(in.weight.defined() && in.weight.dtype() == DType::F32 && in.weight.rank() == 1 &&
-                  in.weight.dim(0) == h,
-              "{}: the RMSNorm weight must be f32 [{}] (the last dimension of x {}), got {}", op,
-              h, shape_str(in.x.shape()),
-              in.weight.defined()
-                  ? shape_str(in.weight.shape()) + " " + dtype_name(in.weight.dtype())
-                  : std::string("an undefined tensor"));
-  VKF_REQUIRE(std::isfinite(in.eps) && in.eps >= 0.0f,
-              "{}: the RMSNorm eps must be finite and >= 0, got {}", op, in.eps);
-}
-
-void check_gate_up(const Tensor& w_gate, const Tensor& w_up, int64_t in, Activation act,
-                   const char* op) {
-  for (const Tensor* w : {&w_gate, &w_up}) {
-    VKF_REQUIRE(w->defined() && w->rank() == 2 && w->dim(1) == in && w->shape() == w_gate.shape() &&
-                    w->dtype() == w_gate.dtype() &&
-                    (w->dtype() == DType::F32 || w->dtype() == DType::F16),
-                "{}: w_gate and w_up must be [inner, {}] of one shape and dtype (f32 or f16), got "
-                "{} and {}",
-                op, in, w_gate.defined() ? shape_str(w_gate.shape()) : "undefined",
-                w_up.defined() ? shape_str(w_up.shape()) : "undefined");
-  }
-  VKF_REQUIRE(static_cast<uint32_t>(act) <= static_cast<uint32_t>(Activation::QuickGELU),
-              "{}: unknown Activation value {}", op, static_cast<uint32_t>(act));
-}
-
-// The explicit choice of set_norm_prologue, else VKF_NORM_PROLOGUE's, else none.
-std::optional<bool>& norm_prologue_choice() {
-  static std::optional<bool> choice = [] {
-    const char* v = std::getenv("VKF_NORM_PROLOGUE");
-    if (!v || !*v) return std::optional<bool>();
-    VKF_REQUIRE(std::string(v) == "0" || std::string(v) == "1",
-                "VKF_NORM_PROLOGUE='{}': use 1 (on) or 0 (off)", v);
-    return std::optional<bool>(std::string(v) == "1");
-  }();
-  return choice;
-}
-
-// The rows of in.x as the norm variants read them (no copy), when they serve `in` with the
-// weight(s) w1 (and w2); nullopt where the composed path runs. The kernel's k order depends on
-// its 16-byte loads, which the composed path's product takes whenever the weights allow (the
-// norm's output is a fresh, aligned tensor): where x or the norm weight would deny them, the
-// composed path runs, so that the results stay bitwise the same.
-std::optional<detail::MatDesc> prologue_rows(const RmsNormed& in, const Tensor& w1,
-                                             const Tensor& w2) {
-  if (!norm_prologue() || in.x.rank() < 2 || !w1.defined()) return std::nullopt;
-  const auto d = detail::describe(in.x);
-  const auto a = d ? d->rows_merged() : std::nullopt;
-  if (!a || !skinny_f16_serves(*a, w1)) return std::nullopt;
-  if (w2.defined() && (!w2.is_contiguous() || w2.dtype() != w1.dtype())) return std::nullopt;
-  if (vec8_weights(a->cols, w1, w2) && !vec8_x(*a, in.weight)) return std::nullopt;
-  return a;
-}
-
 }  // namespace
-
-void set_norm_prologue(std::optional<bool> on) { norm_prologue_choice() = on; }
-
-bool norm_prologue() {
-  if (const auto& choice = norm_prologue_choice()) return *choice;
-  // Every workgroup reads its rows twice and scales each activation it reads: on a GPU that
-  // hides under the weight loads and saves a dependent stage; on a CPU device it is real work
-  // (the 135M shape's step takes 1.7x as long on lavapipe), and a dispatch costs little there.
-  return vk::Context::get().info().type != VK_PHYSICAL_DEVICE_TYPE_CPU;
-}
-
-bool norm_prologue_applies(const RmsNormed& in, const Tensor& weight) {
-  check_normed(in, "norm_prologue_applies");
-  VKF_REQUIRE(weight.defined() && weight.rank() == 2 && weight.dim(1) == in.x.dim(-1),
-              "norm_prologue_applies: weight must be [out, {}]", in.x.dim(-1));
-  return prologue_rows(in, weight, Tensor()).has_value();
-}
-
-Tensor rms_norm_linear(const RmsNormed& in, const Tensor& weight, const Tensor& bias) {
-  const char* op = "rms_norm_linear";
-  check_normed(in, op);
-  const int64_t h = in.x.dim(-1);
-  VKF_REQUIRE(weight.defined() && (weight.dtype() == DType::F32 || weight.dtype() == DType::F16) &&
-                  weight.rank() == 2 && weight.dim(1) == h && weight.dim(0) > 0,
-              "{}: weight must be f32 or f16 [out, {}] for x {}, got {}", op, h,
-              shape_str(in.x.shape()),
-              weight.defined() ? shape_str(weight.shape()) + " " + dtype_name(weight.dtype())
-                               : "undefined");
-  if (bias.defined()) {
-    VKF_REQUIRE(bias.dtype() == DType::F32 && bias.rank() == 1 && bias.dim(0) == weight.dim(0),
-                "{}: bias must be f32 [{}]", op, weight.dim(0));
-  }
-  const auto a = prologue_rows(in, weight, Tensor());
-  if (!a) return linear(rms_norm(in.x, in.weight, in.eps, in.one_plus), weight, bias);
-  const Tensor b = bias.defined() && !bias.is_contiguous() ? bias.contiguous() : bias;
-  return skinny_decode("norm", *a, in.x.shape(), weight, Tensor(), b, &in,
-                       vec8_weights(h, weight, Tensor()), Activation::SiLU);
-}
-
-Tensor rms_norm_gated_linear(const RmsNormed& in, const Tensor& w_gate, const Tensor& w_up,
-                             Activation act) {
-  const char* op = "rms_norm_gated_linear";
-  check_normed(in, op);
-  check_gate_up(w_gate, w_up, in.x.dim(-1), act, op);
-  const auto a = prologue_rows(in, w_gate, w_up);
-  if (!a) return gated_linear(rms_norm(in.x, in.weight, in.eps, in.one_plus), w_gate, w_up, act);
-  return skinny_decode("gated_norm", *a, in.x.shape(), w_gate, w_up, Tensor(), &in,
-                       vec8_weights(a->cols, w_gate, w_up), act);
-}
 
 Tensor argmax_rows(const Tensor& x_in) {
   VKF_REQUIRE(
@@ -401,12 +210,55 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   const char* op = "gated_linear";
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
-  check_gate_up(w_gate, w_up, x.dim(-1), act, op);
+  for (const Tensor* w : {&w_gate, &w_up}) {
+    VKF_REQUIRE(w->defined() && w->rank() == 2 && w->dim(1) == x.dim(-1) &&
+                    w->shape() == w_gate.shape() && w->dtype() == w_gate.dtype(),
+                "{}: w_gate and w_up must be [inner, {}] of one shape and dtype, got {} and {}", op,
+                x.dim(-1), w_gate.defined() ? shape_str(w_gate.shape()) : "undefined",
+                w_up.defined() ? shape_str(w_up.shape()) : "undefined");
+  }
+  VKF_REQUIRE(static_cast<uint32_t>(act) <= static_cast<uint32_t>(Activation::QuickGELU),
+              "{}: unknown Activation value {}", op, static_cast<uint32_t>(act));
   const detail::MatDesc a = detail::describe_rows(x);
-  if (!skinny_f16_serves(a, w_gate) || !w_up.is_contiguous())
+  const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
+  constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
+  constexpr int64_t kCols = 8;     // and its COLS
+  constexpr int64_t kMaxGroups = 65535;
+  if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() ||
+      !w_up.is_contiguous() || div_up(n, kCols) > kMaxGroups || a.cs != 1) {
     return gated_act(linear(x, w_gate), linear(x, w_up), act);
-  const bool vec8 = vec8_weights(a.cols, w_gate, w_up) && vec8_x(a, Tensor());
-  return skinny_decode("gated", a, x.shape(), w_gate, w_up, Tensor(), nullptr, vec8, act);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  const auto lda = static_cast<uint32_t>(m == 1 ? 0 : a.rs);
+  // 16-byte loads need every row start of x and of both weights 16-byte aligned.
+  const bool vec8 = k % 8 == 0 && a.t.address() % 16 == 0 && lda % 4 == 0 &&
+                    w_gate.address() % 16 == 0 && w_up.address() % 16 == 0;
+  checked_u32((m - 1) * a.rs + k, "gated_linear x extent");
+  checked_u32(n * k, "gated_linear weight elements");
+  struct {
+    uint64_t a, gate, up, c;
+    uint32_t m, n, k, lda, ldb, c_rs, sa, sb;
+  } push{a.t.address(),
+         w_gate.address(),
+         w_up.address(),
+         out.address(),
+         static_cast<uint32_t>(m),
+         static_cast<uint32_t>(n),
+         static_cast<uint32_t>(k),
+         lda,
+         static_cast<uint32_t>(k),
+         static_cast<uint32_t>(n),
+         0,
+         0};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u,
+                                      static_cast<uint32_t>(act)};
+  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, kCols), 1, 1}, {&a.t, &w_gate, &w_up},
+         {&out}, spec,
+         {4.0 * static_cast<double>(m * n * k),
+          4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
+  return out;
 }
 
 Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,

@@ -1,11 +1,8 @@
 // Ops of incremental decoding that read the step's varying values (the cache slot, how many keys
 // the cache holds) from a device buffer instead of push constants, so that a decode step recorded
 // once can be replayed at every position (infer/decode_step.h), and the greedy token choice on
-// the device; and the projections that compute the RMSNorm before them in their prologue. None is
-// differentiable; none reads anything back to the host.
+// the device. None is differentiable; none reads anything back to the host.
 #pragma once
-
-#include <optional>
 
 #include "core/tensor.h"
 #include "ops/activation.h"
@@ -48,41 +45,6 @@ void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias
 // activation, each activation read once); otherwise it is linear(), linear() and gated_act(),
 // which the fused kernel matches sum for sum. Not differentiable (inference).
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act);
-
-// An input that projections read through an RMSNorm: rms_norm(x, weight, eps, one_plus) as
-// ops::rms_norm computes it. x: f32 [..., H]; weight: f32 [H].
-struct RmsNormed {
-  Tensor x;
-  Tensor weight;
-  float eps = 0.0f;
-  bool one_plus = false;  // scale by (1 + weight), as Gemma
-};
-
-// Whether rms_norm_linear / rms_norm_gated_linear compute the norm of `in` in the prologue of
-// their product with `weight` (rather than running rms_norm first): an f16 weight with contiguous
-// rows, at most 8 rows of x, and norm_prologue() on. The norm is then never stored, and the
-// results are bitwise those of the composed path.
-bool norm_prologue_applies(const RmsNormed& in, const Tensor& weight);
-
-// linear(rms_norm(in), weight, bias) for decoding: when norm_prologue_applies, one dispatch whose
-// workgroups each compute the rows' RMS statistic as rms_norm does and read every activation as
-// the value rms_norm would have stored, so the result is bitwise that of rms_norm followed by
-// linear; otherwise exactly those two ops. weight: f32 or f16 [out, H]; bias: f32 [out] or
-// undefined; returns f32 [..., out]. Not differentiable (inference).
-Tensor rms_norm_linear(const RmsNormed& in, const Tensor& weight, const Tensor& bias);
-
-// gated_linear(rms_norm(in), w_gate, w_up, act) the same way: one dispatch for f16 weights and
-// at most 8 rows, bitwise the composed result. Not differentiable (inference).
-Tensor rms_norm_gated_linear(const RmsNormed& in, const Tensor& w_gate, const Tensor& w_up,
-                             Activation act);
-
-// Whether the rms_norm_* ops may compute the norm in their products' prologue (off: they run
-// rms_norm and the plain op). By default on, except on CPU devices (lavapipe), where the
-// prologue's repeated work per workgroup costs more than the dispatch it saves;
-// VKF_NORM_PROLOGUE=1|0 or set_norm_prologue() choose (nullopt: back to the default), for
-// benchmarks that measure what it buys and tests of both paths.
-void set_norm_prologue(std::optional<bool> on);
-bool norm_prologue();
 
 // Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
 // filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32

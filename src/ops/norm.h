@@ -21,11 +21,4 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool one_plus_
 // Differentiable w.r.t. x, weight and bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
 
-namespace detail {
-// log2 of the threads the norm kernels give a row of h elements (about 8 elements per thread, a
-// power of two from 1 to 256). A kernel that reproduces rms_norm's statistic bit for bit (the norm
-// prologue of ops::rms_norm_linear) sums in the same order by using the same count.
-uint32_t norm_threads_per_row_log2(int64_t h);
-}  // namespace detail
-
 }  // namespace vkf::ops

@@ -14,29 +14,14 @@
 // The `gated` variant computes a gated MLP's first half in one pass: out = act(opA Wg^T) *
 // (opA Wu^T) for a gate and an up weight of one shape (SwiGLU, GeGLU), each activation loaded once
 // for both: the same sums in the same order and the same final formula as two products followed
-// by gated_act.comp. The spec constant ACT (id 3) picks the activation of activation.glsl.
-//
-// The `norm` and `gated_norm` variants read opA through an RMSNorm computed in their prologue
-// (decode's q/k/v, gate/up and LM head read the normalized residual stream, which is then never
-// stored): each workgroup first takes the RMS statistic of every row exactly as norm_fwd.comp's
-// rms variant does (the same threads per row, per-thread order, shared-memory tree and final
-// formula), then every activation the products read is (x * r) * w (or * (1 + w)) rounded to
-// float, the value norm_fwd would have stored. The products then see the very values of the
-// separate norm, and the results are bitwise those of rms_norm followed by the plain or gated
-// kernel. The first round of weight loads is issued before the prologue, which so runs while the
-// weight bytes are in flight. These three variants share one push block (one batch entry,
-// row-major opA, alpha 1, beta 0, an optional bias on the plain one).
+// by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
+// ACT (id 3) picks the activation of activation.glsl.
 //!variant gated -DGATED=1
-//!variant norm -DNORM=1
-//!variant gated_norm -DGATED=1 -DNORM=1
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #ifndef GATED
 #define GATED 0
-#endif
-#ifndef NORM
-#define NORM 0
 #endif
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -50,7 +35,7 @@ layout(local_size_x = LOCAL_SIZE) in;
 layout(constant_id = 0) const uint MROWS = 1;  // M, 1..MMAX
 layout(constant_id = 1) const bool TRANS_A = false;
 // 16-byte loads of the weight (8 halves) and of opA (two vec4): the host sets it when K % 8 == 0,
-// opA is row-major and every row start of both operands (and the norm weight) is 16-byte aligned.
+// opA is row-major and every row start of both operands is 16-byte aligned.
 layout(constant_id = 2) const bool VEC8 = false;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
@@ -60,87 +45,25 @@ shared VACC red[MMAX * LOCAL_SIZE];
 #if GATED
 #define ACT_SPEC_ID 3
 #include "activation.glsl"
-#endif
-#if GATED || NORM
-#define DECODE_PUSH 1
 layout(push_constant, std430) uniform Push {
-  F32Buf a;         // [M, K] (row stride lda); the norm variants' rows before normalization
-  uint64_t b;       // weight [N, K] halves (row stride ldb); the gate weight when gated
-  uint64_t b2;      // gated: the up weight, same layout
-  F32Buf c;         // [M, N] (row stride c_rs)
-  uint64_t bias;    // plain variant: f32 [N], or 0 for none
-  uint64_t norm_w;  // norm variants: the RMSNorm weight, f32 [K]
+  F32Buf a;       // [M, K] (row stride lda)
+  uint64_t b;     // gate weight [N, K] halves (row stride ldb)
+  uint64_t b2;    // up weight, same layout
+  F32Buf c;       // [M, N] (row stride c_rs)
   uint M, N, K;
   uint lda, ldb;
   uint c_rs;
-  uint tpr_log2;    // norm variants: log2 of norm_fwd.comp's threads per row for rows of K
-  float eps;        // norm variants
-  uint one_plus;    // norm variants: scale by (1 + w) (Gemma) instead of w
+  uint sa, sb;    // 0: one batch entry
 } p;
 #else
-#define DECODE_PUSH 0
 #include "matmul_push.glsl"
 #endif
 
 VACC acc[MMAX];
 VACC acc2[MMAX];  // the up product (gated)
 
-#if NORM
-VACC rnorm[MMAX];  // each row's 1 / sqrt(mean(x^2) + eps), as norm_fwd.comp computes it
-
-// The RMS statistic of the MROWS rows of opA. Threads 0..tpr-1 are lanes 0..tpr-1 of every row
-// (tpr: the norm's own threads per row for rows of K, from the host), each summing the squares of
-// its elements lane, lane + tpr, ... in index order; the tpr partial sums meet in norm_rows.glsl's
-// tree (element t takes t + s for s = tpr/2 .. 1). `precise` as in norm_fwd.comp: no compiler may
-// fuse the square into the sum in one kernel and not in the other.
-void norm_prologue(uint tid) {
-  const uint tpr = 1u << p.tpr_log2;
-  [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-    precise VACC q = VACC(0.0);
-    if (tid < tpr) {
-      for (uint i = tid; i < p.K; i += tpr) {
-        const VACC v = VACC(p.a.v[m * p.lda + i]);
-        q += v * v;
-      }
-    }
-    red[m * LOCAL_SIZE + tid] = q;
-  }
-  barrier();
-  for (uint s = tpr >> 1; s > 0; s >>= 1) {
-    if (tid < s) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] += red[m * LOCAL_SIZE + tid + s];
-    }
-    barrier();
-  }
-  [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-    const VACC var = red[m * LOCAL_SIZE] / VACC(p.K);
-#if VKF_PRECISE
-    rnorm[m] = 1.0LF / sqrt(var + double(p.eps));
-#else
-    rnorm[m] = inversesqrt(var + p.eps);
-#endif
-  }
-  barrier();  // red is reused by the products' reduction
-}
-
-// norm_fwd.comp's scale factor of element k: w[k], or 1 + w[k].
-VACC norm_scale(uint k) {
-  const VACC w = VACC(F32Buf(p.norm_w).v[k]);
-  return p.one_plus != 0u ? VACC(1.0) + w : w;
-}
-VACC4 norm_scale4(vec4 w) {
-  return p.one_plus != 0u ? VACC4(1.0) + VACC4(w) : VACC4(w);
-}
-#endif
-
-// opA(m, k) as the products read it (normalized in the norm variants); `scale` is norm_scale(k).
-float load_a(uint abase, uint m, uint k, VACC scale) {
-  const float x = p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
-#if NORM
-  return float(VACC(x) * rnorm[m] * scale);
-#else
-  return x;
-#endif
+float load_a(uint abase, uint m, uint k) {
+  return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
 }
 
 // Adds the products of k = 8g..8g+7 (w: the weight row's 8 halves there) to s[m].
@@ -162,38 +85,13 @@ float load_a(uint abase, uint m, uint k, VACC scale) {
 
 void accumulate8(uvec4 wg, uvec4 wu, uint abase, uint g) {
   Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
-#if NORM
-  // The norm weight of these 8 k, read once for every row.
-  Vec4Buf w4 = Vec4Buf(p.norm_w);
-  const VACC4 s0 = norm_scale4(w4.v[2 * g]), s1 = norm_scale4(w4.v[2 * g + 1]);
-#endif
   [[unroll]] for (uint m = 0; m < MROWS; ++m) {
     const uint ai = (abase + m * p.lda) / 4 + 2 * g;
-#if NORM
-    const vec4 a0 = vec4(VACC4(a4.v[ai]) * rnorm[m] * s0);
-    const vec4 a1 = vec4(VACC4(a4.v[ai + 1]) * rnorm[m] * s1);
-#else
     const vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
-#endif
     DOT8(acc[m], wg, a0, a1);
 #if GATED
     DOT8(acc2[m], wu, a0, a1);
 #endif
-  }
-}
-
-// One round of the VEC8 loop's weight loads: the UNROLL 16-byte groups g, g + KS, ... of weight
-// row `row` (in 8-half groups) and, gated, of the up weight (those past the row: not issued).
-void load_round(uint row, uint g, uint groups, out uvec4 wv[UNROLL], out uvec4 uv[UNROLL]) {
-#if GATED
-  UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(p.b2);
-#else
-  UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = w;
-#endif
-  [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-    const bool in_row = g + u * KS < groups;
-    wv[u] = in_row ? w.v[row + g + u * KS] : uvec4(0);
-    uv[u] = GATED != 0 && in_row ? wu.v[row + g + u * KS] : uvec4(0);
   }
 }
 
@@ -214,24 +112,11 @@ void main() {
   const uint lane = tid % KS, col = tid / KS;
   const uint z = gl_WorkGroupID.z;
   const uint n = gl_WorkGroupID.x * COLS + col;
-#if DECODE_PUSH
-  const uint abase = 0u, bbase = 0u;  // one batch entry
-#else
   const uint abase = z * p.sa, bbase = z * p.sb;
-#endif
   [[unroll]] for (uint m = 0; m < MMAX; ++m) {
     acc[m] = 0.0;
     acc2[m] = 0.0;
   }
-  const uint row8 = (bbase + n * p.ldb) / 8;  // VEC8: the weight row, in 8-half groups
-  const uint groups = p.K / 8;
-  // UNROLL loads issued together; the first round's before the norm prologue, which then runs
-  // while they are in flight.
-  uvec4 wv[UNROLL], uv[UNROLL];
-  if (VEC8 && n < p.N) load_round(row8, lane, groups, wv, uv);
-#if NORM
-  norm_prologue(tid);
-#endif
 
   if (n < p.N) {
 #if GATED
@@ -240,8 +125,17 @@ void main() {
     const uint64_t b2 = uint64_t(p.b);
 #endif
     if (VEC8) {
+      UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
+      const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
+      const uint groups = p.K / 8;
+      // UNROLL loads issued together (the last round's past the row are skipped, not issued).
       for (uint g = lane; g < groups; g += UNROLL * KS) {
-        if (g != lane) load_round(row8, g, groups, wv, uv);
+        uvec4 wv[UNROLL], uv[UNROLL];
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+          const bool in_row = g + u * KS < groups;
+          wv[u] = in_row ? w.v[row + g + u * KS] : uvec4(0);
+          uv[u] = GATED != 0 && in_row ? wu.v[row + g + u * KS] : uvec4(0);
+        }
         [[unroll]] for (uint u = 0; u < UNROLL; ++u)
           if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
       }
@@ -251,13 +145,8 @@ void main() {
       for (uint k = lane; k < p.K; k += KS) {
         const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
         const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
-#if NORM
-        const VACC scale = norm_scale(k);
-#else
-        const VACC scale = VACC(1.0);  // unused
-#endif
         [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-          const VACC ak = VACC(load_a(abase, m, k, scale));
+          const VACC ak = VACC(load_a(abase, m, k));
           acc[m] += ak * VACC(wk);
 #if GATED
           acc2[m] += ak * VACC(uk);
@@ -279,15 +168,6 @@ void main() {
   if (lane == 0 && n < p.N) {
     [[unroll]] for (uint m = 0; m < MROWS; ++m)
       p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
-  }
-#elif DECODE_PUSH
-  // store_output()'s epilogue for alpha 1, beta 0: the sum plus the bias, rounded once.
-  if (lane == 0 && n < p.N) {
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-      VACC v = red[m * LOCAL_SIZE + tid];
-      if (p.bias != 0) v += VACC(F32Buf(p.bias).v[n]);
-      p.c.v[m * p.c_rs + n] = float(v);
-    }
   }
 #else
   if (lane == 0 && n < p.N) {

@@ -56,10 +56,7 @@ void main() {
   const VACC var = row_sum(q, lane, tpr) / VACC(p.H);
 #else
   const VACC mu = VACC(0.0);
-  // precise: the square is never fused into the sum, on any compiler, so that
-  // matmul_skinny_f16.comp's norm prologue (which must reproduce this statistic bit for bit)
-  // and this kernel round alike.
-  precise VACC q = VACC(0.0);
+  VACC q = VACC(0.0);
   for (uint i = lane; i < n; i += tpr) {
     const VACC v = VACC(p.x.v[base + i]);
     q += v * v;
