@@ -257,7 +257,7 @@ void main() {
     }
     const bool partial = n_active > 1u;
     const uint set = b * gl_NumWorkGroups.x + gl_WorkGroupID.x;  // (kv head group, row)
-      const uint record = D + 2u;  // max, sum, values
+    const uint record = D + 2u;  // max, sum, values
     PartialBuf part = PartialBuf(p.scratch);
     [[unroll]] for (uint g = 0; g < HPW; ++g) {
       if (g >= nh) break;

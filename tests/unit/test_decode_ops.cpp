@@ -159,10 +159,10 @@ int64_t splits_of(const DecodeCase& c) {
 }
 
 const DecodeCase kDecodeCases[] = {
-    {1, 9, 4, 2, 6, 0, 0, 0},           // the first key only
+    {1, 9, 4, 4, 6, 0, 0, 0},           // the first key only, GQA ratio 1
     {2, 40, 4, 2, 6, 17, 0, 0},         // odd head dim, GQA
     {3, 600, 2, 1, 64, 560, 0, 0},      // nine passes over five splits, a masked row
-    {2, 300, 4, 4, 32, 200, 50, 0},     // sliding window, GQA ratio 1
+    {2, 300, 4, 2, 64, 200, 50, 0},     // sliding window
     {2, 64, 6, 2, 130, 40, 0, 30.0f},   // dims past 128, soft-cap, GQA ratio 3
     {1, 20, 2, 1, 256, 19, 0, 0},       // the largest head dim
     {1, 1100, 8, 2, 64, 1000, 0, 0},    // a long cache over eight splits
@@ -347,11 +347,11 @@ void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string
 }
 
 const FusedCase kFusedCases[] = {
-    {1, 9, 4, 2, 8, 6, 0, 0, 0, false},         // the first key only, partial rotary
+    {1, 9, 4, 4, 8, 6, 0, 0, 0, false},         // the first key only, partial rotary, GQA 1
     {2, 40, 4, 2, 6, 6, 17, 0, 0, true},        // odd head dim, GQA 2
     {3, 600, 2, 1, 64, 64, 560, 0, 0, false},   // five splits, a masked row
     {3, 600, 2, 1, 64, 32, 560, 0, 0, true},    // the same, interleaved and partial
-    {2, 300, 4, 4, 32, 16, 200, 50, 0, true},   // sliding window, GQA 1, partial rotary
+    {2, 300, 4, 2, 64, 16, 200, 50, 0, true},   // sliding window, partial rotary
     {2, 64, 6, 2, 130, 128, 40, 0, 30.0f, false},  // dims past 128, soft-cap, GQA 3
     {1, 20, 2, 1, 256, 256, 19, 0, 0, true},    // the largest head dim
     {1, 1100, 8, 2, 64, 64, 1000, 0, 0, false},  // a long cache over eight splits
