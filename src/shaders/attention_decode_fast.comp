@@ -31,10 +31,12 @@
 // [B]. Scratch (splits > 1): per (x, y, split, head of the group) one record of D + 2 VACC: max,
 // sum, values. Rows that see no key output zeros (as ops::attention).
 //
-// lavapipe (Mesa 22.3) miscompiles some control flow around this kernel's barriers: a thread-
-// strided loop reading shared memory after a barrier, branches that load a row or not, shared
-// flags read after a barrier. The loads below are therefore branch-free (clamped addresses and
-// selects) and the new key's writer reads registers: keep it that way when changing the kernel.
+// lavapipe (Mesa 22.3) computed wrong results for variants of this kernel that look correct: one
+// whose new-key writer read shared memory in a thread-strided loop right after a barrier, and one
+// that combined the splits inside this dispatch (atomic arrival counter, a shared flag read after
+// a barrier). Hence the writer takes the new key from registers, the combine is a second
+// dispatch, and the loads are branch-free (clamped rows and selects, which also keep lanes
+// converged on GPUs). The tests run this kernel on lavapipe: keep them passing there.
 //!precise
 #version 460
 #extension GL_KHR_shader_subgroup_basic : require
@@ -176,10 +178,10 @@ void main() {
       [[unroll]] for (uint i = 0; i < KPT; ++i) {
         const int j = j_lo + int(ps * PASS + i * GROUPS + grp);
         const bool in_range = j < keys;
-        // Loads without branches (lavapipe mishandles divergent code before the barriers that
-        // follow): keys past the range read the last key's row and are hidden by `seen`; the
-        // new key's slot, which this dispatch writes, is never read: its lanes read the
-        // projection k_new / v_new instead and take the rotated values from nk / nv.
+        // Loads without branches (see the header): keys past the range read the last key's row
+        // and are hidden by `seen`; the new key's slot, which this dispatch writes, is never
+        // read: its lanes read the projections k_new / v_new instead and take the rotated
+        // values from nk / nv.
         const int jc = min(j, keys - 1);
         const bool is_new = fresh && jc == keys - 1;
         const uint row = is_new ? (b * hkv + hk) * D : ((b * cap + uint(jc)) * hkv + hk) * D;
