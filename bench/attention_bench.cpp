@@ -39,9 +39,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -152,7 +152,7 @@ double rel_error(const std::vector<double>& got, const std::vector<double>& want
 struct DecodeRow {
   int64_t batch, keys;
   double gpu_us[3] = {}, chain_us[3] = {};  // plain, fast pair, fused
-  double err[3] = {};                        // vs the double reference
+  double err[3] = {};                       // vs the double reference
   bool bitwise = false;
   int64_t splits = 1;
 };
@@ -182,8 +182,9 @@ DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, 
   std::vector<float> cosh(static_cast<size_t>(L * half)), sinh(cosh.size());
   for (int64_t p = 0; p < L; ++p)
     for (int64_t j = 0; j < half; ++j) {
-      const double angle = static_cast<double>(p) *
-                           std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(D));
+      const double angle =
+          static_cast<double>(p) *
+          std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(D));
       cosh[static_cast<size_t>(p * half + j)] = static_cast<float>(std::cos(angle));
       sinh[static_cast<size_t>(p * half + j)] = static_cast<float>(std::sin(angle));
     }
@@ -196,7 +197,8 @@ DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, 
   const std::vector<int32_t> last(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
   const Tensor pos = Tensor::from_host_i32(last, {B, 1});
   const Tensor slot = Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(L - 1)}, {1});
-  const Tensor mask = Tensor::from_host_i32(std::vector<int32_t>(static_cast<size_t>(B * L), 1), {B, L});
+  const Tensor mask =
+      Tensor::from_host_i32(std::vector<int32_t>(static_cast<size_t>(B * L), 1), {B, L});
   vkf::ops::AttentionOptions opts;
   opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   row.splits = vkf::ops::detail::decode_attention_plan(B, L, hq, hkv, D).splits;
@@ -211,11 +213,10 @@ DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, 
   }
   const std::vector<double> qd(qh.begin(), qh.end()), cosd(cosh.begin(), cosh.end()),
       sind(sinh.begin(), sinh.end());
-  const auto q_rot = vkf::ref::rope_apply(qd, B, 1, hq, D, cosd, sind,
-                                          std::vector<int64_t>(static_cast<size_t>(B), L - 1), D,
-                                          false);
-  const auto want = vkf::ref::attention(q_rot, ck.to_double(), cv.to_double(), {},
-                                        {B, 1, L, hq, hkv, D}, opts);
+  const auto q_rot = vkf::ref::rope_apply(
+      qd, B, 1, hq, D, cosd, sind, std::vector<int64_t>(static_cast<size_t>(B), L - 1), D, false);
+  const auto want =
+      vkf::ref::attention(q_rot, ck.to_double(), cv.to_double(), {}, {B, 1, L, hq, hkv, D}, opts);
   for (int path = 0; path < 3; ++path) row.err[path] = rel_error(outs[path], want);
   row.bitwise = outs[1] == outs[2];
 
@@ -235,15 +236,16 @@ DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, 
     row.gpu_us[path] = 1e3 * median(gpu);
     stream.synchronize();
     stream.begin_capture();
-    for (int c = 0; c < chain; ++c) decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);
+    for (int c = 0; c < chain; ++c)
+      decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);
     auto graph = stream.end_capture();
     std::vector<double> wall;
     for (int r = 0; r < std::max(3, repeats / 4); ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       stream.replay(*graph);
       stream.wait(*graph);
-      wall.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                         .count());
+      wall.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     row.chain_us[path] = median(wall) / chain;
     graph.reset();
@@ -256,9 +258,10 @@ int run_decode(const std::string& heads, const std::string& lengths, const std::
                int repeats, int chain, double tolerance) {
   const auto h = vkf::bench::parse_sizes(heads, 3);
   if (!h || (*h)[0] % (*h)[1] != 0 || (*h)[2] % 2 != 0 || (*h)[2] > 256)
-    throw vkf::Error(fmt::format("--decode-heads: cannot read '{}'; expected HqxHkvxD with Hkv "
-                                 "dividing Hq and an even D up to 256, e.g. 32x8x64",
-                                 heads));
+    throw vkf::Error(
+        fmt::format("--decode-heads: cannot read '{}'; expected HqxHkvxD with Hkv "
+                    "dividing Hq and an even D up to 256, e.g. 32x8x64",
+                    heads));
   const int64_t hq = (*h)[0], hkv = (*h)[1], D = (*h)[2];
   auto& ctx = vkf::vk::Context::get();
   fmt::print("device: {} ({})\n", ctx.info().name, ctx.info().driver_info);
@@ -266,12 +269,14 @@ int run_decode(const std::string& heads, const std::string& lengths, const std::
   const std::string unfit = vkf::ops::detail::decode_attention_fast_unfit(D);
   fmt::print("decode attention, Hq {} Hkv {} D {}; fast kernel: {}\n", hq, hkv, D,
              unfit.empty() ? "yes" : "no (" + unfit + "): the fast columns run the plain path");
-  fmt::print("GPU us: median of {} calls (timestamps); chain us: per call of {} chained calls in "
-             "a replayed graph; GB/s: K and V bytes over the fused GPU time\n\n",
-             repeats, chain);
-  fmt::print("| batch | keys | splits | plain GPU us | pair GPU us | fused GPU us | fused GB/s | "
-             "plain chain us | pair chain us | fused chain us | fused = pair | err plain / "
-             "pair / fused | check |\n");
+  fmt::print(
+      "GPU us: median of {} calls (timestamps); chain us: per call of {} chained calls in "
+      "a replayed graph; GB/s: K and V bytes over the fused GPU time\n\n",
+      repeats, chain);
+  fmt::print(
+      "| batch | keys | splits | plain GPU us | pair GPU us | fused GPU us | fused GB/s | "
+      "plain chain us | pair chain us | fused chain us | fused = pair | err plain / "
+      "pair / fused | check |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
   bool all_pass = true;
   for (const auto& b_item : vkf::bench::split_list(batches)) {
@@ -279,16 +284,17 @@ int run_decode(const std::string& heads, const std::string& lengths, const std::
       const auto b = vkf::bench::parse_sizes(b_item, 1), l = vkf::bench::parse_sizes(l_item, 1);
       if (!b || !l) throw vkf::Error("--decode-batches and --decode-lengths take positive sizes");
       const DecodeRow r = time_decode((*b)[0], (*l)[0], hq, hkv, D, repeats, chain);
-      const bool pass = r.bitwise && r.err[0] <= tolerance && r.err[1] <= tolerance &&
-                        r.err[2] <= tolerance;
+      const bool pass =
+          r.bitwise && r.err[0] <= tolerance && r.err[1] <= tolerance && r.err[2] <= tolerance;
       all_pass = all_pass && pass;
       const double bytes = 8.0 * static_cast<double>(r.batch * r.keys * hkv * D);
-      fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
-                 "{} | {:.1e} / {:.1e} / {:.1e} | {} |\n",
-                 r.batch, r.keys, r.splits, r.gpu_us[0], r.gpu_us[1], r.gpu_us[2],
-                 r.gpu_us[2] > 0 ? bytes / (r.gpu_us[2] * 1e3) : 0.0, r.chain_us[0], r.chain_us[1],
-                 r.chain_us[2], r.bitwise ? "yes" : "NO", r.err[0], r.err[1], r.err[2],
-                 pass ? "PASS" : "FAIL");
+      fmt::print(
+          "| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
+          "{} | {:.1e} / {:.1e} / {:.1e} | {} |\n",
+          r.batch, r.keys, r.splits, r.gpu_us[0], r.gpu_us[1], r.gpu_us[2],
+          r.gpu_us[2] > 0 ? bytes / (r.gpu_us[2] * 1e3) : 0.0, r.chain_us[0], r.chain_us[1],
+          r.chain_us[2], r.bitwise ? "yes" : "NO", r.err[0], r.err[1], r.err[2],
+          pass ? "PASS" : "FAIL");
       std::fflush(stdout);
     }
   }
@@ -335,8 +341,7 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (decode) {
     if (device >= 0) vkf::vk::Context::select_device(device);
-    return run_decode(decode_heads, decode_lengths, decode_batches, repeats, chain,
-                      fp32_tolerance);
+    return run_decode(decode_heads, decode_lengths, decode_batches, repeats, chain, fp32_tolerance);
   }
 
   std::vector<Shape> cases;

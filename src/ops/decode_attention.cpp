@@ -29,8 +29,8 @@ constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX; the fast kerne
 constexpr int64_t kMaxGroups = 65535;
 
 // attention_decode_fast.comp's constants and flag bits.
-constexpr int64_t kLanes = 8;             // LANES: invocations per key
-constexpr int64_t kLaneGroups = 16;       // GROUPS: keys in flight per workgroup
+constexpr int64_t kLanes = 8;              // LANES: invocations per key
+constexpr int64_t kLaneGroups = 16;        // GROUPS: keys in flight per workgroup
 constexpr int64_t kMinPassesPerSplit = 2;  // MIN_PASSES (and attention_decode_combine's)
 constexpr uint32_t kFlagRope = 4, kFlagInterleaved = 8;
 // Splits: enough workgroups to spread a long cache over a large GPU (a few per multiprocessor),
@@ -169,17 +169,15 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
          opts.scale,
          opts.softcap};
   static_assert(sizeof(push) == 128, "attention_decode_fast's push constants fill 128 bytes");
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(plan.dims_per_lane),
-                                      static_cast<uint32_t>(plan.heads_per_group),
-                                      static_cast<uint32_t>(plan.keys_per_lane_group),
-                                      vec4 ? 1u : 0u};
+  const std::vector<uint32_t> spec = {
+      static_cast<uint32_t>(plan.dims_per_lane), static_cast<uint32_t>(plan.heads_per_group),
+      static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
   const Grid grid{static_cast<uint32_t>(hkv * plan.head_groups), static_cast<uint32_t>(B),
                   static_cast<uint32_t>(plan.splits)};
   // The cost counts the whole cache (the filled length is known only on the device); the K and V
   // rows are read once per head group.
-  const vk::DispatchCost cost{
-      4.0 * static_cast<double>(B * hq * cap * D),
-      8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
+  const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
+                              8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
   if (rope) {
     launch("attention_decode_fast", push, grid,
            {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
@@ -256,7 +254,8 @@ std::string decode_attention_fast_unfit(int64_t head_dim) {
   if (plain_forced()) return "VKF_ATTENTION=plain";
   if (head_dim > kLanes * 32) return fmt::format("head_dim {} exceeds 256", head_dim);
   for (const char* module : {"attention_decode_fast", "attention_decode_combine"})
-    if (!vk::Pipelines::has_module(module)) return fmt::format("this build has no {} module", module);
+    if (!vk::Pipelines::has_module(module))
+      return fmt::format("this build has no {} module", module);
   const auto& info = vk::Context::get().info();
   // Lane groups of 8 consecutive invocations must lie inside one subgroup.
   if (!info.subgroup_shuffle || info.min_subgroup_size < kLanes)

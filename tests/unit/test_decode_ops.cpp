@@ -303,12 +303,14 @@ void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string
   opts.sliding_window = c.window;
   opts.softcap = c.softcap;
   const auto layout = c.interleaved ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf;
-  const Tensor slot = Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.slot)}, {1});
+  const Tensor slot =
+      Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.slot)}, {1});
   const Tensor mt = Tensor::from_host_i32(mask, {c.batch, c.cap});
   const Tensor qt = test::to_gpu(q, {c.batch, 1, c.hq, c.d}),
                kt = test::to_gpu(k, {c.batch, 1, c.hkv, c.d}),
                vt = test::to_gpu(v, {c.batch, 1, c.hkv, c.d}), cos_t = test::to_gpu(cos, {P, half}),
-               sin_t = test::to_gpu(sin, {P, half}), pos_t = Tensor::from_host_i32(pos, {c.batch, 1});
+               sin_t = test::to_gpu(sin, {P, half}),
+               pos_t = Tensor::from_host_i32(pos, {c.batch, 1});
   const Shape cache_shape{c.batch, c.cap, c.hkv, c.d};
   const Tensor two_k = test::to_gpu(ck, cache_shape), two_v = test::to_gpu(cv, cache_shape);
   const Tensor one_k = test::to_gpu(ck, cache_shape), one_v = test::to_gpu(cv, cache_shape);
@@ -317,18 +319,18 @@ void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string
   const Tensor two = ops::attention_decode(rotated, two_k, two_v, mt, slot, opts);
   const Tensor one = ops::attention_decode_rope(qt, kt, vt, cos_t, sin_t, pos_t, one_k, one_v, slot,
                                                 mt, opts, c.rot, layout);
-  const std::string what = label + " d=" + std::to_string(c.d) + " rot=" +
-                           std::to_string(c.rot) + " slot=" + std::to_string(c.slot) +
+  const std::string what = label + " d=" + std::to_string(c.d) + " rot=" + std::to_string(c.rot) +
+                           " slot=" + std::to_string(c.slot) +
                            (c.interleaved ? " interleaved" : " rotate-half");
   test::expect_bitwise_equal(one, two, what + ": output vs rope_kv_write + attention_decode");
   test::expect_bitwise_equal(one_k, two_k, what + ": cached keys");
   test::expect_bitwise_equal(one_v, two_v, what + ": cached values");
 
   const std::vector<int64_t> pos64(pos.begin(), pos.end());
-  const auto q_rot = ref::rope_apply(q, c.batch, 1, c.hq, c.d, cos, sin, pos64, c.rot,
-                                     c.interleaved);
-  const auto k_rot = ref::rope_apply(k, c.batch, 1, c.hkv, c.d, cos, sin, pos64, c.rot,
-                                     c.interleaved);
+  const auto q_rot =
+      ref::rope_apply(q, c.batch, 1, c.hq, c.d, cos, sin, pos64, c.rot, c.interleaved);
+  const auto k_rot =
+      ref::rope_apply(k, c.batch, 1, c.hkv, c.d, cos, sin, pos64, c.rot, c.interleaved);
   auto ck_want = ck, cv_want = cv;
   ref::kv_cache_write(ck_want, k_rot, c.batch, c.cap, row, c.slot);
   ref::kv_cache_write(cv_want, v, c.batch, c.cap, row, c.slot);
@@ -338,24 +340,27 @@ void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string
   std::vector<double> kf, vf;
   std::vector<int64_t> mf;
   for (int64_t b = 0; b < c.batch; ++b) {
-    kf.insert(kf.end(), ck_want.begin() + b * c.cap * row, ck_want.begin() + (b * c.cap + keys) * row);
-    vf.insert(vf.end(), cv_want.begin() + b * c.cap * row, cv_want.begin() + (b * c.cap + keys) * row);
+    kf.insert(kf.end(), ck_want.begin() + b * c.cap * row,
+              ck_want.begin() + (b * c.cap + keys) * row);
+    vf.insert(vf.end(), cv_want.begin() + b * c.cap * row,
+              cv_want.begin() + (b * c.cap + keys) * row);
     mf.insert(mf.end(), mask.begin() + b * c.cap, mask.begin() + b * c.cap + keys);
   }
-  test::expect_close(one, ref::attention(q_rot, kf, vf, mf, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts),
+  test::expect_close(one,
+                     ref::attention(q_rot, kf, vf, mf, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts),
                      2e-6, 2e-5, what + ": output vs reference");
 }
 
 const FusedCase kFusedCases[] = {
-    {1, 9, 4, 4, 8, 6, 0, 0, 0, false},         // the first key only, partial rotary, GQA 1
-    {2, 40, 4, 2, 6, 6, 17, 0, 0, true},        // odd head dim, GQA 2
-    {3, 600, 2, 1, 64, 64, 560, 0, 0, false},   // five splits, a masked row
-    {3, 600, 2, 1, 64, 32, 560, 0, 0, true},    // the same, interleaved and partial
-    {2, 300, 4, 2, 64, 16, 200, 50, 0, true},   // sliding window, partial rotary
+    {1, 9, 4, 4, 8, 6, 0, 0, 0, false},            // the first key only, partial rotary, GQA 1
+    {2, 40, 4, 2, 6, 6, 17, 0, 0, true},           // odd head dim, GQA 2
+    {3, 600, 2, 1, 64, 64, 560, 0, 0, false},      // five splits, a masked row
+    {3, 600, 2, 1, 64, 32, 560, 0, 0, true},       // the same, interleaved and partial
+    {2, 300, 4, 2, 64, 16, 200, 50, 0, true},      // sliding window, partial rotary
     {2, 64, 6, 2, 130, 128, 40, 0, 30.0f, false},  // dims past 128, soft-cap, GQA 3
-    {1, 20, 2, 1, 256, 256, 19, 0, 0, true},    // the largest head dim
-    {1, 1100, 8, 2, 64, 64, 1000, 0, 0, false},  // a long cache over eight splits
-    {2, 12, 2, 1, 8, 8, 12, 0, 0, false},       // the slot past the cache: nothing written
+    {1, 20, 2, 1, 256, 256, 19, 0, 0, true},       // the largest head dim
+    {1, 1100, 8, 2, 64, 64, 1000, 0, 0, false},    // a long cache over eight splits
+    {2, 12, 2, 1, 8, 8, 12, 0, 0, false},          // the slot past the cache: nothing written
 };
 
 TEST(DecodeOps, AttentionDecodeRopeMatchesTwoKernels) {
@@ -379,23 +384,34 @@ TEST(DecodeOps, AttentionDecodeRopeBadInput) {
   const Tensor table = Tensor::zeros({8, 2}), pos = Tensor::zeros({2, 1}, DType::I32);
   ops::AttentionOptions opts;
   opts.scale = 0.5f;
-  const auto call = [&](const Tensor& q_, const Tensor& k_, const Tensor& cos_,
-                        const Tensor& pos_, const Tensor& mask, int64_t rot,
-                        const ops::AttentionOptions& o) {
+  const auto call = [&](const Tensor& q_, const Tensor& k_, const Tensor& cos_, const Tensor& pos_,
+                        const Tensor& mask, int64_t rot, const ops::AttentionOptions& o) {
     ops::attention_decode_rope(q_, k_, kv, cos_, table, pos_, cache, cache, slot, mask, o, rot,
                                ops::RopeLayout::RotateHalf);
   };
-  test::expect_error([&] { call(q, Tensor::zeros({2, 1, 3, 4}), table, pos, {}, 4, opts); },
-                     {"attention_decode_rope", "keys"});
-  test::expect_error([&] { call(Tensor::zeros({2, 1, 3, 4}), kv, table, pos, {}, 4, opts); },
-                     {"attention_decode_rope", "multiple"});
-  test::expect_error([&] { call(q, kv, Tensor::zeros({8, 3}), pos, {}, 4, opts); },
-                     {"attention_decode_rope", "cos/sin"});
+  test::expect_error(
+      [&] {
+        call(q, Tensor::zeros({2, 1, 3, 4}), table, pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "keys"});
+  test::expect_error(
+      [&] {
+        call(Tensor::zeros({2, 1, 3, 4}), kv, table, pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "multiple"});
+  test::expect_error(
+      [&] {
+        call(q, kv, Tensor::zeros({8, 3}), pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "cos/sin"});
   test::expect_error([&] { call(q, kv, table, pos, {}, 3, opts); }, {"rotary_dim"});
   test::expect_error([&] { call(q, kv, table, Tensor::zeros({2}, DType::I32), {}, 4, opts); },
                      {"positions"});
-  test::expect_error([&] { call(q, kv, table, pos, Tensor::zeros({2, 7}, DType::I32), 4, opts); },
-                     {"key_padding_mask"});
+  test::expect_error(
+      [&] {
+        call(q, kv, table, pos, Tensor::zeros({2, 7}, DType::I32), 4, opts);
+      },
+      {"key_padding_mask"});
   ops::AttentionOptions dropout = opts;
   dropout.dropout_p = 0.1f;
   test::expect_error([&] { call(q, kv, table, pos, {}, 4, dropout); }, {"dropout"});
