@@ -155,7 +155,8 @@ void main() {
     }
     float qr[HPW * DPL];  // this lane's dims of the group's queries
     [[unroll]] for (uint g = 0; g < HPW; ++g) {
-      [[unroll]] for (uint i = 0; i < DPL; ++i) qr[g * DPL + i] = sQ[g * LANES * DPL + lane * DPL + i];
+      [[unroll]] for (uint i = 0; i < DPL; ++i)
+        qr[g * DPL + i] = sQ[(g * LANES + lane) * DPL + i];
     }
 
     AttnParams ap;
