@@ -22,10 +22,24 @@
 //                   [--tolerance 1e-2] [--fp32-tolerance 1e-4] [--emulate]
 // A shape's ":nc" suffix makes it non-causal. --emulate runs the tensor-core kernels' emulated
 // builds on a device without cooperative matrices (slow; to check the benchmark itself).
+//
+// --decode times the decode step's one-query attention instead (ops/decode.h), at Llama-3.2-1B's
+// heads by default (Hq 32, Hkv 8, D 64), for each batch and cache length (the new key is the
+// last slot, every slot a token): the plain kernels (rope_kv_write, then attention_decode.comp,
+// as VKF_ATTENTION=plain runs them), the same two stages with the fast kernel, and the fused
+// attention_decode_rope. "GPU us" is the dispatches' own time (GPU timestamps, median over
+// --repeats); "chain us" the time per call of --chain calls recorded back to back in one captured
+// graph and replayed, each depending on the last as the layers of a decode step do, so that it
+// includes each stage's launch and drain. Checks in the same run: the fused output equals the
+// fast pair's bit for bit, and all three are within --fp32-tolerance (relative to the largest
+// output) of a double-precision CPU reference.
+//   attention_bench --decode [--decode-heads 32x8x64] [--decode-lengths 64,256,1024,4096]
+//                   [--decode-batches 1,8] [--repeats 20] [--chain 64] [--device N]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +52,10 @@
 #include "core/launch.h"
 #include "ops/attention.h"
 #include "ops/attention_coopmat.h"
+#include "ops/attention_ref.h"
+#include "ops/decode.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/rope_ref.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -131,6 +148,160 @@ double rel_error(const std::vector<double>& got, const std::vector<double>& want
   return scale > 0 ? diff / scale : diff;
 }
 
+// --decode: one batch size and cache length.
+struct DecodeRow {
+  int64_t batch, keys;
+  double gpu_us[3] = {}, chain_us[3] = {};  // plain, fast pair, fused
+  double err[3] = {};                       // vs the double reference
+  bool bitwise = false;
+  int64_t splits = 1;
+};
+
+// One call of each decode path over the same inputs (`path`: 0 plain, 1 fast pair, 2 fused).
+Tensor decode_call(int path, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                   const Tensor& sin, const Tensor& pos, const Tensor& ck, const Tensor& cv,
+                   const Tensor& slot, const Tensor& mask, const vkf::ops::AttentionOptions& opts) {
+  const int64_t rot = ck.dim(3);
+  if (path == 2)
+    return vkf::ops::attention_decode_rope(q, k, v, cos, sin, pos, ck, cv, slot, mask, opts, rot,
+                                           vkf::ops::RopeLayout::RotateHalf);
+  const Tensor rotated = vkf::ops::rope_kv_write(q, k, v, cos, sin, pos, ck, cv, slot, rot,
+                                                 vkf::ops::RopeLayout::RotateHalf);
+  return vkf::ops::attention_decode(rotated, ck, cv, mask, slot, opts);
+}
+
+DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, int repeats,
+                      int chain) {
+  auto& stream = vkf::vk::Context::get().stream();
+  DecodeRow row{B, L};
+  const int64_t half = D / 2;
+  const auto qh = random_values(B * hq * D, 11), kh = random_values(B * hkv * D, 12),
+             vh = random_values(B * hkv * D, 13), ckh = random_values(B * L * hkv * D, 14),
+             cvh = random_values(B * L * hkv * D, 15);
+  // Rotary tables of Llama's form (base 10000) over the cache's positions.
+  std::vector<float> cosh(static_cast<size_t>(L * half)), sinh(cosh.size());
+  for (int64_t p = 0; p < L; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double angle =
+          static_cast<double>(p) *
+          std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(D));
+      cosh[static_cast<size_t>(p * half + j)] = static_cast<float>(std::cos(angle));
+      sinh[static_cast<size_t>(p * half + j)] = static_cast<float>(std::sin(angle));
+    }
+  const auto f32 = [](const std::vector<float>& h, vkf::Shape shape) {
+    return Tensor::from_host(std::span<const float>(h), shape);
+  };
+  const Tensor q = f32(qh, {B, 1, hq, D}), k = f32(kh, {B, 1, hkv, D}), v = f32(vh, {B, 1, hkv, D});
+  const Tensor cos = f32(cosh, {L, half}), sin = f32(sinh, {L, half});
+  const Tensor ck = f32(ckh, {B, L, hkv, D}), cv = f32(cvh, {B, L, hkv, D});
+  const std::vector<int32_t> last(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
+  const Tensor pos = Tensor::from_host_i32(last, {B, 1});
+  const Tensor slot = Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(L - 1)}, {1});
+  const Tensor mask =
+      Tensor::from_host_i32(std::vector<int32_t>(static_cast<size_t>(B * L), 1), {B, L});
+  vkf::ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  row.splits = vkf::ops::detail::decode_attention_plan(B, L, hq, hkv, D).splits;
+
+  // The reference: rotated queries in double over the cache as the calls leave it (the new key
+  // rotated at the last slot; unit tests check that write against ref::rope_apply).
+  std::vector<double> outs[3];
+  for (int path = 0; path < 3; ++path) {
+    if (path == 0) ::setenv("VKF_ATTENTION", "plain", 1);
+    outs[path] = decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts).to_double();
+    ::unsetenv("VKF_ATTENTION");
+  }
+  const std::vector<double> qd(qh.begin(), qh.end()), cosd(cosh.begin(), cosh.end()),
+      sind(sinh.begin(), sinh.end());
+  const auto q_rot = vkf::ref::rope_apply(
+      qd, B, 1, hq, D, cosd, sind, std::vector<int64_t>(static_cast<size_t>(B), L - 1), D, false);
+  const auto want =
+      vkf::ref::attention(q_rot, ck.to_double(), cv.to_double(), {}, {B, 1, L, hq, hkv, D}, opts);
+  for (int path = 0; path < 3; ++path) row.err[path] = rel_error(outs[path], want);
+  row.bitwise = outs[1] == outs[2];
+
+  for (int path = 0; path < 3; ++path) {
+    if (path == 0) ::setenv("VKF_ATTENTION", "plain", 1);
+    decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);  // warm-up
+    std::vector<double> gpu;
+    for (int r = 0; r < repeats; ++r) {
+      stream.set_profiling(false);
+      stream.set_profiling(true);
+      decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);
+      double ms = 0;
+      for (const auto& p : stream.profile()) ms += p.total_ms;
+      gpu.push_back(ms);
+    }
+    stream.set_profiling(false);
+    row.gpu_us[path] = 1e3 * median(gpu);
+    stream.synchronize();
+    stream.begin_capture();
+    for (int c = 0; c < chain; ++c)
+      decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);
+    auto graph = stream.end_capture();
+    std::vector<double> wall;
+    for (int r = 0; r < std::max(3, repeats / 4); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      stream.replay(*graph);
+      stream.wait(*graph);
+      wall.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    row.chain_us[path] = median(wall) / chain;
+    graph.reset();
+    ::unsetenv("VKF_ATTENTION");
+  }
+  return row;
+}
+
+int run_decode(const std::string& heads, const std::string& lengths, const std::string& batches,
+               int repeats, int chain, double tolerance) {
+  const auto h = vkf::bench::parse_sizes(heads, 3);
+  if (!h || (*h)[0] % (*h)[1] != 0 || (*h)[2] % 2 != 0 || (*h)[2] > 256)
+    throw vkf::Error(
+        fmt::format("--decode-heads: cannot read '{}'; expected HqxHkvxD with Hkv "
+                    "dividing Hq and an even D up to 256, e.g. 32x8x64",
+                    heads));
+  const int64_t hq = (*h)[0], hkv = (*h)[1], D = (*h)[2];
+  auto& ctx = vkf::vk::Context::get();
+  fmt::print("device: {} ({})\n", ctx.info().name, ctx.info().driver_info);
+  if (!ctx.info().timestamps) throw vkf::Error("the device has no timestamps: nothing to time");
+  const std::string unfit = vkf::ops::detail::decode_attention_fast_unfit(D);
+  fmt::print("decode attention, Hq {} Hkv {} D {}; fast kernel: {}\n", hq, hkv, D,
+             unfit.empty() ? "yes" : "no (" + unfit + "): the fast columns run the plain path");
+  fmt::print(
+      "GPU us: median of {} calls (timestamps); chain us: per call of {} chained calls in "
+      "a replayed graph; GB/s: K and V bytes over the fused GPU time\n\n",
+      repeats, chain);
+  fmt::print(
+      "| batch | keys | splits | plain GPU us | pair GPU us | fused GPU us | fused GB/s | "
+      "plain chain us | pair chain us | fused chain us | fused = pair | err plain / "
+      "pair / fused | check |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
+  bool all_pass = true;
+  for (const auto& b_item : vkf::bench::split_list(batches)) {
+    for (const auto& l_item : vkf::bench::split_list(lengths)) {
+      const auto b = vkf::bench::parse_sizes(b_item, 1), l = vkf::bench::parse_sizes(l_item, 1);
+      if (!b || !l) throw vkf::Error("--decode-batches and --decode-lengths take positive sizes");
+      const DecodeRow r = time_decode((*b)[0], (*l)[0], hq, hkv, D, repeats, chain);
+      const bool pass =
+          r.bitwise && r.err[0] <= tolerance && r.err[1] <= tolerance && r.err[2] <= tolerance;
+      all_pass = all_pass && pass;
+      const double bytes = 8.0 * static_cast<double>(r.batch * r.keys * hkv * D);
+      fmt::print(
+          "| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
+          "{} | {:.1e} / {:.1e} / {:.1e} | {} |\n",
+          r.batch, r.keys, r.splits, r.gpu_us[0], r.gpu_us[1], r.gpu_us[2],
+          r.gpu_us[2] > 0 ? bytes / (r.gpu_us[2] * 1e3) : 0.0, r.chain_us[0], r.chain_us[1],
+          r.chain_us[2], r.bitwise ? "yes" : "NO", r.err[0], r.err[1], r.err[2],
+          pass ? "PASS" : "FAIL");
+      std::fflush(stdout);
+    }
+  }
+  fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
+  return all_pass ? 0 : 2;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"vkformer fused attention micro-benchmark"};
   int device = -1, repeats = 10;
@@ -155,7 +326,23 @@ int run(int argc, char** argv) {
   app.add_flag("--emulate", emulate,
                "run the tensor-core kernels' emulated builds (devices without cooperative "
                "matrices; slow, for checking this benchmark)");
+  bool decode = false;
+  std::string decode_heads = "32x8x64", decode_lengths = "64,256,1024,4096", decode_batches = "1,8";
+  int chain = 64;
+  app.add_flag("--decode", decode,
+               "time the decode step's one-query attention (plain, fast pair, fused) instead");
+  app.add_option("--decode-heads", decode_heads, "--decode: HqxHkvxD")->capture_default_str();
+  app.add_option("--decode-lengths", decode_lengths, "--decode: cache lengths, comma separated")
+      ->capture_default_str();
+  app.add_option("--decode-batches", decode_batches, "--decode: batch sizes, comma separated")
+      ->capture_default_str();
+  app.add_option("--chain", chain, "--decode: calls per captured graph for the chain timing")
+      ->check(CLI::Range(1, 10000));
   CLI11_PARSE(app, argc, argv);
+  if (decode) {
+    if (device >= 0) vkf::vk::Context::select_device(device);
+    return run_decode(decode_heads, decode_lengths, decode_batches, repeats, chain, fp32_tolerance);
+  }
 
   std::vector<Shape> cases;
   for (const auto& item : vkf::bench::split_list(shapes)) cases.push_back(parse_shape(item));

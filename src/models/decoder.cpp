@@ -302,16 +302,10 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   emit("v", v);
   const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
   if (step.decode) {
-    // The rotation and the append at the slot the device names, in one dispatch.
-    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
-    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
-    if (layer.use_rope) {
-      q = ops::rope_kv_write(q, k, v, rope_table(l, step.table_positions, true),
-                             rope_table(l, step.table_positions, false), step.positions, ck, cv,
-                             step.decode->cached, ops::rope_rotary_dim(layer.rope), s.rope_layout);
-    } else {
-      ops::kv_cache_write(k, v, ck, cv, step.decode->cached);
-    }
+    // Rotary layers rotate and append inside the attention dispatch below; others append here.
+    if (!layer.use_rope)
+      ops::kv_cache_write(k, v, step.cache->k[static_cast<size_t>(l)],
+                          step.cache->v[static_cast<size_t>(l)], step.decode->cached);
   } else if (layer.use_rope) {
     const int64_t rot = ops::rope_rotary_dim(layer.rope);
     const Tensor& cos = rope_table(l, step.table_positions, true);
@@ -346,10 +340,18 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   }
   Tensor a;
   if (step.decode) {
-    // The key count comes from the device (decode_step()).
-    a = ops::attention_decode(q, step.cache->k[static_cast<size_t>(l)],
-                              step.cache->v[static_cast<size_t>(l)], step.mask, step.decode->cached,
-                              opts);
+    // The key count and the slot of the new key come from the device (decode_step()). Rotary
+    // layers rotate q and k, append k and v at that slot and attend, in one dispatch.
+    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
+    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
+    if (layer.use_rope) {
+      a = ops::attention_decode_rope(q, k, v, rope_table(l, step.table_positions, true),
+                                     rope_table(l, step.table_positions, false), step.positions,
+                                     ck, cv, step.decode->cached, step.mask, opts,
+                                     ops::rope_rotary_dim(layer.rope), s.rope_layout);
+    } else {
+      a = ops::attention_decode(q, ck, cv, step.mask, step.decode->cached, opts);
+    }
   } else {
     a = ops::attention(q, k, v, step.mask, opts);
   }

@@ -1,12 +1,12 @@
-// The decode ops (see decode.h): validation and dispatch of argmax_rows.comp, kv_cache_write.comp,
-// rope_kv_write.comp and attention_decode.comp; linear_accumulate through the GEMM entry point;
-// gated_linear through matmul_skinny_f16.comp's gated variant.
+// The decode ops of decode.h other than attention (ops/decode_attention.cpp): validation and
+// dispatch of argmax_rows.comp and kv_cache_write.comp; linear_accumulate through the GEMM entry
+// point; gated_linear through matmul_skinny_f16.comp's gated variant.
 #include "ops/decode.h"
 
 #include <cmath>
 
 #include "core/launch.h"
-#include "ops/attention_params.h"
+#include "ops/decode_common.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "vk/error.h"
@@ -14,24 +14,9 @@
 namespace vkf::ops {
 namespace {
 
-using detail::AttnParams;
-constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX
+using detail::check_cache;
+using detail::check_counter;
 constexpr int64_t kMaxGroups = 65535;
-
-void check_cache(const Tensor& cache, const char* op, const char* what) {
-  VKF_REQUIRE(cache.defined() && cache.dtype() == DType::F32 && cache.rank() == 4 &&
-                  cache.is_contiguous() && cache.numel() > 0,
-              "{}: {} must be a contiguous f32 [batch, capacity, kv_heads, head_dim] cache, got {}",
-              op, what,
-              cache.defined() ? shape_str(cache.shape()) + " " + dtype_name(cache.dtype())
-                              : std::string("an undefined tensor"));
-  checked_u32(cache.numel(), "KV cache element count");
-}
-
-void check_counter(const Tensor& t, const char* op, const char* what) {
-  VKF_REQUIRE(t.defined() && t.dtype() == DType::I32 && t.numel() >= 1,
-              "{}: {} must be an I32 tensor whose first element is read on the device", op, what);
-}
 
 }  // namespace
 
@@ -111,76 +96,6 @@ void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, con
          {}, {0.0, 8.0 * static_cast<double>(items)});
 }
 
-Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                     const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim,
-                     RopeLayout layout) {
-  const char* op = "rope_kv_write";
-  check_cache(cache_k, op, "cache_k");
-  check_cache(cache_v, op, "cache_v");
-  check_counter(slot_buf, op, "slot");
-  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
-              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
-  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
-  const Shape kv_shape{B, 1, hkv, D};
-  for (const Tensor* t : {&k, &v}) {
-    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->shape() == kv_shape,
-                "{}: the new {} must be f32 {} for a cache {}, got {}", op,
-                t == &k ? "keys" : "values", shape_str(kv_shape), shape_str(cache_k.shape()),
-                t->defined() ? shape_str(t->shape()) : std::string("undefined"));
-  }
-  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B &&
-                  q.dim(1) == 1 && q.dim(3) == D && q.dim(2) > 0,
-              "{}: q must be f32 [{}, 1, heads, {}], got {}", op, B, D,
-              q.defined() ? shape_str(q.shape()) : std::string("undefined"));
-  VKF_REQUIRE(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= D,
-              "{}: rotary_dim must be even and in [2, head_dim = {}], got {}", op, D, rotary_dim);
-  const int64_t half = rotary_dim / 2;
-  for (const Tensor* t : {&cos, &sin}) {
-    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->rank() == 2 && t->dim(0) > 0 &&
-                    t->dim(1) == half && t->is_contiguous(),
-                "{}: the cos/sin tables must be contiguous f32 [positions, {}]", op, half);
-  }
-  VKF_REQUIRE(cos.shape() == sin.shape(), "{}: cos {} and sin {} differ", op,
-              shape_str(cos.shape()), shape_str(sin.shape()));
-  VKF_REQUIRE(positions.defined() && positions.dtype() == DType::I32 && positions.is_contiguous() &&
-                  positions.shape() == (Shape{B, 1}),
-              "{}: positions must be a contiguous I32 [{}, 1] (one per row)", op, B);
-  checked_u32(cos.numel(), "rope table element count");
-  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
-  const Tensor kc = k.is_contiguous() ? k : k.contiguous();
-  const Tensor vc = v.is_contiguous() ? v : v.contiguous();
-  Tensor out = Tensor::empty(q.shape(), DType::F32);
-  struct {
-    uint64_t q, k, v, cos, sin, pos, slot, q_out, cache_k, cache_v;
-    uint32_t hq, hkv, d, half, positions, capacity, batch, flags;
-  } push{qc.address(),
-         kc.address(),
-         vc.address(),
-         cos.address(),
-         sin.address(),
-         positions.address(),
-         slot_buf.address(),
-         out.address(),
-         cache_k.address(),
-         cache_v.address(),
-         static_cast<uint32_t>(q.dim(2)),
-         static_cast<uint32_t>(hkv),
-         static_cast<uint32_t>(D),
-         static_cast<uint32_t>(half),
-         static_cast<uint32_t>(cos.dim(0)),
-         static_cast<uint32_t>(cap),
-         static_cast<uint32_t>(B),
-         layout == RopeLayout::Interleaved ? 1u : 0u};
-  const int64_t per_row = half + (D - rotary_dim);
-  const int64_t items = B * (q.dim(2) + hkv) * per_row + B * hkv * D;
-  launch("rope_kv_write", push, grid_1d(items, 256),
-         {&qc, &kc, &vc, &cos, &sin, &positions, &slot_buf}, {&out, &cache_k, &cache_v}, {},
-         {6.0 * static_cast<double>(B * (q.dim(2) + hkv) * half),
-          4.0 * static_cast<double>(2 * qc.numel() + 4 * kc.numel())});
-  return out;
-}
-
 void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& out) {
   const char* op = "linear_accumulate";
@@ -258,69 +173,6 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          {&out}, spec,
          {4.0 * static_cast<double>(m * n * k),
           4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
-  return out;
-}
-
-Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
-                        const Tensor& key_padding_mask, const Tensor& cached,
-                        const AttentionOptions& opts) {
-  const char* op = "attention_decode";
-  check_cache(cache_k, op, "cache_k");
-  check_cache(cache_v, op, "cache_v");
-  check_counter(cached, op, "cached");
-  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
-              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
-  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
-  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B &&
-                  q.dim(1) == 1 && q.dim(3) == D && q.dim(2) > 0 && q.dim(2) % hkv == 0,
-              "{}: q must be f32 [{}, 1, heads, {}] with heads a multiple of the cache's {} kv "
-              "heads, got {}",
-              op, B, D, hkv, q.defined() ? shape_str(q.shape()) : std::string("undefined"));
-  VKF_REQUIRE(D <= kMaxHeadDim, "{}: head_dim {} exceeds the supported maximum {}", op, D,
-              kMaxHeadDim);
-  VKF_REQUIRE(q.dim(2) <= kMaxGroups && B <= kMaxGroups,
-              "{}: {} heads x {} rows exceed a dispatch's grid", op, q.dim(2), B);
-  if (key_padding_mask.defined()) {
-    VKF_REQUIRE(
-        key_padding_mask.dtype() == DType::I32 && key_padding_mask.is_contiguous() &&
-            key_padding_mask.shape() == (Shape{B, cap}),
-        "{}: key_padding_mask must be a contiguous I32 [{}, {}] (one entry per cache slot), got {}",
-        op, B, cap, shape_str(key_padding_mask.shape()));
-  }
-  VKF_REQUIRE(std::isfinite(opts.scale), "{}: scale must be finite, got {}", op, opts.scale);
-  VKF_REQUIRE(std::isfinite(opts.softcap) && opts.softcap >= 0,
-              "{}: softcap must be 0 (none) or a positive finite value, got {}", op, opts.softcap);
-  VKF_REQUIRE(opts.dropout_p == 0, "{}: attention dropout is for training; decoding has none", op);
-  VKF_REQUIRE(opts.sliding_window >= 0, "{}: sliding_window must be 0 (none) or positive", op);
-  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
-  Tensor out = Tensor::empty(q.shape(), DType::F32);
-  AttnParams a{};
-  a.tq = 1;
-  a.tk = static_cast<uint32_t>(cap);
-  a.hq = static_cast<uint32_t>(q.dim(2));
-  a.hkv = static_cast<uint32_t>(hkv);
-  a.d = static_cast<uint32_t>(D);
-  a.causal = opts.causal ? 1 : 0;
-  a.window = opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window);
-  a.scale = opts.scale;
-  a.softcap = opts.softcap;
-  struct {
-    uint64_t q, k, v, mask, o, cached;
-    AttnParams a;
-    uint32_t flags;
-  } push{qc.address(),
-         cache_k.address(),
-         cache_v.address(),
-         key_padding_mask.defined() ? key_padding_mask.address() : 0,
-         out.address(),
-         cached.address(),
-         a,
-         key_padding_mask.defined() ? detail::kAttnFlagMask : 0u};
-  // The cost counts the whole cache (the filled length is known only on the device).
-  launch("attention_decode", push, Grid{a.hq, static_cast<uint32_t>(B), 1},
-         {&qc, &cache_k, &cache_v, &key_padding_mask, &cached}, {&out}, {},
-         {4.0 * static_cast<double>(B * q.dim(2) * cap * D),
-          4.0 * static_cast<double>(cache_k.numel()) * 2});
   return out;
 }
 

@@ -4,6 +4,8 @@
 // the device. None is differentiable; none reads anything back to the host.
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -53,8 +55,46 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
 // cached[0] (the causal rule hides nothing; a sliding window hides keys j <= cached[0] - window).
 // Same semantics as ops::attention over the filled slots with Tq = 1 (dropout must be 0).
 // Returns [B, 1, Hq, D].
+// Devices with subgroup shuffles over 8 invocations run attention_decode_fast.comp (see its
+// header: query heads sharing a kv head in one workgroup, long caches split over workgroups and
+// combined by a second dispatch, fixed summation orders); others, and VKF_ATTENTION=plain, one
+// workgroup per query head. The two differ in the order of their sums, not in what they compute.
 Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
                         const Tensor& key_padding_mask, const Tensor& cached,
                         const AttentionOptions& opts);
+
+// rope_kv_write and attention_decode in one dispatch: attention_decode(apply_rope(q), ...) over
+// the cache after writing apply_rope(k) and v at slot slot_buf[0], bit for bit what the two ops
+// give one after the other (same rotation, same sums), and the same cache contents. Each
+// workgroup rotates its queries and the new key for itself and takes the new key and value from
+// registers, so nothing in the dispatch reads the slot it writes. Arguments as rope_kv_write's and
+// attention_decode's (slot_buf is attention_decode's `cached`). Devices that lack the fast kernel
+// run the two ops.
+Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                             const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
+                             const Tensor& cache_v, const Tensor& slot_buf,
+                             const Tensor& key_padding_mask, const AttentionOptions& opts,
+                             int64_t rotary_dim, RopeLayout layout);
+
+namespace detail {
+
+// Why attention_decode_fast.comp cannot serve a call with this head_dim on this device ("" when
+// it can).
+std::string decode_attention_fast_unfit(int64_t head_dim);
+
+// How attention_decode_fast.comp divides a call: ceil(head_dim / 8) dims per lane; the query
+// heads of a kv head in `head_groups` workgroups of at most `heads_per_group`; keys per lane
+// group per pass; vec4 loads; workgroups per (head group, row) over the cache (`splits`, chosen
+// from the capacity: the filled length, known on the device only, decides how many take part;
+// more than one adds the combine dispatch).
+struct DecodeAttentionPlan {
+  int64_t dims_per_lane = 0, heads_per_group = 0, head_groups = 0, keys_per_lane_group = 0;
+  bool vec4 = false;
+  int64_t splits = 1;
+};
+DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
+                                          int64_t kv_heads, int64_t head_dim);
+
+}  // namespace detail
 
 }  // namespace vkf::ops

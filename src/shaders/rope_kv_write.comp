@@ -5,9 +5,11 @@
 // (2j, 2j + 1) interleaved; dims past rotary_dim pass through), at each row's position
 // pos[b] (clamped into the table). Layouts: q, q_out [B, 1, Hq, D]; k, v [B, 1, Hkv, D]; caches
 // [B, capacity, Hkv, D]; tables [P, half]; all contiguous f32. One thread per rotated pair or
-// passed-through element of q and k, and per element of v.
+// passed-through element of q and k, and per element of v. The pair arithmetic is rope_pair.glsl's,
+// which attention_decode_fast.comp shares (it rotates the same key for itself, bit for bit).
 #version 460
 #include "common.glsl"
+#include "rope_pair.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -48,8 +50,8 @@ void rotate(F32Buf x, uint xbase, F32Buf out_, uint obase, uint b, uint c) {
   const uint i1 = i0 + (interleaved ? 1u : p.half_);
   const float a = x.v[xbase + i0];
   const float bv = x.v[xbase + i1];
-  out_.v[obase + i0] = a * cs - bv * sn;
-  out_.v[obase + i1] = bv * cs + a * sn;
+  out_.v[obase + i0] = rope_first(a, bv, cs, sn);
+  out_.v[obase + i1] = rope_second(a, bv, cs, sn);
 }
 
 void main() {

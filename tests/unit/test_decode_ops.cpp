@@ -2,11 +2,15 @@
 // and long rows, the strided last position of [B, T, V] logits), kv_cache_write (slot read on the
 // device, a slot outside the cache writes nothing), rope_kv_write (ref::rope_apply then the write;
 // both layouts, partial rotary), attention_decode against ref::attention over the filled slots
-// (GQA, padding, sliding window, soft-cap, several key chunks, head dims from 6 to 256, a row that
-// sees no key), linear_accumulate (f32 and f16 weights) and gated_linear (fused kernel with 16-byte
-// and scalar loads, and the composed fallback) against ref::linear / ref::gated; determinism; bad
-// input.
+// (GQA ratios 1 to 16, padding, sliding window, soft-cap, caches split over workgroups, head dims
+// from 6 to 256, a row that sees no key; the fast kernel and the plain one), the fused
+// attention_decode_rope (outputs and cache contents bitwise those of rope_kv_write then
+// attention_decode, and close to ref::rope_apply then ref::attention; every layout, partial
+// rotary, splits, the precise build and the plain path), linear_accumulate (f32 and f16 weights)
+// and gated_linear (fused kernel with 16-byte and scalar loads, and the composed fallback) against
+// ref::linear / ref::gated; determinism; bad input.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/launch.h"
 #include "ops/activation_ref.h"
 #include "ops/attention_ref.h"
 #include "ops/decode.h"
@@ -142,14 +147,44 @@ void check_attention_decode(Rng& rng, const DecodeCase& c) {
       no_mask, 2e-6, 2e-5, what + " without a mask");
 }
 
+// Routes attention_decode and attention_decode_rope to the plain kernels while alive.
+struct PlainDecodeAttention {
+  PlainDecodeAttention() { ::setenv("VKF_ATTENTION", "plain", 1); }
+  ~PlainDecodeAttention() { ::unsetenv("VKF_ATTENTION"); }
+};
+
+// Cache splits of the fast kernel: how many workgroups share a (kv head group, row).
+int64_t splits_of(const DecodeCase& c) {
+  return ops::detail::decode_attention_plan(c.batch, c.cap, c.hq, c.hkv, c.d).splits;
+}
+
+const DecodeCase kDecodeCases[] = {
+    {1, 9, 4, 4, 6, 0, 0, 0},           // the first key only, GQA ratio 1
+    {2, 40, 4, 2, 6, 17, 0, 0},         // odd head dim, GQA
+    {3, 600, 2, 1, 64, 560, 0, 0},      // nine passes over five splits, a masked row
+    {2, 300, 4, 2, 64, 200, 50, 0},     // sliding window
+    {2, 64, 6, 2, 130, 40, 0, 30.0f},   // dims past 128, soft-cap, GQA ratio 3
+    {1, 20, 2, 1, 256, 19, 0, 0},       // the largest head dim
+    {1, 1100, 8, 2, 64, 1000, 0, 0},    // a long cache over eight splits
+    {1, 1100, 8, 2, 64, 1000, 300, 0},  // the window over a long cache, split
+    {2, 70, 16, 1, 16, 69, 0, 0},       // 16 query heads per kv head: two head groups
+};
+
 TEST(DecodeOps, AttentionDecodeMatchesReference) {
+  if (!ops::detail::decode_attention_fast_unfit(64).empty())
+    GTEST_SKIP() << "no fast decode kernel: " << ops::detail::decode_attention_fast_unfit(64);
+  EXPECT_GT(splits_of(kDecodeCases[2]), 1) << "the cases should split a cache";
+  EXPECT_GT(splits_of(kDecodeCases[6]), 1);
+  EXPECT_EQ(splits_of(kDecodeCases[1]), 1);
   Rng rng(23);
-  check_attention_decode(rng, {1, 9, 4, 2, 6, 0, 0, 0});          // the first key only
-  check_attention_decode(rng, {2, 40, 4, 2, 6, 17, 0, 0});        // odd head dim, GQA
-  check_attention_decode(rng, {3, 300, 2, 1, 64, 260, 0, 0});     // three key chunks, a masked row
-  check_attention_decode(rng, {2, 300, 4, 4, 32, 200, 50, 0});    // sliding window
-  check_attention_decode(rng, {2, 64, 2, 2, 130, 40, 0, 30.0f});  // dims past 128, soft-cap
-  check_attention_decode(rng, {1, 20, 2, 1, 256, 19, 0, 0});      // the largest head dim
+  for (const DecodeCase& c : kDecodeCases) check_attention_decode(rng, c);
+}
+
+TEST(DecodeOps, AttentionDecodePlainMatchesReference) {
+  const PlainDecodeAttention plain;
+  Rng rng(27);
+  for (const DecodeCase& c : kDecodeCases)
+    if (c.cap <= 600) check_attention_decode(rng, c);
 }
 
 TEST(DecodeOps, AttentionDecodeBadInput) {
@@ -233,6 +268,153 @@ TEST(DecodeOps, RopeKvWrite) {
                            Tensor::zeros({1}, DType::I32), 4, ops::RopeLayout::RotateHalf);
       },
       {"rope_kv_write", "cos/sin"});
+}
+
+struct FusedCase {
+  int64_t batch, cap, hq, hkv, d, rot, slot;
+  int64_t window;
+  float softcap;
+  bool interleaved;
+};
+
+// attention_decode_rope against rope_kv_write then attention_decode (bitwise: outputs and caches)
+// and against the references (ref::rope_apply, the cache write, ref::attention over the filled
+// slots).
+void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string& label) {
+  const int64_t P = c.slot + 5, half = c.rot / 2, row = c.hkv * c.d;
+  const auto q = test::as_f32(rng.normal(static_cast<size_t>(c.batch * c.hq * c.d)));
+  const auto k = test::as_f32(rng.normal(static_cast<size_t>(c.batch * row)));
+  const auto v = test::as_f32(rng.normal(k.size()));
+  const auto cos = test::as_f32(rng.uniform(static_cast<size_t>(P * half)));
+  const auto sin = test::as_f32(rng.uniform(cos.size()));
+  const auto ck = test::as_f32(rng.normal(static_cast<size_t>(c.batch * c.cap * row)));
+  const auto cv = test::as_f32(rng.normal(ck.size()));
+  std::vector<int32_t> pos;
+  for (int64_t b = 0; b < c.batch; ++b) pos.push_back(static_cast<int32_t>((c.slot + 3 * b) % P));
+  // Row 0 left-padded, holes in the others, row 2 (when present) sees no key.
+  std::vector<int32_t> mask(static_cast<size_t>(c.batch * c.cap), 1);
+  for (int64_t j = 0; j < std::min<int64_t>(5, c.slot); ++j) mask[static_cast<size_t>(j)] = 0;
+  for (int64_t b = 1; b < c.batch; ++b)
+    for (int64_t j = 2; j < c.cap; j += 7) mask[static_cast<size_t>(b * c.cap + j)] = 0;
+  if (c.batch > 2)
+    for (int64_t j = 0; j < c.cap; ++j) mask[static_cast<size_t>(2 * c.cap + j)] = 0;
+  ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  opts.sliding_window = c.window;
+  opts.softcap = c.softcap;
+  const auto layout = c.interleaved ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf;
+  const Tensor slot =
+      Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.slot)}, {1});
+  const Tensor mt = Tensor::from_host_i32(mask, {c.batch, c.cap});
+  const Tensor qt = test::to_gpu(q, {c.batch, 1, c.hq, c.d}),
+               kt = test::to_gpu(k, {c.batch, 1, c.hkv, c.d}),
+               vt = test::to_gpu(v, {c.batch, 1, c.hkv, c.d}), cos_t = test::to_gpu(cos, {P, half}),
+               sin_t = test::to_gpu(sin, {P, half}),
+               pos_t = Tensor::from_host_i32(pos, {c.batch, 1});
+  const Shape cache_shape{c.batch, c.cap, c.hkv, c.d};
+  const Tensor two_k = test::to_gpu(ck, cache_shape), two_v = test::to_gpu(cv, cache_shape);
+  const Tensor one_k = test::to_gpu(ck, cache_shape), one_v = test::to_gpu(cv, cache_shape);
+  const Tensor rotated =
+      ops::rope_kv_write(qt, kt, vt, cos_t, sin_t, pos_t, two_k, two_v, slot, c.rot, layout);
+  const Tensor two = ops::attention_decode(rotated, two_k, two_v, mt, slot, opts);
+  const Tensor one = ops::attention_decode_rope(qt, kt, vt, cos_t, sin_t, pos_t, one_k, one_v, slot,
+                                                mt, opts, c.rot, layout);
+  const std::string what = label + " d=" + std::to_string(c.d) + " rot=" + std::to_string(c.rot) +
+                           " slot=" + std::to_string(c.slot) +
+                           (c.interleaved ? " interleaved" : " rotate-half");
+  test::expect_bitwise_equal(one, two, what + ": output vs rope_kv_write + attention_decode");
+  test::expect_bitwise_equal(one_k, two_k, what + ": cached keys");
+  test::expect_bitwise_equal(one_v, two_v, what + ": cached values");
+
+  const std::vector<int64_t> pos64(pos.begin(), pos.end());
+  const auto q_rot =
+      ref::rope_apply(q, c.batch, 1, c.hq, c.d, cos, sin, pos64, c.rot, c.interleaved);
+  const auto k_rot =
+      ref::rope_apply(k, c.batch, 1, c.hkv, c.d, cos, sin, pos64, c.rot, c.interleaved);
+  auto ck_want = ck, cv_want = cv;
+  ref::kv_cache_write(ck_want, k_rot, c.batch, c.cap, row, c.slot);
+  ref::kv_cache_write(cv_want, v, c.batch, c.cap, row, c.slot);
+  test::expect_close(one_k, ck_want, 1e-6, 1e-6, what + ": cached keys vs reference");
+  test::expect_close(one_v, cv_want, 0, 0, what + ": cached values vs reference");
+  const int64_t keys = std::clamp<int64_t>(c.slot + 1, 0, c.cap);
+  std::vector<double> kf, vf;
+  std::vector<int64_t> mf;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    kf.insert(kf.end(), ck_want.begin() + b * c.cap * row,
+              ck_want.begin() + (b * c.cap + keys) * row);
+    vf.insert(vf.end(), cv_want.begin() + b * c.cap * row,
+              cv_want.begin() + (b * c.cap + keys) * row);
+    mf.insert(mf.end(), mask.begin() + b * c.cap, mask.begin() + b * c.cap + keys);
+  }
+  test::expect_close(one,
+                     ref::attention(q_rot, kf, vf, mf, {c.batch, 1, keys, c.hq, c.hkv, c.d}, opts),
+                     2e-6, 2e-5, what + ": output vs reference");
+}
+
+const FusedCase kFusedCases[] = {
+    {1, 9, 4, 4, 8, 6, 0, 0, 0, false},            // the first key only, partial rotary, GQA 1
+    {2, 40, 4, 2, 6, 6, 17, 0, 0, true},           // odd head dim, GQA 2
+    {3, 600, 2, 1, 64, 64, 560, 0, 0, false},      // five splits, a masked row
+    {3, 600, 2, 1, 64, 32, 560, 0, 0, true},       // the same, interleaved and partial
+    {2, 300, 4, 2, 64, 16, 200, 50, 0, true},      // sliding window, partial rotary
+    {2, 64, 6, 2, 130, 128, 40, 0, 30.0f, false},  // dims past 128, soft-cap, GQA 3
+    {1, 20, 2, 1, 256, 256, 19, 0, 0, true},       // the largest head dim
+    {1, 1100, 8, 2, 64, 64, 1000, 0, 0, false},    // a long cache over eight splits
+    {2, 12, 2, 1, 8, 8, 12, 0, 0, false},          // the slot past the cache: nothing written
+};
+
+TEST(DecodeOps, AttentionDecodeRopeMatchesTwoKernels) {
+  Rng rng(28);
+  for (const FusedCase& c : kFusedCases) check_attention_decode_rope(rng, c, "fast");
+  // The precise build (double accumulators, exp and tanh) on devices with fp64.
+  set_math_mode(MathMode::Precise);
+  check_attention_decode_rope(rng, kFusedCases[2], "precise");
+  check_attention_decode_rope(rng, kFusedCases[5], "precise");
+  set_math_mode(MathMode::Fast);
+  // The plain path: rope_kv_write then the plain kernel.
+  const PlainDecodeAttention plain;
+  check_attention_decode_rope(rng, kFusedCases[1], "plain");
+  check_attention_decode_rope(rng, kFusedCases[3], "plain");
+}
+
+TEST(DecodeOps, AttentionDecodeRopeBadInput) {
+  const Tensor cache = Tensor::zeros({2, 8, 2, 4});
+  const Tensor slot = Tensor::from_host_i32(std::vector<int32_t>{3}, {1});
+  const Tensor q = Tensor::zeros({2, 1, 4, 4}), kv = Tensor::zeros({2, 1, 2, 4});
+  const Tensor table = Tensor::zeros({8, 2}), pos = Tensor::zeros({2, 1}, DType::I32);
+  ops::AttentionOptions opts;
+  opts.scale = 0.5f;
+  const auto call = [&](const Tensor& q_, const Tensor& k_, const Tensor& cos_, const Tensor& pos_,
+                        const Tensor& mask, int64_t rot, const ops::AttentionOptions& o) {
+    ops::attention_decode_rope(q_, k_, kv, cos_, table, pos_, cache, cache, slot, mask, o, rot,
+                               ops::RopeLayout::RotateHalf);
+  };
+  test::expect_error(
+      [&] {
+        call(q, Tensor::zeros({2, 1, 3, 4}), table, pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "keys"});
+  test::expect_error(
+      [&] {
+        call(Tensor::zeros({2, 1, 3, 4}), kv, table, pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "multiple"});
+  test::expect_error(
+      [&] {
+        call(q, kv, Tensor::zeros({8, 3}), pos, {}, 4, opts);
+      },
+      {"attention_decode_rope", "cos/sin"});
+  test::expect_error([&] { call(q, kv, table, pos, {}, 3, opts); }, {"rotary_dim"});
+  test::expect_error([&] { call(q, kv, table, Tensor::zeros({2}, DType::I32), {}, 4, opts); },
+                     {"positions"});
+  test::expect_error(
+      [&] {
+        call(q, kv, table, pos, Tensor::zeros({2, 7}, DType::I32), 4, opts);
+      },
+      {"key_padding_mask"});
+  ops::AttentionOptions dropout = opts;
+  dropout.dropout_p = 0.1f;
+  test::expect_error([&] { call(q, kv, table, pos, {}, 4, dropout); }, {"dropout"});
 }
 
 // f16 weights rounded on the host, as doubles and as a device tensor.

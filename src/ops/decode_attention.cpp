@@ -1,0 +1,368 @@
+// The decode step's attention ops (see decode.h): rope_kv_write (rope_kv_write.comp), and
+// attention_decode and the fused attention_decode_rope on attention_decode_fast.comp (query heads
+// that share a kv head in one workgroup, dot products split over lanes and finished with subgroup
+// shuffles, long caches split over workgroups whose partials attention_decode_combine.comp
+// combines). Devices without subgroup shuffles over groups of 8 invocations, and
+// VKF_ATTENTION=plain, take the plain path: attention_decode.comp, one workgroup per query head,
+// and for the fused op rope_kv_write followed by it.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "core/launch.h"
+#include "ops/attention_params.h"
+#include "ops/decode.h"
+#include "ops/decode_common.h"
+#include "vk/error.h"
+#include "vk/pipeline.h"
+
+namespace vkf::ops {
+namespace {
+
+using detail::AttnParams;
+using detail::check_cache;
+using detail::check_counter;
+constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX; the fast kernel's 8 lanes x 32
+constexpr int64_t kMaxGroups = 65535;
+
+// attention_decode_fast.comp's constants and flag bits.
+constexpr int64_t kLanes = 8;              // LANES: invocations per key
+constexpr int64_t kLaneGroups = 16;        // GROUPS: keys in flight per workgroup
+constexpr int64_t kMinPassesPerSplit = 2;  // MIN_PASSES (and attention_decode_combine's)
+constexpr uint32_t kFlagRope = 4, kFlagInterleaved = 8;
+// Splits: enough workgroups to spread a long cache over a large GPU (a few per multiprocessor),
+// never more than the cache has passes for; and only for capacities of at least
+// kMinPassesToSplit passes, where the passes saved outweigh the combine's extra dispatch.
+constexpr int64_t kTargetWorkgroups = 256;
+constexpr int64_t kMinPassesToSplit = 8;
+constexpr int64_t kMaxSplits = 64;
+
+bool plain_forced() {
+  const char* env = std::getenv("VKF_ATTENTION");
+  return env && std::string(env) == "plain";
+}
+
+// The checks attention_decode and attention_decode_rope share (q is the query before any rotation).
+void check_attention(const char* op, const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
+                     const Tensor& key_padding_mask, const Tensor& cached,
+                     const AttentionOptions& opts) {
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(cached, op, "cached");
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B &&
+                  q.dim(1) == 1 && q.dim(3) == D && q.dim(2) > 0 && q.dim(2) % hkv == 0,
+              "{}: q must be f32 [{}, 1, heads, {}] with heads a multiple of the cache's {} kv "
+              "heads, got {}",
+              op, B, D, hkv, q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  VKF_REQUIRE(D <= kMaxHeadDim, "{}: head_dim {} exceeds the supported maximum {}", op, D,
+              kMaxHeadDim);
+  VKF_REQUIRE(q.dim(2) <= kMaxGroups && B <= kMaxGroups,
+              "{}: {} heads x {} rows exceed a dispatch's grid", op, q.dim(2), B);
+  if (key_padding_mask.defined()) {
+    VKF_REQUIRE(
+        key_padding_mask.dtype() == DType::I32 && key_padding_mask.is_contiguous() &&
+            key_padding_mask.shape() == (Shape{B, cap}),
+        "{}: key_padding_mask must be a contiguous I32 [{}, {}] (one entry per cache slot), got {}",
+        op, B, cap, shape_str(key_padding_mask.shape()));
+  }
+  VKF_REQUIRE(std::isfinite(opts.scale), "{}: scale must be finite, got {}", op, opts.scale);
+  VKF_REQUIRE(std::isfinite(opts.softcap) && opts.softcap >= 0,
+              "{}: softcap must be 0 (none) or a positive finite value, got {}", op, opts.softcap);
+  VKF_REQUIRE(opts.dropout_p == 0, "{}: attention dropout is for training; decoding has none", op);
+  VKF_REQUIRE(opts.sliding_window >= 0, "{}: sliding_window must be 0 (none) or positive", op);
+}
+
+// The checks of a step's rotary inputs (rope_kv_write and attention_decode_rope): the new keys
+// and values, the tables and the positions, against the cache and q.
+void check_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                const Tensor& cache_k, int64_t rotary_dim) {
+  const int64_t B = cache_k.dim(0), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  const Shape kv_shape{B, 1, hkv, D};
+  for (const Tensor* t : {&k, &v}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->shape() == kv_shape,
+                "{}: the new {} must be f32 {} for a cache {}, got {}", op,
+                t == &k ? "keys" : "values", shape_str(kv_shape), shape_str(cache_k.shape()),
+                t->defined() ? shape_str(t->shape()) : std::string("undefined"));
+  }
+  VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B &&
+                  q.dim(1) == 1 && q.dim(3) == D && q.dim(2) > 0,
+              "{}: q must be f32 [{}, 1, heads, {}], got {}", op, B, D,
+              q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  VKF_REQUIRE(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= D,
+              "{}: rotary_dim must be even and in [2, head_dim = {}], got {}", op, D, rotary_dim);
+  const int64_t half = rotary_dim / 2;
+  for (const Tensor* t : {&cos, &sin}) {
+    VKF_REQUIRE(t->defined() && t->dtype() == DType::F32 && t->rank() == 2 && t->dim(0) > 0 &&
+                    t->dim(1) == half && t->is_contiguous(),
+                "{}: the cos/sin tables must be contiguous f32 [positions, {}]", op, half);
+  }
+  VKF_REQUIRE(cos.shape() == sin.shape(), "{}: cos {} and sin {} differ", op,
+              shape_str(cos.shape()), shape_str(sin.shape()));
+  VKF_REQUIRE(positions.defined() && positions.dtype() == DType::I32 && positions.is_contiguous() &&
+                  positions.shape() == (Shape{B, 1}),
+              "{}: positions must be a contiguous I32 [{}, 1] (one per row)", op, B);
+  checked_u32(cos.numel(), "rope table element count");
+}
+
+// What attention_decode_rope rotates on the way (all contiguous), or nothing.
+struct RopeInputs {
+  Tensor k, v, cos, sin, positions;
+  int64_t rotary_dim = 0;
+  RopeLayout layout = RopeLayout::RotateHalf;
+};
+
+// One launch of attention_decode_fast.comp; with `rope`, the fused op.
+Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_k,
+                   const Tensor& cache_v, const Tensor& mask, const Tensor& cached,
+                   const AttentionOptions& opts) {
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  const int64_t hq = q.dim(2);
+  const detail::DecodeAttentionPlan plan = detail::decode_attention_plan(B, cap, hq, hkv, D);
+  // vec4 loads read the cache rows and, for the new key's lanes, the rows of k and v.
+  bool vec4 = plan.vec4 && cache_k.address() % 16 == 0 && cache_v.address() % 16 == 0;
+  if (rope) vec4 = vec4 && rope->k.address() % 16 == 0 && rope->v.address() % 16 == 0;
+  // Scratch of the split partials: a record of D + 2 values per (head group, row, split, head),
+  // in 8-byte units (the precise build's doubles).
+  Tensor scratch;
+  if (plan.splits > 1)
+    scratch = Tensor::empty(
+        {2 * hkv * plan.head_groups * B * plan.splits * plan.heads_per_group * (D + 2)},
+        DType::F32);
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  uint32_t flags = mask.defined() ? detail::kAttnFlagMask : 0u;
+  int64_t half = 0, table_rows = 0;
+  if (rope) {
+    flags |= kFlagRope | (rope->layout == RopeLayout::Interleaved ? kFlagInterleaved : 0u);
+    half = rope->rotary_dim / 2;
+    table_rows = rope->cos.dim(0);
+  }
+  const uint64_t none = 0;
+  struct {
+    uint64_t q, k_new, v_new, cos, sin, pos, cached, cache_k, cache_v, mask, out, scratch;
+    uint32_t capacity, heads, window, table_rows, d, half_flags;
+    float scale, softcap;
+  } push{q.address(),
+         rope ? rope->k.address() : none,
+         rope ? rope->v.address() : none,
+         rope ? rope->cos.address() : none,
+         rope ? rope->sin.address() : none,
+         rope ? rope->positions.address() : none,
+         cached.address(),
+         cache_k.address(),
+         cache_v.address(),
+         mask.defined() ? mask.address() : none,
+         out.address(),
+         scratch.defined() ? scratch.address() : none,
+         static_cast<uint32_t>(cap),
+         static_cast<uint32_t>(hq) | static_cast<uint32_t>(hkv) << 16,
+         opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window),
+         static_cast<uint32_t>(table_rows),
+         static_cast<uint32_t>(D),
+         static_cast<uint32_t>(half) | flags << 16,
+         opts.scale,
+         opts.softcap};
+  static_assert(sizeof(push) == 128, "attention_decode_fast's push constants fill 128 bytes");
+  const std::vector<uint32_t> spec = {
+      static_cast<uint32_t>(plan.dims_per_lane), static_cast<uint32_t>(plan.heads_per_group),
+      static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
+  const Grid grid{static_cast<uint32_t>(hkv * plan.head_groups), static_cast<uint32_t>(B),
+                  static_cast<uint32_t>(plan.splits)};
+  // The cost counts the whole cache (the filled length is known only on the device); the K and V
+  // rows are read once per head group.
+  const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
+                              8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
+  if (rope) {
+    launch("attention_decode_fast", push, grid,
+           {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
+            &cache_v, &mask},
+           {&out, &cache_k, &cache_v, &scratch}, spec, cost);
+  } else {
+    launch("attention_decode_fast", push, grid, {&q, &cached, &cache_k, &cache_v, &mask},
+           {&out, &scratch}, spec, cost);
+  }
+  if (plan.splits > 1) {
+    // The splits' partials, combined in split order (a second stage only for caches this long).
+    struct {
+      uint64_t cached, out, partials;
+      uint32_t capacity, heads, window, d, heads_per_group, splits, pass_keys;
+    } combine{cached.address(),
+              out.address(),
+              scratch.address(),
+              push.capacity,
+              push.heads,
+              push.window,
+              push.d,
+              static_cast<uint32_t>(plan.heads_per_group),
+              static_cast<uint32_t>(plan.splits),
+              static_cast<uint32_t>(kLaneGroups * plan.keys_per_lane_group)};
+    launch("attention_decode_combine", combine, Grid{grid.x, grid.y, 1}, {&cached, &scratch},
+           {&out}, {},
+           {4.0 * static_cast<double>(B * hq * plan.splits * D),
+            8.0 * static_cast<double>(scratch.numel() / 2)});
+  }
+  return out;
+}
+
+// attention_decode.comp: one workgroup per (query head, row), keys in chunks of 128.
+Tensor launch_plain(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
+                    const Tensor& key_padding_mask, const Tensor& cached,
+                    const AttentionOptions& opts) {
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  AttnParams a{};
+  a.tq = 1;
+  a.tk = static_cast<uint32_t>(cap);
+  a.hq = static_cast<uint32_t>(q.dim(2));
+  a.hkv = static_cast<uint32_t>(hkv);
+  a.d = static_cast<uint32_t>(D);
+  a.causal = opts.causal ? 1 : 0;
+  a.window = opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window);
+  a.scale = opts.scale;
+  a.softcap = opts.softcap;
+  struct {
+    uint64_t q, k, v, mask, o, cached;
+    AttnParams a;
+    uint32_t flags;
+  } push{q.address(),
+         cache_k.address(),
+         cache_v.address(),
+         key_padding_mask.defined() ? key_padding_mask.address() : 0,
+         out.address(),
+         cached.address(),
+         a,
+         key_padding_mask.defined() ? detail::kAttnFlagMask : 0u};
+  // The cost counts the whole cache (the filled length is known only on the device).
+  launch("attention_decode", push, Grid{a.hq, static_cast<uint32_t>(B), 1},
+         {&q, &cache_k, &cache_v, &key_padding_mask, &cached}, {&out}, {},
+         {4.0 * static_cast<double>(B * q.dim(2) * cap * D),
+          4.0 * static_cast<double>(cache_k.numel()) * 2});
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::string decode_attention_fast_unfit(int64_t head_dim) {
+  if (plain_forced()) return "VKF_ATTENTION=plain";
+  if (head_dim > kLanes * 32) return fmt::format("head_dim {} exceeds 256", head_dim);
+  for (const char* module : {"attention_decode_fast", "attention_decode_combine"})
+    if (!vk::Pipelines::has_module(module))
+      return fmt::format("this build has no {} module", module);
+  const auto& info = vk::Context::get().info();
+  // Lane groups of 8 consecutive invocations must lie inside one subgroup.
+  if (!info.subgroup_shuffle || info.min_subgroup_size < kLanes)
+    return fmt::format("the device's subgroups (at least {}, shuffles {}) cannot hold 8 lanes",
+                       info.min_subgroup_size, info.subgroup_shuffle ? "yes" : "no");
+  return "";
+}
+
+DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
+                                          int64_t kv_heads, int64_t head_dim) {
+  DecodeAttentionPlan p;
+  p.dims_per_lane = (head_dim + kLanes - 1) / kLanes;
+  // Registers per invocation stay near 64 for the queries and 64 for the values: heads x dims.
+  const int64_t ratio = q_heads / kv_heads;
+  const int64_t max_heads = std::clamp<int64_t>(64 / p.dims_per_lane, 1, 8);
+  p.head_groups = (ratio + max_heads - 1) / max_heads;
+  p.heads_per_group = (ratio + p.head_groups - 1) / p.head_groups;
+  p.keys_per_lane_group = std::clamp<int64_t>(32 / p.dims_per_lane, 1, 4);
+  p.vec4 = p.dims_per_lane % 4 == 0 && head_dim % 4 == 0;
+  const int64_t pass = kLaneGroups * p.keys_per_lane_group;
+  const int64_t passes = (capacity + pass - 1) / pass;
+  const int64_t groups = kv_heads * p.head_groups * batch;
+  p.splits = 1;
+  if (passes >= kMinPassesToSplit) {
+    p.splits = std::min({(kTargetWorkgroups + groups - 1) / groups,
+                         (passes + kMinPassesPerSplit - 1) / kMinPassesPerSplit, kMaxSplits});
+    p.splits = std::max<int64_t>(p.splits, 1);
+  }
+  return p;
+}
+
+}  // namespace detail
+
+Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                     const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
+                     const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim,
+                     RopeLayout layout) {
+  const char* op = "rope_kv_write";
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(slot_buf, op, "slot");
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
+  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
+  const int64_t half = rotary_dim / 2;
+  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
+  const Tensor kc = k.is_contiguous() ? k : k.contiguous();
+  const Tensor vc = v.is_contiguous() ? v : v.contiguous();
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  struct {
+    uint64_t q, k, v, cos, sin, pos, slot, q_out, cache_k, cache_v;
+    uint32_t hq, hkv, d, half, positions, capacity, batch, flags;
+  } push{qc.address(),
+         kc.address(),
+         vc.address(),
+         cos.address(),
+         sin.address(),
+         positions.address(),
+         slot_buf.address(),
+         out.address(),
+         cache_k.address(),
+         cache_v.address(),
+         static_cast<uint32_t>(q.dim(2)),
+         static_cast<uint32_t>(hkv),
+         static_cast<uint32_t>(D),
+         static_cast<uint32_t>(half),
+         static_cast<uint32_t>(cos.dim(0)),
+         static_cast<uint32_t>(cap),
+         static_cast<uint32_t>(B),
+         layout == RopeLayout::Interleaved ? 1u : 0u};
+  const int64_t per_row = half + (D - rotary_dim);
+  const int64_t items = B * (q.dim(2) + hkv) * per_row + B * hkv * D;
+  launch("rope_kv_write", push, grid_1d(items, 256),
+         {&qc, &kc, &vc, &cos, &sin, &positions, &slot_buf}, {&out, &cache_k, &cache_v}, {},
+         {6.0 * static_cast<double>(B * (q.dim(2) + hkv) * half),
+          4.0 * static_cast<double>(2 * qc.numel() + 4 * kc.numel())});
+  return out;
+}
+
+Tensor attention_decode(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
+                        const Tensor& key_padding_mask, const Tensor& cached,
+                        const AttentionOptions& opts) {
+  check_attention("attention_decode", q, cache_k, cache_v, key_padding_mask, cached, opts);
+  const Tensor qc = q.is_contiguous() ? q : q.contiguous();
+  if (detail::decode_attention_fast_unfit(cache_k.dim(3)).empty())
+    return launch_fast(qc, nullptr, cache_k, cache_v, key_padding_mask, cached, opts);
+  return launch_plain(qc, cache_k, cache_v, key_padding_mask, cached, opts);
+}
+
+Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                             const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
+                             const Tensor& cache_v, const Tensor& slot_buf,
+                             const Tensor& key_padding_mask, const AttentionOptions& opts,
+                             int64_t rotary_dim, RopeLayout layout) {
+  const char* op = "attention_decode_rope";
+  check_attention(op, q, cache_k, cache_v, key_padding_mask, slot_buf, opts);
+  check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
+  if (!detail::decode_attention_fast_unfit(cache_k.dim(3)).empty()) {
+    // The composed path: the same rotation, then the plain kernel over the written cache.
+    const Tensor rotated =
+        rope_kv_write(q, k, v, cos, sin, positions, cache_k, cache_v, slot_buf, rotary_dim, layout);
+    return launch_plain(rotated, cache_k, cache_v, key_padding_mask, slot_buf, opts);
+  }
+  const auto contiguous = [](const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); };
+  RopeInputs rope{contiguous(k), contiguous(v), cos, sin, positions, rotary_dim, layout};
+  return launch_fast(contiguous(q), &rope, cache_k, cache_v, key_padding_mask, slot_buf, opts);
+}
+
+}  // namespace vkf::ops
