@@ -12,7 +12,7 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--profile] [--top 20]
+//                [--profile] [--top 20] [--skinny-rows 0|1|2|4]
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 #include <fmt/format.h>
@@ -25,9 +25,10 @@
 
 #include "bench_models.h"
 #include "bench_util.h"
-#include "profile_table.h"
 #include "core/launch.h"
 #include "infer/generate.h"
+#include "ops/matmul_kernels.h"
+#include "profile_table.h"
 #include "vk/context.h"
 
 using namespace vkf;
@@ -80,16 +81,23 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per row")->capture_default_str();
   app.add_option("--batch", batches, "batch sizes, comma separated")->capture_default_str();
-  app.add_option("--gbps", gbps, "memory bandwidth for the roofline (H200: 4300)")->capture_default_str();
+  app.add_option("--gbps", gbps, "memory bandwidth for the roofline (H200: 4300)")
+      ->capture_default_str();
   app.add_option("--device", device, "Vulkan device index");
   bool profile = false;
   int top = 20;
   app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
   app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
+  uint32_t skinny_rows = 0;
+  app.add_option("--skinny-rows", skinny_rows,
+                 "weight rows per thread of the skinny f16 products: 0 (by shape), 1, 2 or 4")
+      ->check(CLI::IsMember({0, 1, 2, 4}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
+    ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
     std::vector<std::string> dtype_list = bench::split_list(dtypes);
     std::vector<std::string> mode_list = bench::split_list(modes);
     for (const auto& d : dtype_list)
@@ -199,7 +207,8 @@ int main(int argc, char** argv) {
           fmt::print(
               "{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"dtype\":\"{}\",\"mode\":\"{}\","
               "\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
-              "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f},"
+              "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f}"
+              ","
               "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"device\":\"{}\"}}\n",
               shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
               roofline, r.check, vk::Context::get().info().name);
@@ -208,8 +217,9 @@ int main(int argc, char** argv) {
         }
       }
     }
-    fmt::print("\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | "
-               "tokens |\n");
+    fmt::print(
+        "\n| dtype | mode | batch | tok/s | ms/step | dispatches/step | of b1 roofline | "
+        "tokens |\n");
     fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
     for (const auto& r : results) {
       const std::string share =

@@ -167,10 +167,11 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          static_cast<uint32_t>(n),
          0,
          0};
+  const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, n, vec8);
   const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u,
-                                      static_cast<uint32_t>(act)};
-  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, kCols), 1, 1}, {&a.t, &w_gate, &w_up},
-         {&out}, spec,
+                                      static_cast<uint32_t>(act), rpt};
+  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, kCols * rpt), 1, 1},
+         {&a.t, &w_gate, &w_up}, {&out}, spec,
          {4.0 * static_cast<double>(m * n * k),
           4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
   return out;

@@ -147,7 +147,9 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
 }
 
 // F16 precision: the portable kernels round every operand element to f16.
-uint32_t round_f16() { return matmul_precision() == MatmulPrecision::F16 ? 1u : 0u; }
+uint32_t round_f16() {
+  return matmul_precision() == MatmulPrecision::F16 ? 1u : 0u;
+}
 
 // One dispatch of a tile grid over a batch x m x n output: at most g_max_groups workgroups per
 // grid dimension, so a larger grid is cut into parts, each covering entries [z0, z0 + zc), rows
@@ -164,8 +166,14 @@ void for_each_grid_part(int64_t batch, int64_t m, int64_t n, int64_t bm, int64_t
   for (int64_t z0 = 0; z0 < batch; z0 += zstep) {
     for (int64_t m0 = 0; m0 < m; m0 += mstep) {
       for (int64_t n0 = 0; n0 < n; n0 += nstep) {
-        GridPart g{z0, m0, n0, std::min(zstep, batch - z0), std::min(mstep, m - m0),
-                   std::min(nstep, n - n0), {}, first};
+        GridPart g{z0,
+                   m0,
+                   n0,
+                   std::min(zstep, batch - z0),
+                   std::min(mstep, m - m0),
+                   std::min(nstep, n - n0),
+                   {},
+                   first};
         g.grid = Grid{div_up(g.nc, bn), div_up(g.mc, bm), static_cast<uint32_t>(g.zc)};
         fn(g);
         first = false;
@@ -316,6 +324,31 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
   }
 }
 
+}  // namespace
+
+namespace {
+uint32_t g_skinny_rows_per_thread = 0;  // 0: by shape
+}  // namespace
+
+void set_skinny_f16_rows_per_thread(uint32_t rows) {
+  VKF_REQUIRE(rows == 0 || rows == 1 || rows == 2 || rows == 4,
+              "skinny f16 rows per thread: {} (use 0 for the automatic choice, or 1, 2 or 4)",
+              rows);
+  g_skinny_rows_per_thread = rows;
+}
+
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
+  constexpr int64_t kCols = 8, kMinGroups = 128;  // matmul_skinny_f16's COLS
+  if (!vec8) return 1;
+  if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
+  if (m < 2) return 1;
+  uint32_t rpt = 4;
+  while (rpt > 1 && div_up(n, kCols * rpt) < kMinGroups) rpt /= 2;
+  return rpt;
+}
+
+namespace {
+
 // a is [M <= 8, K] in f32, b a weight stored in f16 with contiguous rows (kernel_layout(b).trans:
 // the [N, K] Hugging Face layout read as K x N); bias indexed by column.
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
@@ -327,14 +360,15 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8};
-  const int64_t zstep = g_max_groups, nstep = g_max_groups * kCols;
+  const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8, 0u, rpt};
+  const int64_t zstep = g_max_groups, nstep = g_max_groups * kCols * rpt;
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
       const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
       const GemmPush push = make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride);
-      const Grid grid{div_up(nc, kCols), 1, static_cast<uint32_t>(zc)};
+      const Grid grid{div_up(nc, int64_t{kCols} * rpt), 1, static_cast<uint32_t>(zc)};
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -466,9 +500,8 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
   }
   // An f16 a (an operand converted once for several products, see f16_operands_active) is read
   // as it is by the tensor-core kernel; every other kernel gets it widened back to f32, exactly.
-  if (a.t.dtype() == DType::F16 &&
-      (b_f16 || c.rows <= kSkinnyMaxRows || c.cols <= kSkinnyMaxRows ||
-       !coopmat_plan(c.batch, c.rows, c.cols))) {
+  if (a.t.dtype() == DType::F16 && (b_f16 || c.rows <= kSkinnyMaxRows || c.cols <= kSkinnyMaxRows ||
+                                    !coopmat_plan(c.batch, c.rows, c.cols))) {
     VKF_REQUIRE(a.t.is_contiguous(), "matmul: internal: an f16 operand must be contiguous");
     autograd::NoGradScope no_grad;
     a.t = a.t.to(DType::F32);

@@ -77,4 +77,12 @@ void set_grid_limit(int64_t groups);
 // with " split-k N" when K is split; for benchmarks.
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
+// Weight rows per thread of matmul_skinny_f16 (both variants) for m activation rows against n
+// weight rows: with several activation rows, each thread reads its activations once for up to 4
+// weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups. The
+// sums are the same in every case.
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8);
+// Forces that choice (1, 2 or 4; 0 restores the rule), for tests and benchmarks.
+void set_skinny_f16_rows_per_thread(uint32_t rows);
+
 }  // namespace vkf::ops::detail

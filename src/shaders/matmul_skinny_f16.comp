@@ -1,9 +1,12 @@
 // Skinny GEMM (M <= 8 rows of fp32 activations) against a weight stored in f16 with its rows
 // contiguous (TRANS_B: B is [N, K], the Hugging Face layout, converted to half on load). Decode's
 // projections are this product, and it is memory-bound: every weight byte is read once and the
-// whole cost is how many bytes are in flight. Each workgroup owns COLS weight rows (output
-// columns); KS = 32 consecutive threads walk one row's contiguous k with 16-byte loads of 8 halves
-// (VEC8), UNROLL independent loads issued before any is used (a row of K = 2048 is one round).
+// whole cost is how many bytes are in flight. Each workgroup owns COLS * RPT weight rows (output
+// columns); KS = 32 consecutive threads walk the contiguous k of RPT rows with 16-byte loads of 8
+// halves (VEC8), UNROLL independent loads issued before any is used (a row of K = 2048 is one
+// round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each activation once
+// for RPT weight rows: with 8 activation rows the activation reads, not the weight bytes, are
+// what limits a thread that owns one weight row.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
 // in cache): no shared staging and no barrier in the main loop. Accumulators, epilogue and output
 // are fp32 (fp64 in the precise build). Each thread sums its k in increasing order and a row's KS
@@ -30,6 +33,7 @@
 #define COLS (LOCAL_SIZE / KS)    // weight rows per workgroup
 #define MMAX 8                    // largest MROWS
 #define UNROLL 8                  // 16-byte weight loads in flight per thread (per weight)
+#define RMAX 4                    // largest RPT
 layout(local_size_x = LOCAL_SIZE) in;
 
 layout(constant_id = 0) const uint MROWS = 1;  // M, 1..MMAX
@@ -37,6 +41,10 @@ layout(constant_id = 1) const bool TRANS_A = false;
 // 16-byte loads of the weight (8 halves) and of opA (two vec4): the host sets it when K % 8 == 0,
 // opA is row-major and every row start of both operands is 16-byte aligned.
 layout(constant_id = 2) const bool VEC8 = false;
+// Weight rows per thread, 1..RMAX (VEC8 only; UNROLL a multiple of it). Id 4: id 3 is the gated
+// variant's activation.
+layout(constant_id = 4) const uint RPT = 1;
+const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
 
@@ -59,8 +67,8 @@ layout(push_constant, std430) uniform Push {
 #include "matmul_push.glsl"
 #endif
 
-VACC acc[MMAX];
-VACC acc2[MMAX];  // the up product (gated)
+VACC acc[RMAX][MMAX];
+VACC acc2[RMAX][MMAX];  // the up product (gated)
 
 float load_a(uint abase, uint m, uint k) {
   return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
@@ -83,15 +91,19 @@ float load_a(uint abase, uint m, uint k) {
     s = t;                                                                 \
   }
 
-void accumulate8(uvec4 wg, uvec4 wu, uint abase, uint g) {
+// Adds the products of k = 8g..8g+7 for the thread's RPT weight rows (wg[r], wu[r]: row r's 8
+// halves there), each activation read once for all of them.
+void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
   Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
   [[unroll]] for (uint m = 0; m < MROWS; ++m) {
     const uint ai = (abase + m * p.lda) / 4 + 2 * g;
     const vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
-    DOT8(acc[m], wg, a0, a1);
+    [[unroll]] for (uint r = 0; r < RPT; ++r) {
+      DOT8(acc[r][m], wg[r], a0, a1);
 #if GATED
-    DOT8(acc2[m], wu, a0, a1);
+      DOT8(acc2[r][m], wu[r], a0, a1);
 #endif
+    }
   }
 }
 
@@ -111,67 +123,77 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % KS, col = tid / KS;
   const uint z = gl_WorkGroupID.z;
-  const uint n = gl_WorkGroupID.x * COLS + col;
+  // The thread's weight rows: n0 + r * COLS, r < RPT (consecutive rows in consecutive groups of
+  // KS threads, as with RPT = 1).
+  const uint n0 = gl_WorkGroupID.x * COLS * RPT + col;
   const uint abase = z * p.sa, bbase = z * p.sb;
-  [[unroll]] for (uint m = 0; m < MMAX; ++m) {
-    acc[m] = 0.0;
-    acc2[m] = 0.0;
+  [[unroll]] for (uint r = 0; r < RMAX; ++r) {
+    [[unroll]] for (uint m = 0; m < MMAX; ++m) {
+      acc[r][m] = 0.0;
+      acc2[r][m] = 0.0;
+    }
   }
 
-  if (n < p.N) {
 #if GATED
-    const uint64_t b2 = p.b2;
+  const uint64_t b2 = p.b2;
 #else
-    const uint64_t b2 = uint64_t(p.b);
+  const uint64_t b2 = uint64_t(p.b);
 #endif
-    if (VEC8) {
-      UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
-      const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
-      const uint groups = p.K / 8;
-      // UNROLL loads issued together (the last round's past the row are skipped, not issued).
-      for (uint g = lane; g < groups; g += UNROLL * KS) {
-        uvec4 wv[UNROLL], uv[UNROLL];
-        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-          const bool in_row = g + u * KS < groups;
-          wv[u] = in_row ? w.v[row + g + u * KS] : uvec4(0);
-          uv[u] = GATED != 0 && in_row ? wu.v[row + g + u * KS] : uvec4(0);
+  if (VEC8) {
+    UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
+    const uint groups = p.K / 8;
+    // UNROLL_R loads per row issued together (those past the row, or of rows past N, are skipped,
+    // not issued). Each row's k is walked in increasing order, as with RPT = 1.
+    for (uint g = lane; g < groups; g += UNROLL_R * KS) {
+      uvec4 wv[UNROLL_R][RMAX], uv[UNROLL_R][RMAX];
+      [[unroll]] for (uint u = 0; u < UNROLL_R; ++u) {
+        [[unroll]] for (uint r = 0; r < RPT; ++r) {
+          const uint n = n0 + r * COLS;
+          const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
+          const bool ok = n < p.N && g + u * KS < groups;
+          wv[u][r] = ok ? w.v[row + g + u * KS] : uvec4(0);
+          uv[u][r] = GATED != 0 && ok ? wu.v[row + g + u * KS] : uvec4(0);
         }
-        [[unroll]] for (uint u = 0; u < UNROLL; ++u)
-          if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
       }
-    } else {
-      U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
-      const uint row = bbase + n * p.ldb;
-      for (uint k = lane; k < p.K; k += KS) {
-        const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
-        const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-          const VACC ak = VACC(load_a(abase, m, k));
-          acc[m] += ak * VACC(wk);
+      [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
+        if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
+    }
+  } else if (n0 < p.N) {  // RPT = 1 (the host's rule)
+    U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
+    const uint row = bbase + n0 * p.ldb;
+    for (uint k = lane; k < p.K; k += KS) {
+      const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
+      const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+        const VACC ak = VACC(load_a(abase, m, k));
+        acc[0][m] += ak * VACC(wk);
 #if GATED
-          acc2[m] += ak * VACC(uk);
+        acc2[0][m] += ak * VACC(uk);
 #endif
-        }
       }
     }
   }
 
-  [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[m];
-  reduce_lanes(tid, lane);
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    const uint n = n0 + r * COLS;
+    if (r > 0) barrier();  // red is read before it is reused
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[r][m];
+    reduce_lanes(tid, lane);
 #if GATED
-  VACC gate[MMAX];
-  [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
-  barrier();  // red is read before it is reused
-  [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[m];
-  reduce_lanes(tid, lane);
-  // gated_act.comp's formula on the values the two products would have stored.
-  if (lane == 0 && n < p.N) {
-    [[unroll]] for (uint m = 0; m < MROWS; ++m)
-      p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
-  }
+    VACC gate[MMAX];
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
+    barrier();  // red is read before it is reused
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
+    reduce_lanes(tid, lane);
+    // gated_act.comp's formula on the values the two products would have stored.
+    if (lane == 0 && n < p.N) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m)
+        p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
+    }
 #else
-  if (lane == 0 && n < p.N) {
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
-  }
+    if (lane == 0 && n < p.N) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
+    }
 #endif
+  }
 }

@@ -24,6 +24,7 @@
 #include "ops/decode.h"
 #include "ops/decode_ref.h"
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
 #include "ops/rope_ref.h"
 #include "test_util.h"
@@ -486,6 +487,23 @@ TEST(DecodeOps, GatedLinear) {
     const Tensor composed = ops::gated_act(ops::linear(test::to_gpu(x, {rows, 1, in}), wgt),
                                            ops::linear(test::to_gpu(x, {rows, 1, in}), wut), act);
     test::expect_close(got, composed.to_double(), 1e-6, 1e-6, what + " vs linear + gated_act");
+  }
+  // Several weight rows per thread: the same sums, bit for bit.
+  {
+    const int64_t rows = 8, in = 48, inner = 70;
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -2, 2));
+    const auto [wg, wgt] = half_weights(rng, inner, in);
+    const auto [wu, wut] = half_weights(rng, inner, in);
+    std::vector<double> one_row;
+    for (const uint32_t rpt : {1u, 2u, 4u}) {
+      ops::detail::set_skinny_f16_rows_per_thread(rpt);
+      const auto got =
+          ops::gated_linear(test::to_gpu(x, {rows, 1, in}), wgt, wut, ops::Activation::SiLU)
+              .to_double();
+      if (rpt == 1) one_row = got;
+      EXPECT_EQ(got, one_row) << rpt << " rows per thread";
+    }
+    ops::detail::set_skinny_f16_rows_per_thread(0);
   }
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
