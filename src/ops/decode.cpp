@@ -14,8 +14,7 @@
 namespace vkf::ops {
 namespace {
 
-using detail::check_cache;
-using detail::check_counter;
+using detail::check_caches;
 constexpr int64_t kMaxGroups = 65535;
 
 }  // namespace
@@ -65,11 +64,7 @@ Tensor argmax_rows(const Tensor& x_in) {
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
                     const Tensor& slot_buf) {
   const char* op = "kv_cache_write";
-  check_cache(cache_k, op, "cache_k");
-  check_cache(cache_v, op, "cache_v");
-  check_counter(slot_buf, op, "slot");
-  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
-              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  check_caches(cache_k, cache_v, slot_buf, op, "slot");
   const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), row = cache_k.dim(2) * cache_k.dim(3);
   const Shape want{B, 1, cache_k.dim(2), cache_k.dim(3)};
   for (const Tensor* t : {&k, &v}) {

@@ -23,8 +23,7 @@ namespace vkf::ops {
 namespace {
 
 using detail::AttnParams;
-using detail::check_cache;
-using detail::check_counter;
+using detail::check_caches;
 constexpr int64_t kMaxHeadDim = 256;  // attention_decode's DMAX; the fast kernel's 8 lanes x 32
 constexpr int64_t kMaxGroups = 65535;
 
@@ -49,11 +48,7 @@ bool plain_forced() {
 void check_attention(const char* op, const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
                      const Tensor& key_padding_mask, const Tensor& cached,
                      const AttentionOptions& opts) {
-  check_cache(cache_k, op, "cache_k");
-  check_cache(cache_v, op, "cache_v");
-  check_counter(cached, op, "cached");
-  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
-              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  check_caches(cache_k, cache_v, cached, op, "cached");
   const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
   VKF_REQUIRE(q.defined() && q.dtype() == DType::F32 && q.rank() == 4 && q.dim(0) == B &&
                   q.dim(1) == 1 && q.dim(3) == D && q.dim(2) > 0 && q.dim(2) % hkv == 0,
@@ -294,11 +289,7 @@ Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                      const Tensor& cache_v, const Tensor& slot_buf, int64_t rotary_dim,
                      RopeLayout layout) {
   const char* op = "rope_kv_write";
-  check_cache(cache_k, op, "cache_k");
-  check_cache(cache_v, op, "cache_v");
-  check_counter(slot_buf, op, "slot");
-  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
-              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+  check_caches(cache_k, cache_v, slot_buf, op, "slot");
   check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
   const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
   const int64_t half = rotary_dim / 2;

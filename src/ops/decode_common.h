@@ -25,4 +25,14 @@ inline void check_counter(const Tensor& t, const char* op, const char* what) {
               "{}: {} must be an I32 tensor whose first element is read on the device", op, what);
 }
 
+// A key cache and a value cache of one shape, and the counter (slot or key count) read with them.
+inline void check_caches(const Tensor& cache_k, const Tensor& cache_v, const Tensor& counter,
+                         const char* op, const char* counter_name) {
+  check_cache(cache_k, op, "cache_k");
+  check_cache(cache_v, op, "cache_v");
+  check_counter(counter, op, counter_name);
+  VKF_REQUIRE(cache_k.shape() == cache_v.shape(), "{}: cache_k {} and cache_v {} differ", op,
+              shape_str(cache_k.shape()), shape_str(cache_v.shape()));
+}
+
 }  // namespace vkf::ops::detail

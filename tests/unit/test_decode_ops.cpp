@@ -32,6 +32,29 @@
 namespace vkf {
 namespace {
 
+// A key-padding mask [batch, cap] for the one-query attention tests: row 0's first `lead` slots
+// are padding, the other rows have a hole every `step` slots from `first` up to `end`, and row 2
+// (when there is one) has no key at all.
+std::vector<int32_t> padding_mask(int64_t batch, int64_t cap, int64_t lead, int64_t first,
+                                  int64_t step, int64_t end) {
+  std::vector<int32_t> mask(static_cast<size_t>(batch * cap), 1);
+  for (int64_t j = 0; j < lead; ++j) mask[static_cast<size_t>(j)] = 0;
+  for (int64_t b = 1; b < batch; ++b)
+    for (int64_t j = first; j < end; j += step) mask[static_cast<size_t>(b * cap + j)] = 0;
+  if (batch > 2)
+    for (int64_t j = 0; j < cap; ++j) mask[static_cast<size_t>(2 * cap + j)] = 0;
+  return mask;
+}
+
+// Attention options of a decode test: the 1/sqrt(d) scale, a window and a soft-cap.
+ops::AttentionOptions decode_options(int64_t d, int64_t window, float softcap) {
+  ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  opts.sliding_window = window;
+  opts.softcap = softcap;
+  return opts;
+}
+
 using test::Rng;
 
 TEST(DecodeOps, ArgmaxRows) {
@@ -107,16 +130,8 @@ void check_attention_decode(Rng& rng, const DecodeCase& c) {
   const auto k = test::as_f32(rng.normal(static_cast<size_t>(c.batch * c.cap * c.hkv * c.d)));
   const auto v = test::as_f32(rng.normal(k.size()));
   // Left padding in row 0 (and in every other row a few holes); row 2, when present, sees no key.
-  std::vector<int32_t> mask(static_cast<size_t>(c.batch * c.cap), 1);
-  for (int64_t j = 0; j < std::min<int64_t>(7, keys); ++j) mask[static_cast<size_t>(j)] = 0;
-  for (int64_t b = 1; b < c.batch; ++b)
-    for (int64_t j = 3; j < keys; j += 11) mask[static_cast<size_t>(b * c.cap + j)] = 0;
-  if (c.batch > 2)
-    for (int64_t j = 0; j < c.cap; ++j) mask[static_cast<size_t>(2 * c.cap + j)] = 0;
-  ops::AttentionOptions opts;
-  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
-  opts.sliding_window = c.window;
-  opts.softcap = c.softcap;
+  const auto mask = padding_mask(c.batch, c.cap, std::min<int64_t>(7, keys), 3, 11, keys);
+  const ops::AttentionOptions opts = decode_options(c.d, c.window, c.softcap);
   const Tensor cached =
       Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.cached)}, {1});
   const Tensor ck = test::to_gpu(k, {c.batch, c.cap, c.hkv, c.d}),
@@ -293,16 +308,8 @@ void check_attention_decode_rope(Rng& rng, const FusedCase& c, const std::string
   std::vector<int32_t> pos;
   for (int64_t b = 0; b < c.batch; ++b) pos.push_back(static_cast<int32_t>((c.slot + 3 * b) % P));
   // Row 0 left-padded, holes in the others, row 2 (when present) sees no key.
-  std::vector<int32_t> mask(static_cast<size_t>(c.batch * c.cap), 1);
-  for (int64_t j = 0; j < std::min<int64_t>(5, c.slot); ++j) mask[static_cast<size_t>(j)] = 0;
-  for (int64_t b = 1; b < c.batch; ++b)
-    for (int64_t j = 2; j < c.cap; j += 7) mask[static_cast<size_t>(b * c.cap + j)] = 0;
-  if (c.batch > 2)
-    for (int64_t j = 0; j < c.cap; ++j) mask[static_cast<size_t>(2 * c.cap + j)] = 0;
-  ops::AttentionOptions opts;
-  opts.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
-  opts.sliding_window = c.window;
-  opts.softcap = c.softcap;
+  const auto mask = padding_mask(c.batch, c.cap, std::min<int64_t>(5, c.slot), 2, 7, c.cap);
+  const ops::AttentionOptions opts = decode_options(c.d, c.window, c.softcap);
   const auto layout = c.interleaved ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf;
   const Tensor slot =
       Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.slot)}, {1});
