@@ -53,10 +53,10 @@ std::string CoopmatTile::name() const {
 }
 
 const std::vector<CoopmatTile>& coopmat_tiles() {
-  // 64x64 for products of few tiles; 128x128 with 8 subgroups of 64x32, 16 or 32 deep, or with 4
-  // subgroups of 64x64; the 128x256 / 256x128 tiles halve the operand traffic per flop again (BK
-  // 16 keeps their two staging buffers within 48 KiB). 128x128x16/64x32 comes second: it is
-  // auto's choice for all but small products (see coopmat_plan).
+  // 64x64 for devices with little shared memory; 128x128 with 8 subgroups of 64x32, 16 or 32
+  // deep, or with 4 subgroups of 64x64; the 128x256 / 256x128 tiles halve the operand traffic per
+  // flop again (BK 16 keeps their two staging buffers within 48 KiB). 128x128x16/64x32 comes
+  // second: it is auto's choice wherever it fits (see coopmat_plan).
   static const std::vector<CoopmatTile> tiles = {
       {64, 64, 32, 32, 32},   {128, 128, 16, 64, 32}, {128, 128, 32, 64, 32},
       {128, 128, 16, 64, 64}, {128, 256, 16, 64, 64}, {256, 128, 16, 64, 64},
