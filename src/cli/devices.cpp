@@ -7,8 +7,12 @@
 namespace vkf::cli {
 namespace {
 
-std::string mib(uint64_t b) { return fmt::format("{:.0f} MiB", static_cast<double>(b) / 1048576.0); }
-const char* yes(bool b) { return b ? "yes" : "no"; }
+std::string mib(uint64_t b) {
+  return fmt::format("{:.0f} MiB", static_cast<double>(b) / 1048576.0);
+}
+const char* yes(bool b) {
+  return b ? "yes" : "no";
+}
 
 std::string shapes(const std::vector<vk::CoopMatShape>& list) {
   std::string out;
@@ -22,8 +26,9 @@ std::string shapes(const std::vector<vk::CoopMatShape>& list) {
 int run_devices() {
   const auto devices = vk::Context::list_devices();
   if (devices.empty()) {
-    fmt::print("No Vulkan device found. Install your GPU's Vulkan driver, or the Debian package "
-               "mesa-vulkan-drivers for the CPU device (lavapipe).\n");
+    fmt::print(
+        "No Vulkan device found. Install your GPU's Vulkan driver, or the Debian package "
+        "mesa-vulkan-drivers for the CPU device (lavapipe).\n");
     return 0;
   }
   const uint32_t fallback = vk::default_device_index(devices);
@@ -37,19 +42,28 @@ int run_devices() {
                d.driver_info, d.api_string());
     fmt::print("  memory heaps:");
     for (size_t i = 0; i < d.heaps.size(); ++i)
-      fmt::print(" [{}] {}{}", i, mib(d.heaps[i].size), d.heaps[i].device_local ? " device-local" : "");
+      fmt::print(" [{}] {}{}", i, mib(d.heaps[i].size),
+                 d.heaps[i].device_local ? " device-local" : "");
     fmt::print("\n  memory budget (VK_EXT_memory_budget): {}", yes(d.memory_budget));
     fmt::print("\n  subgroup size: {}\n  max shared memory per workgroup: {} KiB\n",
                d.subgroup_size, d.max_shared_memory / 1024);
     fmt::print("  maxStorageBufferRange: {}\n  max push constants: {} bytes\n",
                mib(d.max_storage_buffer_range), d.max_push_constants);
-    fmt::print("  fp16 arithmetic: {}\n  bf16 (VK_KHR_shader_bfloat16): {}\n  fp64 arithmetic: {}\n",
-               yes(d.float16_arithmetic), yes(d.bfloat16), yes(d.float64_arithmetic));
+    fmt::print(
+        "  fp16 arithmetic: {}\n  bf16 (VK_KHR_shader_bfloat16): {}\n  fp64 arithmetic: {}\n",
+        yes(d.float16_arithmetic), yes(d.bfloat16), yes(d.float64_arithmetic));
     fmt::print("  16-bit storage: {}\n  int64: {}\n  buffer device address: {}\n", yes(d.storage16),
                yes(d.int64), yes(d.buffer_device_address));
     fmt::print("  cooperative matrix NV: {}{}\n", yes(d.coopmat_nv), shapes(d.coopmat_nv_shapes));
-    fmt::print("  cooperative matrix KHR: {}{}\n", yes(d.coopmat_khr), shapes(d.coopmat_khr_shapes));
+    fmt::print("  cooperative matrix KHR: {}{}\n", yes(d.coopmat_khr),
+               shapes(d.coopmat_khr_shapes));
     fmt::print("  cooperative matrix 2 NV: {}\n", yes(d.coopmat2_nv));
+    for (const auto& f : d.coopmat2_flexible_shapes) {
+      fmt::print(
+          "      flexible, granularity {}x{}x{}  A {} B {} C {} -> {} ({}{})\n", f.m, f.n, f.k,
+          f.a_type, f.b_type, f.c_type, f.result_type, f.scope,
+          f.workgroup_invocations ? fmt::format(", {} invocations", f.workgroup_invocations) : "");
+    }
     const std::string why = d.unsupported_reason();
     fmt::print("  usable by vkformer: {}\n", why.empty() ? "yes" : "no (" + why + ")");
   }

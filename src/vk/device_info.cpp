@@ -66,17 +66,28 @@ std::set<std::string> device_extensions(VkPhysicalDevice pd) {
 
 std::string component_name(VkComponentTypeKHR t) {
   switch (t) {
-    case VK_COMPONENT_TYPE_FLOAT16_KHR: return "f16";
-    case VK_COMPONENT_TYPE_FLOAT32_KHR: return "f32";
-    case VK_COMPONENT_TYPE_FLOAT64_KHR: return "f64";
-    case VK_COMPONENT_TYPE_SINT8_KHR: return "s8";
-    case VK_COMPONENT_TYPE_SINT16_KHR: return "s16";
-    case VK_COMPONENT_TYPE_SINT32_KHR: return "s32";
-    case VK_COMPONENT_TYPE_SINT64_KHR: return "s64";
-    case VK_COMPONENT_TYPE_UINT8_KHR: return "u8";
-    case VK_COMPONENT_TYPE_UINT16_KHR: return "u16";
-    case VK_COMPONENT_TYPE_UINT32_KHR: return "u32";
-    case VK_COMPONENT_TYPE_UINT64_KHR: return "u64";
+    case VK_COMPONENT_TYPE_FLOAT16_KHR:
+      return "f16";
+    case VK_COMPONENT_TYPE_FLOAT32_KHR:
+      return "f32";
+    case VK_COMPONENT_TYPE_FLOAT64_KHR:
+      return "f64";
+    case VK_COMPONENT_TYPE_SINT8_KHR:
+      return "s8";
+    case VK_COMPONENT_TYPE_SINT16_KHR:
+      return "s16";
+    case VK_COMPONENT_TYPE_SINT32_KHR:
+      return "s32";
+    case VK_COMPONENT_TYPE_SINT64_KHR:
+      return "s64";
+    case VK_COMPONENT_TYPE_UINT8_KHR:
+      return "u8";
+    case VK_COMPONENT_TYPE_UINT16_KHR:
+      return "u16";
+    case VK_COMPONENT_TYPE_UINT32_KHR:
+      return "u32";
+    case VK_COMPONENT_TYPE_UINT64_KHR:
+      return "u64";
     default:
       // VK_COMPONENT_TYPE_BFLOAT16_KHR (VK_KHR_shader_bfloat16) postdates these headers.
       if (static_cast<int>(t) == 1000141000) return "bf16";
@@ -86,13 +97,39 @@ std::string component_name(VkComponentTypeKHR t) {
 
 std::string scope_name(VkScopeKHR s) {
   switch (s) {
-    case VK_SCOPE_SUBGROUP_KHR: return "subgroup";
-    case VK_SCOPE_WORKGROUP_KHR: return "workgroup";
-    case VK_SCOPE_DEVICE_KHR: return "device";
-    case VK_SCOPE_QUEUE_FAMILY_KHR: return "queuefamily";
-    default: return "other";
+    case VK_SCOPE_SUBGROUP_KHR:
+      return "subgroup";
+    case VK_SCOPE_WORKGROUP_KHR:
+      return "workgroup";
+    case VK_SCOPE_DEVICE_KHR:
+      return "device";
+    case VK_SCOPE_QUEUE_FAMILY_KHR:
+      return "queuefamily";
+    default:
+      return "other";
   }
 }
+
+// VK_NV_cooperative_matrix2's flexible-dimension properties, declared here because Debian 12's
+// Vulkan headers (1.3.239) predate the extension. Layout and values from the Vulkan registry.
+constexpr VkStructureType kFlexibleDimensionsPropertiesType = static_cast<VkStructureType>(
+    1000593001);  // ..._COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV
+struct FlexibleDimensionsProperties {
+  VkStructureType sType;
+  void* pNext;
+  uint32_t MGranularity;
+  uint32_t NGranularity;
+  uint32_t KGranularity;
+  VkComponentTypeKHR AType;
+  VkComponentTypeKHR BType;
+  VkComponentTypeKHR CType;
+  VkComponentTypeKHR ResultType;
+  VkBool32 saturatingAccumulation;
+  VkScopeKHR scope;
+  uint32_t workgroupInvocations;
+};
+using PFN_FlexibleDimensionsProperties = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*,
+                                                              FlexibleDimensionsProperties*);
 
 void query_coopmat(VkInstance instance, DeviceInfo& info) {
   if (info.coopmat_nv) {
@@ -105,12 +142,12 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
       for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
       fn(info.handle, &n, props.data());
       for (const auto& p : props) {
-        info.coopmat_nv_shapes.push_back(
-            {p.MSize, p.NSize, p.KSize, component_name(static_cast<VkComponentTypeKHR>(p.AType)),
-             component_name(static_cast<VkComponentTypeKHR>(p.BType)),
-             component_name(static_cast<VkComponentTypeKHR>(p.CType)),
-             component_name(static_cast<VkComponentTypeKHR>(p.DType)),
-             scope_name(static_cast<VkScopeKHR>(p.scope))});
+        info.coopmat_nv_shapes.push_back({p.MSize, p.NSize, p.KSize,
+                                          component_name(static_cast<VkComponentTypeKHR>(p.AType)),
+                                          component_name(static_cast<VkComponentTypeKHR>(p.BType)),
+                                          component_name(static_cast<VkComponentTypeKHR>(p.CType)),
+                                          component_name(static_cast<VkComponentTypeKHR>(p.DType)),
+                                          scope_name(static_cast<VkScopeKHR>(p.scope))});
       }
     }
   }
@@ -133,6 +170,33 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
       }
     }
   }
+  if (info.coopmat2_nv) {
+    auto fn = reinterpret_cast<PFN_FlexibleDimensionsProperties>(vkGetInstanceProcAddr(
+        instance, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+    uint32_t n = 0;
+    if (fn && fn(info.handle, &n, nullptr) == VK_SUCCESS && n > 0) {
+      std::vector<FlexibleDimensionsProperties> props(n);
+      for (auto& p : props) {
+        p = {};
+        p.sType = kFlexibleDimensionsPropertiesType;
+      }
+      if (fn(info.handle, &n, props.data()) == VK_SUCCESS) {
+        for (uint32_t i = 0; i < n; ++i) {
+          const auto& p = props[i];
+          CoopMatShape shape{p.MGranularity,
+                             p.NGranularity,
+                             p.KGranularity,
+                             component_name(p.AType),
+                             component_name(p.BType),
+                             component_name(p.CType),
+                             component_name(p.ResultType),
+                             scope_name(p.scope)};
+          shape.workgroup_invocations = p.workgroupInvocations;
+          info.coopmat2_flexible_shapes.push_back(shape);
+        }
+      }
+    }
+  }
 }
 
 DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index) {
@@ -145,7 +209,8 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
   VkPhysicalDeviceSubgroupSizeControlProperties size_control{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
-  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties subgroup{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   subgroup.pNext = &float_controls;
   // Core in Vulkan 1.3; chained only where the device reports 1.3 or later.
   VkPhysicalDeviceProperties pre{};
@@ -217,11 +282,16 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
 
 std::string DeviceInfo::type_name() const {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "CPU";
+    default:
+      return "other";
   }
 }
 
@@ -256,10 +326,10 @@ std::vector<DeviceInfo> query_devices(VkInstance instance) {
 }
 
 uint32_t default_device_index(const std::vector<DeviceInfo>& devices) {
-  const VkPhysicalDeviceType order[] = {
-      VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
-      VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, VK_PHYSICAL_DEVICE_TYPE_CPU,
-      VK_PHYSICAL_DEVICE_TYPE_OTHER};
+  const VkPhysicalDeviceType order[] = {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
+                                        VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
+                                        VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU,
+                                        VK_PHYSICAL_DEVICE_TYPE_CPU, VK_PHYSICAL_DEVICE_TYPE_OTHER};
   for (auto type : order)
     for (const auto& d : devices)
       if (d.type == type && d.unsupported_reason().empty()) return d.index;

@@ -12,9 +12,11 @@
 namespace vkf::vk {
 
 struct CoopMatShape {
-  uint32_t m, n, k;
+  uint32_t m, n, k;  // the shape, or for VK_NV_cooperative_matrix2's flexible dimensions the
+                     // granularity of each dimension
   std::string a_type, b_type, c_type, result_type;
   std::string scope;
+  uint32_t workgroup_invocations = 0;  // flexible dimensions at workgroup scope: its size
 };
 
 struct MemoryHeapInfo {
@@ -68,6 +70,7 @@ struct DeviceInfo {
   bool f16_denorm_preserve = false;
   std::vector<CoopMatShape> coopmat_nv_shapes;
   std::vector<CoopMatShape> coopmat_khr_shapes;
+  std::vector<CoopMatShape> coopmat2_flexible_shapes;  // VK_NV_cooperative_matrix2
 
   std::string type_name() const;
   std::string api_string() const;
