@@ -56,7 +56,7 @@ layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 1
 #define LANES 8
 #define GROUPS 16          // NT / LANES
 #define SLICE 128          // dims combined per round at the end
-#define MIN_PASSES 2       // mirrored by kMinPassesPerSplit in src/ops/decode.cpp
+#define MIN_PASSES 2       // mirrored by kMinPassesPerSplit in src/ops/decode_attention.cpp
 const uint FLAG_ROPE = 4u;         // kFlagRope in src/ops/decode_attention.cpp (FLAG_MASK is 1)
 const uint FLAG_INTERLEAVED = 8u;
 
