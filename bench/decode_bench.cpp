@@ -12,7 +12,9 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--profile] [--top 20] [--skinny-rows 0|1|2|4]
+//                [--profile] [--top 20] [--skinny-rows 0|1|2|4] [--stage-floor N]
+// --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
+// decode step's dependent stages costs before any work (see print_stage_floor).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 #include <fmt/format.h>
@@ -27,6 +29,7 @@
 #include "bench_util.h"
 #include "core/launch.h"
 #include "infer/generate.h"
+#include "ops/elementwise.h"
 #include "ops/matmul_kernels.h"
 #include "profile_table.h"
 #include "vk/context.h"
@@ -61,6 +64,35 @@ double agreement(const std::vector<std::vector<int32_t>>& a,
   return total ? static_cast<double>(same) / static_cast<double>(total) : 1.0;
 }
 
+// What one dependent stage costs on this device: the floor under a recorded decode step, whose
+// stages (about 7 per layer) each wait for the previous one to finish. A captured graph of `n`
+// in-place additions into one tensor (each reads what the previous one wrote, so a barrier
+// separates every pair) is replayed; the wall time of a replay over n, the median of 7. Once with
+// a tensor small enough for one workgroup, once with enough elements for every compute unit.
+void print_stage_floor(int n) {
+  auto& stream = vk::Context::get().stream();
+  for (const int64_t elements : {int64_t{256}, int64_t{1} << 20}) {
+    const Tensor dst = Tensor::zeros({elements}), src = Tensor::zeros({elements});
+    ops::add_(dst, src);  // creates the pipeline outside the capture
+    stream.synchronize();
+    stream.begin_capture();
+    for (int i = 0; i < n; ++i) ops::add_(dst, src);
+    const auto graph = stream.end_capture();
+    std::vector<double> us;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      stream.replay(*graph);
+      stream.wait(*graph);
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    fmt::print(
+        "stage floor: {:.2f} us per dependent dispatch ({} f32 elements per addition; "
+        "median of 7 replays of {})\n",
+        bench::median(us) / n, elements, n);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,11 +125,20 @@ int main(int argc, char** argv) {
                  "weight rows per thread of the skinny f16 products: 0 (by shape), 1, 2 or 4")
       ->check(CLI::IsMember({0, 1, 2, 4}))
       ->capture_default_str();
+  int stage_floor = 0;
+  app.add_option("--stage-floor", stage_floor,
+                 "only time N dependent in-place additions in a replayed graph: the cost of one "
+                 "dependent stage (e.g. 512)")
+      ->check(CLI::Range(0, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
+    if (stage_floor > 0) {
+      print_stage_floor(stage_floor);
+      return 0;
+    }
     std::vector<std::string> dtype_list = bench::split_list(dtypes);
     std::vector<std::string> mode_list = bench::split_list(modes);
     for (const auto& d : dtype_list)
