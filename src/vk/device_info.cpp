@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "vk/enumerate.h"
 #include "vk/error.h"
 
 // Debian 12's Vulkan headers (1.3.239) predate VK_KHR_cooperative_matrix (1.3.255). Its property
@@ -132,16 +133,13 @@ using PFN_FlexibleDimensionsProperties = VkResult(VKAPI_PTR*)(VkPhysicalDevice, 
                                                               FlexibleDimensionsProperties*);
 
 void query_coopmat(VkInstance instance, DeviceInfo& info) {
+  auto proc = [&](const char* name) { return vkGetInstanceProcAddr(instance, name); };
   if (info.coopmat_nv) {
-    auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
-        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
-    if (fn) {
-      uint32_t n = 0;
-      fn(info.handle, &n, nullptr);
-      std::vector<VkCooperativeMatrixPropertiesNV> props(n);
-      for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
-      fn(info.handle, &n, props.data());
-      for (const auto& p : props) {
+    if (auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+            proc("vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"))) {
+      for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesNV>(
+               VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV,
+               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
         info.coopmat_nv_shapes.push_back({p.MSize, p.NSize, p.KSize,
                                           component_name(static_cast<VkComponentTypeKHR>(p.AType)),
                                           component_name(static_cast<VkComponentTypeKHR>(p.BType)),
@@ -152,18 +150,11 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
     }
   }
   if (info.coopmat_khr) {
-    auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
-        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
-    if (fn) {
-      uint32_t n = 0;
-      fn(info.handle, &n, nullptr);
-      std::vector<VkCooperativeMatrixPropertiesKHR> props(n);
-      for (auto& p : props) {
-        p = {};
-        p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
-      }
-      fn(info.handle, &n, props.data());
-      for (const auto& p : props) {
+    if (auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
+            proc("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))) {
+      for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesKHR>(
+               VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR,
+               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
         info.coopmat_khr_shapes.push_back({p.MSize, p.NSize, p.KSize, component_name(p.AType),
                                            component_name(p.BType), component_name(p.CType),
                                            component_name(p.ResultType), scope_name(p.scope)});
@@ -171,29 +162,21 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
     }
   }
   if (info.coopmat2_nv) {
-    auto fn = reinterpret_cast<PFN_FlexibleDimensionsProperties>(vkGetInstanceProcAddr(
-        instance, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
-    uint32_t n = 0;
-    if (fn && fn(info.handle, &n, nullptr) == VK_SUCCESS && n > 0) {
-      std::vector<FlexibleDimensionsProperties> props(n);
-      for (auto& p : props) {
-        p = {};
-        p.sType = kFlexibleDimensionsPropertiesType;
-      }
-      if (fn(info.handle, &n, props.data()) == VK_SUCCESS) {
-        for (uint32_t i = 0; i < n; ++i) {
-          const auto& p = props[i];
-          CoopMatShape shape{p.MGranularity,
-                             p.NGranularity,
-                             p.KGranularity,
-                             component_name(p.AType),
-                             component_name(p.BType),
-                             component_name(p.CType),
-                             component_name(p.ResultType),
-                             scope_name(p.scope)};
-          shape.workgroup_invocations = p.workgroupInvocations;
-          info.coopmat2_flexible_shapes.push_back(shape);
-        }
+    if (auto fn = reinterpret_cast<PFN_FlexibleDimensionsProperties>(
+            proc("vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"))) {
+      for (const auto& p : enumerate_structs<FlexibleDimensionsProperties>(
+               kFlexibleDimensionsPropertiesType,
+               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
+        CoopMatShape shape{p.MGranularity,
+                           p.NGranularity,
+                           p.KGranularity,
+                           component_name(p.AType),
+                           component_name(p.BType),
+                           component_name(p.CType),
+                           component_name(p.ResultType),
+                           scope_name(p.scope)};
+        shape.workgroup_invocations = p.workgroupInvocations;
+        info.coopmat2_flexible_shapes.push_back(shape);
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "vk/device_info.h"
+#include "vk/enumerate.h"
 #include "vk/error.h"
 #include "vk/shader_registry.h"
 
@@ -149,20 +150,17 @@ void Pipelines::print_statistics(VkPipeline pipeline, const std::string& module,
   for (uint32_t v : spec) specs += fmt::format("{}{}", specs.empty() ? "" : ",", v);
   VkPipelineInfoKHR pinfo{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
   pinfo.pipeline = pipeline;
-  uint32_t n = 0;
-  if (get_props(device_, &pinfo, &n, nullptr) != VK_SUCCESS) return;
-  std::vector<VkPipelineExecutablePropertiesKHR> props(
-      n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR});
-  if (get_props(device_, &pinfo, &n, props.data()) != VK_SUCCESS) return;
-  for (uint32_t e = 0; e < n; ++e) {
+  const auto executables = enumerate_structs<VkPipelineExecutablePropertiesKHR>(
+      VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR,
+      [&](uint32_t* n, auto* data) { return get_props(device_, &pinfo, n, data); });
+  for (uint32_t e = 0; e < executables.size(); ++e) {
     VkPipelineExecutableInfoKHR einfo{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
     einfo.pipeline = pipeline;
     einfo.executableIndex = e;
-    uint32_t m = 0;
-    if (get_stats(device_, &einfo, &m, nullptr) != VK_SUCCESS) continue;
-    std::vector<VkPipelineExecutableStatisticKHR> stats(
-        m, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
-    if (get_stats(device_, &einfo, &m, stats.data()) != VK_SUCCESS) continue;
+    const auto stats = enumerate_structs<VkPipelineExecutableStatisticKHR>(
+        VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR,
+        [&](uint32_t* n, auto* data) { return get_stats(device_, &einfo, n, data); });
+    if (stats.empty()) continue;
     std::string line;
     for (const auto& st : stats) {
       std::string value;
@@ -185,7 +183,7 @@ void Pipelines::print_statistics(VkPipeline pipeline, const std::string& module,
       line += fmt::format("; {}={}", st.name, value);
     }
     std::fprintf(stderr, "pipeline-stats %s [%s] %s%s\n", module.c_str(), specs.c_str(),
-                 props[e].name, line.c_str());
+                 executables[e].name, line.c_str());
   }
 }
 
