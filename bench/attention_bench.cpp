@@ -39,7 +39,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -239,15 +238,8 @@ DecodeRow time_decode(int64_t B, int64_t L, int64_t hq, int64_t hkv, int64_t D, 
     for (int c = 0; c < chain; ++c)
       decode_call(path, q, k, v, cos, sin, pos, ck, cv, slot, mask, opts);
     auto graph = stream.end_capture();
-    std::vector<double> wall;
-    for (int r = 0; r < std::max(3, repeats / 4); ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      stream.replay(*graph);
-      stream.wait(*graph);
-      wall.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    row.chain_us[path] = median(wall) / chain;
+    row.chain_us[path] =
+        vkf::bench::median_replay_us(stream, *graph, std::max(3, repeats / 4)) / chain;
     graph.reset();
     ::unsetenv("VKF_ATTENTION");
   }

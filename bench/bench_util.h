@@ -1,13 +1,17 @@
 // Small helpers the micro-benchmarks share: comma-separated option lists, "AxBxC" sizes, the
-// median of timings, and cheap reproducible pseudo-random inputs. Header-only.
+// median of timings, the wall time of replaying a captured graph, and cheap reproducible
+// pseudo-random inputs. Header-only.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "vk/stream.h"
 
 namespace vkf::bench {
 
@@ -43,6 +47,20 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t h = v.size() / 2;
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// The median wall time in microseconds of `replays` replays of a captured graph, each waited for:
+// what a chain of dependent dispatches costs with no host work between them.
+inline double median_replay_us(vk::Stream& stream, vk::Graph& graph, int replays) {
+  std::vector<double> us;
+  for (int r = 0; r < replays; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    stream.replay(graph);
+    stream.wait(graph);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(us);
 }
 
 // n values in [-1, 1) from a linear congruential generator seeded by `seed`: inputs whose values

@@ -78,18 +78,10 @@ void print_stage_floor(int n) {
     stream.begin_capture();
     for (int i = 0; i < n; ++i) ops::add_(dst, src);
     const auto graph = stream.end_capture();
-    std::vector<double> us;
-    for (int r = 0; r < 7; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      stream.replay(*graph);
-      stream.wait(*graph);
-      us.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
     fmt::print(
         "stage floor: {:.2f} us per dependent dispatch ({} f32 elements per addition; "
         "median of 7 replays of {})\n",
-        bench::median(us) / n, elements, n);
+        bench::median_replay_us(stream, *graph, 7) / n, elements, n);
   }
 }
 

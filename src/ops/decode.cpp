@@ -132,10 +132,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   const detail::MatDesc a = detail::describe_rows(x);
   const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
   constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
-  constexpr int64_t kCols = 8;     // and its COLS
-  constexpr int64_t kMaxGroups = 65535;
   if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() ||
-      !w_up.is_contiguous() || div_up(n, kCols) > kMaxGroups || a.cs != 1) {
+      !w_up.is_contiguous() || div_up(n, detail::kSkinnyF16Cols) > kMaxGroups || a.cs != 1) {
     return gated_act(linear(x, w_gate), linear(x, w_up), act);
   }
   Shape out_shape = x.shape();
@@ -165,7 +163,7 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, n, vec8);
   const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u,
                                       static_cast<uint32_t>(act), rpt};
-  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, kCols * rpt), 1, 1},
+  launch("matmul_skinny_f16_gated", push, Grid{div_up(n, detail::kSkinnyF16Cols * rpt), 1, 1},
          {&a.t, &w_gate, &w_up}, {&out}, spec,
          {4.0 * static_cast<double>(m * n * k),
           4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});

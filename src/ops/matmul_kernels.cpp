@@ -42,6 +42,9 @@ struct SplitKPush {
   float alpha, beta;
 };
 
+// Weight rows per thread of matmul_skinny_f16: 0 chooses by shape, else forced (tests, benches).
+uint32_t g_skinny_rows_per_thread = 0;
+
 // Split-K: 0 lets the heuristic decide (Fast math mode only), a positive value forces that many
 // chunks where K divides evenly (tests), -1 disables it.
 int64_t g_split_k = 0;
@@ -324,31 +327,6 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
   }
 }
 
-}  // namespace
-
-namespace {
-uint32_t g_skinny_rows_per_thread = 0;  // 0: by shape
-}  // namespace
-
-void set_skinny_f16_rows_per_thread(uint32_t rows) {
-  VKF_REQUIRE(rows == 0 || rows == 1 || rows == 2 || rows == 4,
-              "skinny f16 rows per thread: {} (use 0 for the automatic choice, or 1, 2 or 4)",
-              rows);
-  g_skinny_rows_per_thread = rows;
-}
-
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
-  constexpr int64_t kCols = 8, kMinGroups = 128;  // matmul_skinny_f16's COLS
-  if (!vec8) return 1;
-  if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
-  if (m < 2) return 1;
-  uint32_t rpt = 4;
-  while (rpt > 1 && div_up(n, kCols * rpt) < kMinGroups) rpt /= 2;
-  return rpt;
-}
-
-namespace {
-
 // a is [M <= 8, K] in f32, b a weight stored in f16 with contiguous rows (kernel_layout(b).trans:
 // the [N, K] Hugging Face layout read as K x N); bias indexed by column.
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
@@ -356,19 +334,18 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
                          const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  constexpr uint32_t kCols = 8;  // matmul_skinny_f16's COLS
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
   const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
   const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8, 0u, rpt};
-  const int64_t zstep = g_max_groups, nstep = g_max_groups * kCols * rpt;
+  const int64_t zstep = g_max_groups, nstep = g_max_groups * kSkinnyF16Cols * rpt;
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
       const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
       const GemmPush push = make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride);
-      const Grid grid{div_up(nc, int64_t{kCols} * rpt), 1, static_cast<uint32_t>(zc)};
+      const Grid grid{div_up(nc, kSkinnyF16Cols * rpt), 1, static_cast<uint32_t>(zc)};
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -388,6 +365,23 @@ bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
 }
 
 }  // namespace
+
+void set_skinny_f16_rows_per_thread(uint32_t rows) {
+  VKF_REQUIRE(rows == 0 || rows == 1 || rows == 2 || rows == 4,
+              "skinny f16 rows per thread: {} (use 0 for the automatic choice, or 1, 2 or 4)",
+              rows);
+  g_skinny_rows_per_thread = rows;
+}
+
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
+  constexpr int64_t kMinGroups = 128;
+  if (!vec8) return 1;
+  if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
+  if (m < 2) return 1;
+  uint32_t rpt = 4;
+  while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
+  return rpt;
+}
 
 bool f16_operands_active() {
   return coopmat_f16_operands() && matmul_precision() == MatmulPrecision::F16 &&

@@ -77,6 +77,10 @@ void set_grid_limit(int64_t groups);
 // with " split-k N" when K is split; for benchmarks.
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
+// Weight rows per group of threads of matmul_skinny_f16 (its COLS): a workgroup covers
+// kSkinnyF16Cols * skinny_f16_rows_per_thread() weight rows.
+constexpr int64_t kSkinnyF16Cols = 8;
+
 // Weight rows per thread of matmul_skinny_f16 (both variants) for m activation rows against n
 // weight rows: with several activation rows, each thread reads its activations once for up to 4
 // weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups. The

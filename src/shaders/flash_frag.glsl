@@ -188,6 +188,25 @@ void emu_store_h(FragF f, uint element, uint stride) {
 // so rows may be read as vec4.
 const uint FLAG_VEC4 = 4u;
 
+// Elements d..d+7 of the f32 row at addr[at - d ..] (zeros from D on): two 16-byte reads where
+// vec4_ok and the chunk lies whole inside the row, else eight scalar reads.
+void read_chunk8(uint64_t addr, bool vec4_ok, uint at, uint d, uint D, out vec4 lo, out vec4 hi) {
+  if (vec4_ok && d + 8u <= D) {
+    lo = Vec4Buf(addr).v[at / 4u];
+    hi = Vec4Buf(addr).v[at / 4u + 1u];
+    return;
+  }
+  float x[8];
+  [[unroll]] for (uint e = 0; e < 8u; ++e) x[e] = d + e < D ? F32Buf(addr).v[at + e] : 0.0;
+  lo = vec4(x[0], x[1], x[2], x[3]);
+  hi = vec4(x[4], x[5], x[6], x[7]);
+}
+
+// Eight values as f16, the first in the low bits of x (their order in shared memory).
+uvec4 pack8(vec4 lo, vec4 hi) {
+  return uvec4(pack2(lo.x, lo.y), pack2(lo.z, lo.w), pack2(hi.x, hi.y), pack2(hi.z, hi.w));
+}
+
 // Stages `nrows` rows of DMAX halves, PITCH halves apart, at smem `element`: row r holds
 // elements [0, D) of row r of an f32 operand (at base + r * ld of the buffer at addr) rounded to
 // f16, for r < rows; everything else is zero. One uvec4 (8 halves) per invocation per step.
@@ -196,20 +215,8 @@ void stage_rows_f16(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, 
   for (uint chunk = gl_LocalInvocationIndex; chunk < nrows * (DMAX / 8u); chunk += LOCAL_SIZE) {
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
     vec4 lo = vec4(0.0), hi = vec4(0.0);
-    if (r < rows) {
-      const uint at = base + r * ld + d;
-      if (vec4_ok && d + 8u <= D) {
-        lo = Vec4Buf(addr).v[at / 4u];
-        hi = Vec4Buf(addr).v[at / 4u + 1u];
-      } else {
-        float x[8];
-        [[unroll]] for (uint e = 0; e < 8u; ++e) x[e] = d + e < D ? F32Buf(addr).v[at + e] : 0.0;
-        lo = vec4(x[0], x[1], x[2], x[3]);
-        hi = vec4(x[4], x[5], x[6], x[7]);
-      }
-    }
-    smem[element + (r * PITCH + d) / 8u] =
-        uvec4(pack2(lo.x, lo.y), pack2(lo.z, lo.w), pack2(hi.x, hi.y), pack2(hi.z, hi.w));
+    if (r < rows) read_chunk8(addr, vec4_ok, base + r * ld + d, d, D, lo, hi);
+    smem[element + (r * PITCH + d) / 8u] = pack8(lo, hi);
   }
 }
 
@@ -233,18 +240,8 @@ TileChunks fetch_rows(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
     t.lo[l] = vec4(0.0);
     t.hi[l] = vec4(0.0);
-    if (chunk < PREFETCH_ROWS * (DMAX / 8u) && r < rows) {
-      const uint at = base + r * ld + d;
-      if (vec4_ok && d + 8u <= D) {
-        t.lo[l] = Vec4Buf(addr).v[at / 4u];
-        t.hi[l] = Vec4Buf(addr).v[at / 4u + 1u];
-      } else {
-        float x[8];
-        [[unroll]] for (uint e = 0; e < 8u; ++e) x[e] = d + e < D ? F32Buf(addr).v[at + e] : 0.0;
-        t.lo[l] = vec4(x[0], x[1], x[2], x[3]);
-        t.hi[l] = vec4(x[4], x[5], x[6], x[7]);
-      }
-    }
+    if (chunk < PREFETCH_ROWS * (DMAX / 8u) && r < rows)
+      read_chunk8(addr, vec4_ok, base + r * ld + d, d, D, t.lo[l], t.hi[l]);
   }
   return t;
 }
@@ -254,11 +251,8 @@ void stash_rows(TileChunks t, uint element) {
   UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
-    if (chunk < PREFETCH_ROWS * (DMAX / 8u)) {
-      smem[element + (r * PITCH + d) / 8u] =
-          uvec4(pack2(t.lo[l].x, t.lo[l].y), pack2(t.lo[l].z, t.lo[l].w), pack2(t.hi[l].x, t.hi[l].y),
-                pack2(t.hi[l].z, t.hi[l].w));
-    }
+    if (chunk < PREFETCH_ROWS * (DMAX / 8u))
+      smem[element + (r * PITCH + d) / 8u] = pack8(t.lo[l], t.hi[l]);
   }
 }
 #endif

@@ -29,7 +29,6 @@ namespace fs = std::filesystem;
 
 using test::parity_cases;
 
-
 models::DecoderModel load(const std::string& c, DType matrices = DType::F32) {
   return models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string(), matrices);
 }
