@@ -27,6 +27,7 @@
 #include "core/launch.h"
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_workgroup.h"
 #include "ops/matmul_kernels.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -234,6 +235,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> tile_choices;
   if (coopmat_tiles == "all") {
     for (const auto& t : detail::coopmat_tiles()) tile_choices.push_back(t.name());
+    for (const auto& t : detail::workgroup_tiles()) tile_choices.push_back(t.name());
   } else {
     tile_choices = vkf::bench::split_list(coopmat_tiles);
   }

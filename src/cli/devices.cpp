@@ -64,6 +64,12 @@ int run_devices() {
           f.a_type, f.b_type, f.c_type, f.result_type, f.scope,
           f.workgroup_invocations ? fmt::format(", {} invocations", f.workgroup_invocations) : "");
     }
+    if (d.coopmat2_nv)
+      fmt::print(
+          "      workgroup scope: up to {} invocations, dimensions up to {}, {} bytes of shared "
+          "memory reserved\n",
+          d.workgroup_matrix_max_invocations, d.workgroup_matrix_max_dimension,
+          d.workgroup_matrix_reserved_shared);
     const std::string why = d.unsupported_reason();
     fmt::print("  usable by vkformer: {}\n", why.empty() ? "yes" : "no (" + why + ")");
   }

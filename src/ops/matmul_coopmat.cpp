@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/launch.h"
+#include "ops/matmul_workgroup.h"
 #include "vk/context.h"
 #include "vk/error.h"
 #include "vk/pipeline.h"
@@ -131,8 +132,10 @@ std::string coopmat_tile_unfit(const CoopmatTile& t, const CoopmatSupport& s) {
 }
 
 void set_coopmat_choice(const std::string& choice) {
-  VKF_REQUIRE(choice == "auto" || choice == "off" || find_tile(choice),
-              "cooperative-matrix tile '{}': use auto, off or one of {}", choice, tile_names());
+  VKF_REQUIRE(choice == "auto" || choice == "off" || find_tile(choice) ||
+                  find_workgroup_tile(choice),
+              "cooperative-matrix tile '{}': use auto, off or one of {}, {}", choice, tile_names(),
+              workgroup_tile_names());
   g_choice = choice;
 }
 std::string coopmat_choice() {
@@ -176,6 +179,8 @@ std::optional<CoopmatTile> coopmat_plan(int64_t /*batch*/, int64_t /*m*/, int64_
   if (matmul_precision() != MatmulPrecision::F16 || g_choice == "off") return std::nullopt;
   const CoopmatSupport s = coopmat_support();
   if (!s.unsupported.empty()) return std::nullopt;
+  // A forced workgroup-scope tile (matmul_workgroup.h) leaves this kernel auto's choice for the
+  // products that one does not take.
   if (const CoopmatTile* forced = find_tile(g_choice)) {
     if (coopmat_tile_unfit(*forced, s).empty()) return *forced;
     return std::nullopt;

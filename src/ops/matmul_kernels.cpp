@@ -12,6 +12,7 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_workgroup.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -236,15 +237,56 @@ MatDesc f16_operand(const MatDesc& d) {
   return h;
 }
 
+// The workgroup-scope kernel (matmul_workgroup.h), where it takes the product: false leaves it
+// to the other kernels. a and b are already converted to f16 where they could be.
+bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
+                        float beta, const Tensor& bias, const vk::DispatchCost& cost) {
+  if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
+      a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16 || c.t.dtype() != DType::F32)
+    return false;
+  const auto tile = workgroup_plan(c.batch, c.rows, c.cols, a.cols);
+  if (!tile) return false;
+  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
+  WorkgroupGemmKey key{*tile, la.trans, lb.trans, false, beta == 1.0f};
+  if (c.cs == 1 || c.cols == 1)
+    key.c_column_major = false;
+  else if (c.rs == 1 || c.rows == 1)
+    key.c_column_major = true;
+  else
+    return false;
+  // Every load and store declares 16-byte alignment: each tile's first element, in every batch
+  // entry and grid part, must be 16-byte aligned (tile corners are multiples of 8 elements).
+  bool aligned = true;
+  for_each_grid_part(c.batch, c.rows, c.cols, tile->bm, tile->bn, [&](const GridPart& g) {
+    const GemmPush push =
+        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
+    const uint32_t c_ld = key.c_column_major ? push.c_cs : push.c_rs;
+    aligned = aligned && push.a % 16 == 0 && push.lda % 8 == 0 && push.sa % 8 == 0 &&
+              push.b % 16 == 0 && push.ldb % 8 == 0 && push.sb % 8 == 0 && push.c % 16 == 0 &&
+              c_ld % 4 == 0 && push.sc % 4 == 0;
+  });
+  if (!aligned) return false;
+  const std::string module = workgroup_gemm_module(key);
+  for_each_grid_part(c.batch, c.rows, c.cols, tile->bm, tile->bn, [&](const GridPart& g) {
+    const GemmPush push =
+        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
+    launch(module, push, g.grid, {&a.t, &b.t, &c.t}, {&c.t}, {},
+           g.first ? cost : vk::DispatchCost{});
+  });
+  return true;
+}
+
 // A product with M and N past the skinny range: on cooperative matrices when the F16 plan says
-// so, else the tiled kernel.
+// so (workgroup scope where that kernel takes it), else the tiled kernel.
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
-  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols))
-    dispatch_coopmat(f16_operand(a), f16_operand(b), c, alpha, beta, bias, bias_stride, *tile,
-                     cost);
-  else
+  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
+    const MatDesc ha = f16_operand(a), hb = f16_operand(b);
+    if (dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
+    dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
+  } else {
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
+  }
 }
 
 // How many K-chunks to split a single product into (1: none). A product with few output tiles and
@@ -586,15 +628,21 @@ std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (m <= kSkinnyMaxRows) return "skinny m=" + std::to_string(m) + f16;
   if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n) + f16;
   std::string plan;
-  if (const auto coop = coopmat_plan(batch, m, n)) {
+  const int64_t chunks = split_k_chunks(batch, m, n, k);
+  const auto workgroup = coopmat_plan(batch, m, n)
+                             ? workgroup_plan(chunks > 1 ? chunks : batch, m, n, k / chunks)
+                             : std::nullopt;
+  if (workgroup) {
+    // Assuming what dispatch_workgroup also checks holds: aligned operands, no bias.
+    plan = "coopmat " + workgroup->name();
+  } else if (const auto coop = coopmat_plan(batch, m, n)) {
     plan = "coopmat " + coop->name() + " " + f16_convert_name();
   } else {
     const Tile t = pick_tile(batch, m, n);
     plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
            std::to_string(t.bk) + f16;
   }
-  if (const int64_t chunks = split_k_chunks(batch, m, n, k); chunks > 1)
-    plan += " split-k " + std::to_string(chunks);
+  if (chunks > 1) plan += " split-k " + std::to_string(chunks);
   return plan;
 }
 

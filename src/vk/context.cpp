@@ -255,6 +255,21 @@ Context::Context(std::optional<int> requested) {
   }
   // From here on, coopmat_nv means usable: the extension and its feature are enabled.
   info_.coopmat_nv = info_.coopmat_nv && coopmat_nv.cooperativeMatrix;
+  // Workgroup-scope matrices (VK_NV_cooperative_matrix2 on top of VK_KHR_cooperative_matrix): the
+  // generated GEMM (ops/matmul_workgroup.h). Enabled where both extensions and the features it
+  // uses are present; VKF_WORKGROUP_MATRICES=0 leaves them off.
+  WorkgroupMatrixFeatures wg_features;
+  const char* wg_env = std::getenv("VKF_WORKGROUP_MATRICES");
+  const bool wg_wanted = !(wg_env && std::string(wg_env) == "0");
+  if (wg_wanted && info_.coopmat_khr && info_.coopmat2_nv &&
+      query_workgroup_matrix_features(info_.handle, wg_features)) {
+    wg_features.coopmat2.pNext = enable.pNext;
+    enable.pNext = &wg_features.khr;
+    wg_features.khr.pNext = &wg_features.coopmat2;
+    extensions.push_back("VK_KHR_cooperative_matrix");
+    extensions.push_back("VK_NV_cooperative_matrix2");
+    info_.workgroup_matrices = true;
+  }
   if (info_.memory_budget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   // Pipeline statistics (register counts and the like, printed as each pipeline is created) are
   // a profiling aid: asked for with VKF_PIPELINE_STATS=1, and only where the driver has them.

@@ -132,6 +132,20 @@ struct FlexibleDimensionsProperties {
 using PFN_FlexibleDimensionsProperties = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*,
                                                               FlexibleDimensionsProperties*);
 
+constexpr auto kCoopmatKhrFeaturesType = static_cast<VkStructureType>(
+    1000506000);  // ..._PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
+constexpr auto kCoopmat2FeaturesType = static_cast<VkStructureType>(
+    1000593000);  // ..._PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV
+constexpr auto kCoopmat2PropertiesType = static_cast<VkStructureType>(
+    1000593002);  // ..._PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV
+struct Coopmat2Properties {
+  VkStructureType sType;
+  void* pNext;
+  uint32_t cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+  uint32_t cooperativeMatrixFlexibleDimensionsMaxDimension;
+  uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+};
+
 void query_coopmat(VkInstance instance, DeviceInfo& info) {
   auto proc = [&](const char* name) { return vkGetInstanceProcAddr(instance, name); };
   if (info.coopmat_nv) {
@@ -179,6 +193,14 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
         info.coopmat2_flexible_shapes.push_back(shape);
       }
     }
+    Coopmat2Properties props{kCoopmat2PropertiesType, nullptr, 0, 0, 0};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p2.pNext = &props;
+    vkGetPhysicalDeviceProperties2(info.handle, &p2);
+    info.workgroup_matrix_max_invocations = props.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+    info.workgroup_matrix_max_dimension = props.cooperativeMatrixFlexibleDimensionsMaxDimension;
+    info.workgroup_matrix_reserved_shared =
+        props.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
   }
 }
 
@@ -296,6 +318,21 @@ std::string DeviceInfo::unsupported_reason() const {
   if (!int64) return "no shaderInt64";
   if (!storage16) return "no storageBuffer16BitAccess";
   return "";
+}
+
+bool query_workgroup_matrix_features(VkPhysicalDevice device, WorkgroupMatrixFeatures& f) {
+  CoopmatKhrFeatures khr{kCoopmatKhrFeaturesType, nullptr, 0, 0};
+  Coopmat2Features nv2{kCoopmat2FeaturesType, nullptr, 0, 0, 0, 0, 0, 0, 0};
+  khr.pNext = &nv2;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &khr;
+  vkGetPhysicalDeviceFeatures2(device, &features);
+  if (!khr.cooperativeMatrix || !nv2.cooperativeMatrixWorkgroupScope ||
+      !nv2.cooperativeMatrixFlexibleDimensions)
+    return false;
+  f.khr = {kCoopmatKhrFeaturesType, nullptr, VK_TRUE, VK_FALSE};
+  f.coopmat2 = {kCoopmat2FeaturesType, nullptr, VK_TRUE, VK_TRUE, 0, 0, 0, 0, 0};
+  return true;
 }
 
 std::vector<DeviceInfo> query_devices(VkInstance instance) {

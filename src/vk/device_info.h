@@ -71,6 +71,13 @@ struct DeviceInfo {
   std::vector<CoopMatShape> coopmat_nv_shapes;
   std::vector<CoopMatShape> coopmat_khr_shapes;
   std::vector<CoopMatShape> coopmat2_flexible_shapes;  // VK_NV_cooperative_matrix2
+  // VK_NV_cooperative_matrix2's limits on workgroup-scope matrices: the largest workgroup, the
+  // largest flexible dimension, and the shared memory the driver keeps for staging them.
+  uint32_t workgroup_matrix_max_invocations = 0;
+  uint32_t workgroup_matrix_max_dimension = 0;
+  uint32_t workgroup_matrix_reserved_shared = 0;
+  // Set by the context once workgroup-scope matrices are enabled on the logical device.
+  bool workgroup_matrices = false;
 
   std::string type_name() const;
   std::string api_string() const;
@@ -78,6 +85,34 @@ struct DeviceInfo {
   // Why the device cannot run vkformer, or "" when it can.
   std::string unsupported_reason() const;
 };
+
+// The feature structures of VK_KHR_cooperative_matrix and VK_NV_cooperative_matrix2, declared
+// from the Vulkan registry because Debian 12's headers (1.3.239) predate both.
+struct CoopmatKhrFeatures {
+  VkStructureType sType;
+  void* pNext;
+  VkBool32 cooperativeMatrix;
+  VkBool32 cooperativeMatrixRobustBufferAccess;
+};
+struct Coopmat2Features {
+  VkStructureType sType;
+  void* pNext;
+  VkBool32 cooperativeMatrixWorkgroupScope;
+  VkBool32 cooperativeMatrixFlexibleDimensions;
+  VkBool32 cooperativeMatrixReductions;
+  VkBool32 cooperativeMatrixConversions;
+  VkBool32 cooperativeMatrixPerElementOperations;
+  VkBool32 cooperativeMatrixTensorAddressing;
+  VkBool32 cooperativeMatrixBlockLoads;
+};
+struct WorkgroupMatrixFeatures {
+  CoopmatKhrFeatures khr{};
+  Coopmat2Features coopmat2{};
+};
+// Whether the device has cooperative matrices (KHR) with workgroup scope and flexible dimensions
+// (NV 2); if so, fills `f` with exactly those features switched on, ready to chain into
+// VkDeviceCreateInfo.
+bool query_workgroup_matrix_features(VkPhysicalDevice device, WorkgroupMatrixFeatures& f);
 
 // Reads the capabilities of every physical device of the instance, in enumeration order.
 std::vector<DeviceInfo> query_devices(VkInstance instance);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "vk/device_info.h"
 #include "vk/enumerate.h"
@@ -94,8 +95,30 @@ void Pipelines::save_cache() {
   if (ec) std::filesystem::remove(tmp, ec);
 }
 
+namespace {
+
+// Modules generated at run time, by name. Never erased, so the words outlive every pipeline.
+std::map<std::string, std::vector<uint32_t>>& generated_modules() {
+  static std::map<std::string, std::vector<uint32_t>> modules;
+  return modules;
+}
+std::mutex g_generated_mutex;
+
+const std::vector<uint32_t>* find_generated(const std::string& name) {
+  std::lock_guard lock(g_generated_mutex);
+  auto it = generated_modules().find(name);
+  return it == generated_modules().end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+void Pipelines::register_generated(const std::string& name, std::vector<uint32_t> words) {
+  std::lock_guard lock(g_generated_mutex);
+  generated_modules().emplace(name, std::move(words));
+}
+
 bool Pipelines::has_module(const std::string& module) {
-  return find_embedded_shader(module.c_str()) != nullptr;
+  return find_embedded_shader(module.c_str()) != nullptr || find_generated(module) != nullptr;
 }
 
 const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32_t>& spec) {
@@ -107,6 +130,13 @@ const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32
     sm = it->second;
   } else {
     const EmbeddedShader* s = find_embedded_shader(module.c_str());
+    EmbeddedShader generated{};
+    if (!s) {
+      if (const auto* words = find_generated(module)) {
+        generated = {module.c_str(), words->data(), words->size()};
+        s = &generated;
+      }
+    }
     VKF_REQUIRE(s,
                 "shader module '{}' is not built into this vkformer; optional modules exist only "
                 "when the installed glslc accepts their extension (this build: " VKF_GLSL_EXTENSIONS

@@ -1,4 +1,5 @@
-// Compute pipelines created lazily from the embedded SPIR-V, one per (module, specialization
+// Compute pipelines created lazily from the embedded SPIR-V (or from modules generated at run
+// time, see register_generated), one per (module, specialization
 // constants), and cached for the life of the context. Every pipeline shares one layout: no
 // descriptor sets, only a 128-byte push-constant block carrying buffer device addresses and sizes.
 // The driver's VkPipelineCache is persisted under ~/.cache/vkformer (VKF_PIPELINE_CACHE=0 disables).
@@ -36,6 +37,9 @@ class Pipelines {
   // embedded (for example a variant the installed glslc could not compile).
   const Kernel& get(const std::string& module, const std::vector<uint32_t>& spec = {});
   static bool has_module(const std::string& module);
+  // Adds a module generated at run time (vk/spirv_builder.h) under `name`, after which get() and
+  // has_module() find it like an embedded one. Registering a name again keeps the first words.
+  static void register_generated(const std::string& name, std::vector<uint32_t> words);
   VkPipelineLayout layout() const { return layout_; }
 
  private:

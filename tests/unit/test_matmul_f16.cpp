@@ -23,6 +23,7 @@
 #include "core/launch.h"
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_workgroup.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
 #include "test_util.h"
@@ -648,6 +649,46 @@ TEST(MatmulF16, Deterministic) {
       test::expect_bitwise_equal(matmul(a, b), matmul(a, b), path + " " + std::to_string(d.m));
     }
   }
+}
+
+// The workgroup-scope kernel (opt-in by tile name): on devices that have it, every tile on every
+// transpose, with and without accumulation into C (beta 1); on the others a named workgroup
+// tile must leave the products to the other kernels, with the same results.
+TEST(MatmulF16, WorkgroupScopeTiles) {
+  Rng rng(113);
+  const std::string unsupported = ops::detail::workgroup_unsupported();
+  for (const auto& tile : ops::detail::workgroup_tiles()) {
+    F16Scope scope(tile.name());
+    const int64_t m = 2 * tile.bm, n = 2 * tile.bn, k = 2 * tile.bk;
+    const std::string plan = ops::detail::gemm_plan(1, m, n, k);
+    EXPECT_EQ(plan.find(tile.name()) != std::string::npos, unsupported.empty()) << plan;
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      check_product(rng, {}, {1, m, n, k, ta, tb, false}, plan, true);
+    }
+    check_product(rng, {2}, {1, m, n, k, false, true, false}, plan);
+    // Accumulating (beta 1) into a row-major C and into a column-major view of one.
+    const ref::MatmulShape s{1, m, n, k, false, true, false};
+    const auto a = test::as_f32(rng.uniform(s.a_size()));
+    const auto b = test::as_f32(rng.uniform(s.b_size()));
+    const auto before = test::as_f32(rng.uniform(m * n));
+    Expected e = expect_f16(a, b, s);
+    add_epilogue(e, 1.0, before, std::vector<double>(), n);
+    Tensor out = test::to_gpu(before, {m, n});
+    matmul_into(test::to_gpu(a, s.a_shape({})), test::to_gpu(b, s.b_shape({})), false, true, out,
+                1.0f, 1.0f, Tensor());
+    expect_within(out.to_double(), e, describe(s, plan) + " beta 1");
+    Tensor out_t = test::to_gpu(before, {n, m}).transpose(0, 1);  // element (i, j) at j*m + i
+    std::vector<double> before_t(before.size());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) before_t[i * n + j] = before[j * m + i];
+    Expected e_t = expect_f16(a, b, s);
+    add_epilogue(e_t, 1.0, before_t, std::vector<double>(), n);
+    matmul_into(test::to_gpu(a, s.a_shape({})), test::to_gpu(b, s.b_shape({})), false, true,
+                out_t, 1.0f, 1.0f, Tensor());
+    expect_within(out_t.contiguous().to_double(), e_t, describe(s, plan) + " beta 1, C^T");
+  }
+  if (!unsupported.empty()) GTEST_SKIP() << "ran the fallback only: " << unsupported;
 }
 
 TEST(MatmulF16, UnknownTileNamed) {

@@ -1,0 +1,277 @@
+// The workgroup-scope GEMM (see matmul_workgroup.h): tile choice, device support, and the SPIR-V
+// of the kernel. In GLSL terms each generated module is
+//
+//   layout(local_size_x = 256) in;  push constants: matmul_push.glsl's block
+//   coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
+//       accumulate ? load(C tile) : 0;
+//   for (uint k = 0; k < K; k += BK)
+//     acc = coopMatMulAdd(load<f16, BM x BK, UseA>(A tile at k), load<f16, BK x BN, UseB>(B tile),
+//     acc);
+//   store(acc, C tile);
+//
+// with the tile of a workgroup chosen as matmul_coopmat.comp does (bands of GROUP_M tile rows, so
+// that concurrently running workgroups share operands in L2), and every load and store a strided
+// row- or column-major access with 16-byte alignment declared.
+#include "ops/matmul_workgroup.h"
+
+#include <fmt/format.h>
+
+#include "core/launch.h"
+#include "ops/matmul_coopmat.h"
+#include "vk/context.h"
+#include "vk/pipeline.h"
+#include "vk/spirv_builder.h"
+
+namespace vkf::ops::detail {
+namespace {
+
+constexpr uint32_t kInvocations = 256;
+constexpr uint32_t kGroupM = 8;  // tile rows per rasterization band
+
+// Member indices of the push-constant block (matmul_push.glsl / GemmPush).
+enum PushMember : uint32_t {
+  kA = 0,
+  kB,
+  kC,
+  kBias,
+  kM,
+  kN,
+  kK,
+  kLda,
+  kLdb,
+  kCRs,
+  kCCs,
+  kSa,
+  kSb,
+  kSc,
+  kBiasRs,
+  kBiasCs,
+  kAlpha,
+  kBeta,
+  kMemberCount
+};
+
+}  // namespace
+
+std::string WorkgroupTile::name() const {
+  return fmt::format("wg{}x{}x{}", bm, bn, bk);
+}
+
+const std::vector<WorkgroupTile>& workgroup_tiles() {
+  static const std::vector<WorkgroupTile> tiles = {
+      {128, 256, 32}, {256, 128, 32}, {128, 128, 32}, {128, 128, 64},
+      {128, 64, 32},  {64, 128, 32},  {64, 64, 32},
+  };
+  return tiles;
+}
+
+const WorkgroupTile* find_workgroup_tile(const std::string& name) {
+  for (const auto& t : workgroup_tiles())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+std::string workgroup_tile_names() {
+  std::string all;
+  for (const auto& t : workgroup_tiles()) all += (all.empty() ? "" : ", ") + t.name();
+  return all;
+}
+
+std::string workgroup_unsupported() {
+  const auto& info = vk::Context::get().info();
+  if (coopmat_emulation()) return "the cooperative-matrix emulation is on";
+  if (!info.workgroup_matrices)
+    return "the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2)";
+  if (!info.float16_arithmetic || !info.storage16 || !info.int64)
+    return "the device lacks 16-bit floats, 16-bit storage or 64-bit integers";
+  if (info.workgroup_matrix_max_invocations < kInvocations)
+    return fmt::format("workgroup-scope matrices allow {} invocations, the kernel uses {}",
+                       info.workgroup_matrix_max_invocations, kInvocations);
+  // The tiles are multiples of the granularity this size of workgroup needs on the devices seen
+  // (32 x 32 x 16 for 256 invocations); a device asking for more is not used.
+  for (const auto& s : info.coopmat2_flexible_shapes) {
+    if (s.scope == "workgroup" && s.workgroup_invocations == kInvocations && s.a_type == "f16" &&
+        s.b_type == "f16" && s.c_type == "f32" && s.result_type == "f32" && 64 % s.m == 0 &&
+        64 % s.n == 0 && 32 % s.k == 0)
+      return "";
+  }
+  return "the device lists no f16 x f16 + f32 workgroup-scope shape for 256 invocations with "
+         "granularity dividing 64 x 64 x 32";
+}
+
+std::optional<WorkgroupTile> workgroup_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  if (matmul_precision() != MatmulPrecision::F16) return std::nullopt;
+  const std::string choice = coopmat_choice();
+  const WorkgroupTile* forced = find_workgroup_tile(choice);
+  if (choice != "auto" && !forced) return std::nullopt;
+  if (!workgroup_unsupported().empty()) return std::nullopt;
+  const uint32_t max_dim = vk::Context::get().info().workgroup_matrix_max_dimension;
+  auto fits = [&](const WorkgroupTile& t) {
+    return m % t.bm == 0 && n % t.bn == 0 && k % t.bk == 0 && t.bm <= max_dim && t.bn <= max_dim &&
+           t.bk <= max_dim;
+  };
+  (void)batch;
+  // Only when a tile is named: auto never picks this kernel. Measured on the H200 (driver
+  // 580.159.04, bench/RESULTS.md), its best tile reaches 65 TFLOP/s on 4096^3 where the
+  // subgroup-scope kernel reaches 153: loaded straight from memory, the driver's staging of
+  // workgroup-scope matrices does not overlap loads with the products.
+  if (forced && fits(*forced)) return *forced;
+  return std::nullopt;
+}
+
+std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
+  using namespace vk::spv;
+  vk::SpirvBuilder b;
+  for (uint32_t cap : {CapShader, CapFloat16, CapInt64, CapStorageBuffer16BitAccess,
+                       CapPhysicalStorageBufferAddresses, CapCooperativeMatrixKHR})
+    b.capability(cap);
+  b.extension("SPV_KHR_cooperative_matrix");
+  b.extension("SPV_NV_cooperative_matrix2");
+  b.memory_model(kAddressingPhysicalStorageBuffer64, kMemoryModelGLSL450);
+
+  // Types.
+  const uint32_t t_void = b.type(OpTypeVoid), t_bool = b.type(OpTypeBool);
+  const uint32_t u32 = b.type(OpTypeInt, {32, 0}), u64 = b.type(OpTypeInt, {64, 0});
+  const uint32_t f16 = b.type(OpTypeFloat, {16}), f32 = b.type(OpTypeFloat, {32});
+  const uint32_t v3u = b.type(OpTypeVector, {u32, 3});
+  std::vector<uint32_t> members(kMemberCount, u32);
+  for (uint32_t i : {kA, kB, kC, kBias}) members[i] = u64;
+  members[kAlpha] = members[kBeta] = f32;
+  const uint32_t t_push = b.type(OpTypeStruct, members);
+  const uint32_t p_push = b.type(OpTypePointer, {PushConstant, t_push});
+  const uint32_t p_push_u64 = b.type(OpTypePointer, {PushConstant, u64});
+  const uint32_t p_push_u32 = b.type(OpTypePointer, {PushConstant, u32});
+  const uint32_t p_in_v3u = b.type(OpTypePointer, {Input, v3u});
+  const uint32_t p_f16 = b.type(OpTypePointer, {PhysicalStorageBuffer, f16});
+  const uint32_t p_f32 = b.type(OpTypePointer, {PhysicalStorageBuffer, f32});
+  const uint32_t t_main = b.type(OpTypeFunction, {t_void});
+  const auto c32 = [&](uint32_t v) { return b.constant_u32(v); };
+  const WorkgroupTile& tile = key.tile;
+  const uint32_t scope = c32(ScopeWorkgroup);
+  const uint32_t t_a =
+      b.type(OpTypeCooperativeMatrixKHR, {f16, scope, c32(tile.bm), c32(tile.bk), c32(UseA)});
+  const uint32_t t_b =
+      b.type(OpTypeCooperativeMatrixKHR, {f16, scope, c32(tile.bk), c32(tile.bn), c32(UseB)});
+  const uint32_t t_c = b.type(OpTypeCooperativeMatrixKHR,
+                              {f32, scope, c32(tile.bm), c32(tile.bn), c32(UseAccumulator)});
+  const uint32_t p_fn_c = b.type(OpTypePointer, {Function, t_c});
+  const uint32_t p_fn_u32 = b.type(OpTypePointer, {Function, u32});
+  const uint32_t zero_c = b.constant_composite(t_c, {b.constant_f32(0.0f)});
+
+  // Interface: the push constants and two built-ins.
+  const uint32_t v_push = b.global_variable(p_push, PushConstant);
+  const uint32_t v_group = b.global_variable(p_in_v3u, Input);
+  const uint32_t v_groups = b.global_variable(p_in_v3u, Input);
+  b.decorate(t_push, Block);
+  for (uint32_t i = 0; i < kMemberCount; ++i)
+    b.member_decorate(t_push, i, Offset, {i <= kBias ? 8 * i : 32 + 4 * (i - kM)});
+  b.decorate(v_group, BuiltIn, {WorkgroupId});
+  b.decorate(v_groups, BuiltIn, {NumWorkgroups});
+  const uint32_t f_main = b.fresh_id();
+  b.entry_point(kExecutionModelGLCompute, f_main, "main", {v_push, v_group, v_groups});
+  b.execution_mode(f_main, kExecutionModeLocalSize, {kInvocations, 1, 1});
+
+  // Code.
+  b.op_with_id(OpFunction, t_void, f_main, {0, t_main});
+  b.op_with_id(OpLabel, 0, b.fresh_id(), {});
+  const uint32_t v_acc = b.op(OpVariable, p_fn_c, {Function});
+  const uint32_t v_k = b.op(OpVariable, p_fn_u32, {Function});
+  const auto push = [&](uint32_t member) {
+    const bool wide = member <= kBias;
+    const uint32_t ptr = b.op(OpAccessChain, wide ? p_push_u64 : p_push_u32, {v_push, c32(member)});
+    return b.op(OpLoad, wide ? u64 : u32, {ptr});
+  };
+  const auto add = [&](uint32_t x, uint32_t y) { return b.op(OpIAdd, u32, {x, y}); };
+  const auto mul = [&](uint32_t x, uint32_t y) { return b.op(OpIMul, u32, {x, y}); };
+  const auto udiv = [&](uint32_t x, uint32_t y) { return b.op(OpUDiv, u32, {x, y}); };
+  const auto umod = [&](uint32_t x, uint32_t y) { return b.op(OpUMod, u32, {x, y}); };
+  // A pointer to element `offset` (u32) of the buffer at `base` (u64) with elements of `bytes`.
+  const auto element_ptr = [&](uint32_t pointer_type, uint32_t base, uint32_t offset,
+                               uint64_t bytes) {
+    const uint32_t wide = b.op(OpUConvert, u64, {offset});
+    const uint32_t address =
+        b.op(OpIAdd, u64, {base, b.op(OpIMul, u64, {wide, b.constant_u64(bytes)})});
+    return b.op(OpConvertUToPtr, pointer_type, {address});
+  };
+
+  // The workgroup's tile: consecutive workgroups walk down a band of kGroupM tile rows, then
+  // move one tile column right (as matmul_coopmat.comp).
+  const uint32_t group = b.op(OpLoad, v3u, {v_group}), groups = b.op(OpLoad, v3u, {v_groups});
+  const uint32_t gx = b.op(OpCompositeExtract, u32, {groups, 0});
+  const uint32_t gy = b.op(OpCompositeExtract, u32, {groups, 1});
+  const uint32_t id = add(mul(b.op(OpCompositeExtract, u32, {group, 1}), gx),
+                          b.op(OpCompositeExtract, u32, {group, 0}));
+  const uint32_t z = b.op(OpCompositeExtract, u32, {group, 2});
+  const uint32_t band = mul(c32(kGroupM), gx);
+  const uint32_t first_row = mul(udiv(id, band), c32(kGroupM));
+  const uint32_t rows_left = b.op(OpISub, u32, {gy, first_row});
+  const uint32_t band_rows =
+      b.op(OpSelect, u32,
+           {b.op(OpULessThan, t_bool, {rows_left, c32(kGroupM)}), rows_left, c32(kGroupM)});
+  const uint32_t in_band = umod(id, band);
+  const uint32_t m0 = mul(add(first_row, umod(in_band, band_rows)), c32(tile.bm));
+  const uint32_t n0 = mul(udiv(in_band, band_rows), c32(tile.bn));
+
+  // Element offsets of the tiles at k = 0, and how far one step of k moves them.
+  const uint32_t a = push(kA), bb = push(kB), c = push(kC), k_end = push(kK);
+  const uint32_t lda = push(kLda), ldb = push(kLdb), c_rs = push(kCRs), c_cs = push(kCCs);
+  const uint32_t a_tile = add(mul(z, push(kSa)), key.trans_a ? m0 : mul(m0, lda));
+  const uint32_t b_tile = add(mul(z, push(kSb)), key.trans_b ? mul(n0, ldb) : n0);
+  const uint32_t c_tile = add(mul(z, push(kSc)), add(mul(m0, c_rs), mul(n0, c_cs)));
+  const uint32_t layout_a = c32(key.trans_a ? ColumnMajor : RowMajor);
+  const uint32_t layout_b = c32(key.trans_b ? ColumnMajor : RowMajor);
+  const uint32_t layout_c = c32(key.c_column_major ? ColumnMajor : RowMajor);
+  const uint32_t c_stride = key.c_column_major ? c_cs : c_rs;
+  const uint32_t c_ptr = element_ptr(p_f32, c, c_tile, 4);
+
+  const uint32_t acc0 = key.accumulate ? b.op(OpCooperativeMatrixLoadKHR, t_c,
+                                              {c_ptr, layout_c, c_stride, kMemoryAccessAligned, 16})
+                                       : zero_c;
+  b.op_void(OpStore, {v_acc, acc0});
+  b.op_void(OpStore, {v_k, c32(0)});
+  const uint32_t l_header = b.fresh_id(), l_test = b.fresh_id(), l_body = b.fresh_id(),
+                 l_continue = b.fresh_id(), l_merge = b.fresh_id();
+  b.op_void(OpBranch, {l_header});
+
+  b.op_with_id(OpLabel, 0, l_header, {});
+  b.op_void(OpLoopMerge, {l_merge, l_continue, 0});
+  b.op_void(OpBranch, {l_test});
+
+  b.op_with_id(OpLabel, 0, l_test, {});
+  const uint32_t k_now = b.op(OpLoad, u32, {v_k});
+  b.op_void(OpBranchConditional, {b.op(OpULessThan, t_bool, {k_now, k_end}), l_body, l_merge});
+
+  b.op_with_id(OpLabel, 0, l_body, {});
+  const uint32_t k = b.op(OpLoad, u32, {v_k});
+  const uint32_t a_ptr = element_ptr(p_f16, a, add(a_tile, key.trans_a ? mul(k, lda) : k), 2);
+  const uint32_t b_ptr = element_ptr(p_f16, bb, add(b_tile, key.trans_b ? k : mul(k, ldb)), 2);
+  const uint32_t mat_a =
+      b.op(OpCooperativeMatrixLoadKHR, t_a, {a_ptr, layout_a, lda, kMemoryAccessAligned, 16});
+  const uint32_t mat_b =
+      b.op(OpCooperativeMatrixLoadKHR, t_b, {b_ptr, layout_b, ldb, kMemoryAccessAligned, 16});
+  const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
+  b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
+  b.op_void(OpBranch, {l_continue});
+
+  b.op_with_id(OpLabel, 0, l_continue, {});
+  b.op_void(OpStore, {v_k, add(b.op(OpLoad, u32, {v_k}), c32(tile.bk))});
+  b.op_void(OpBranch, {l_header});
+
+  b.op_with_id(OpLabel, 0, l_merge, {});
+  b.op_void(OpCooperativeMatrixStoreKHR,
+            {c_ptr, b.op(OpLoad, t_c, {v_acc}), layout_c, c_stride, kMemoryAccessAligned, 16});
+  b.op_void(OpReturn, {});
+  b.op_void(OpFunctionEnd, {});
+  return b.finish();
+}
+
+std::string workgroup_gemm_module(const WorkgroupGemmKey& key) {
+  const std::string name = fmt::format(
+      "matmul_{}_{}{}_c{}{}", key.tile.name(), key.trans_a ? 't' : 'n', key.trans_b ? 't' : 'n',
+      key.c_column_major ? "col" : "row", key.accumulate ? "_acc" : "");
+  if (!vk::Pipelines::has_module(name))
+    vk::Pipelines::register_generated(name, workgroup_gemm_spirv(key));
+  return name;
+}
+
+}  // namespace vkf::ops::detail
