@@ -170,4 +170,71 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   return out;
 }
 
+QkvProjections qkv_linear(const Tensor& x, const Tensor& w_q, const Tensor& w_k,
+                          const Tensor& w_v) {
+  const char* op = "qkv_linear";
+  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
+              "{}: x must be a non-empty f32 [..., in] tensor", op);
+  for (const Tensor* w : {&w_q, &w_k, &w_v}) {
+    VKF_REQUIRE(w->defined() && w->rank() == 2 && w->dim(1) == x.dim(-1),
+                "{}: each weight must be [out, {}], got {}", op, x.dim(-1),
+                w->defined() ? shape_str(w->shape()) : "undefined");
+  }
+  const detail::MatDesc a = detail::describe_rows(x);
+  const int64_t m = a.rows, nq = w_q.dim(0), nkv = w_k.dim(0), k = a.cols;
+  constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
+  const bool f16 = w_q.dtype() == DType::F16 && w_k.dtype() == DType::F16 &&
+                   w_v.dtype() == DType::F16 && w_k.shape() == w_v.shape();
+  const bool contiguous = w_q.is_contiguous() && w_k.is_contiguous() && w_v.is_contiguous();
+  const uint32_t lda = static_cast<uint32_t>(m == 1 ? 0 : a.rs);
+  // One dispatch needs the 16-byte path for all three (one RPT and VEC8 serve every part).
+  const bool vec8 = k % 8 == 0 && a.t.address() % 16 == 0 && lda % 4 == 0 &&
+                    w_q.address() % 16 == 0 && w_k.address() % 16 == 0 &&
+                    w_v.address() % 16 == 0;
+  if (!f16 || !contiguous || m > kMaxRows || a.cs != 1 || !vec8) {
+    return {linear(x, w_q), linear(x, w_k), linear(x, w_v)};
+  }
+  const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, nq + 2 * nkv, vec8);
+  const uint32_t groups_q = div_up(nq, detail::kSkinnyF16Cols * rpt);
+  const uint32_t groups_kv = div_up(nkv, detail::kSkinnyF16Cols * rpt);
+  if (groups_q + 2 * static_cast<int64_t>(groups_kv) > kMaxGroups)
+    return {linear(x, w_q), linear(x, w_k), linear(x, w_v)};
+  checked_u32((m - 1) * a.rs + k, "qkv_linear x extent");
+  checked_u32(nq * k, "qkv_linear weight elements");
+  auto out_shape = [&](int64_t n) {
+    Shape s = x.shape();
+    s.back() = n;
+    return s;
+  };
+  QkvProjections out{Tensor::empty(out_shape(nq)), Tensor::empty(out_shape(nkv)),
+                     Tensor::empty(out_shape(nkv))};
+  struct {
+    uint64_t a, wq, wk, wv, q, k, v;
+    uint32_t m, nq, k_dim, lda, ldb, nkv, groups_q, groups_kv, sa, sb;
+  } push{a.t.address(),
+         w_q.address(),
+         w_k.address(),
+         w_v.address(),
+         out.q.address(),
+         out.k.address(),
+         out.v.address(),
+         static_cast<uint32_t>(m),
+         static_cast<uint32_t>(nq),
+         static_cast<uint32_t>(k),
+         lda,
+         static_cast<uint32_t>(k),
+         static_cast<uint32_t>(nkv),
+         groups_q,
+         groups_kv,
+         0,
+         0};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, 1u, 0u, rpt};
+  const double n_all = static_cast<double>(nq + 2 * nkv);
+  launch("matmul_skinny_f16_qkv", push, Grid{groups_q + 2 * groups_kv, 1, 1},
+         {&a.t, &w_q, &w_k, &w_v}, {&out.q, &out.k, &out.v}, spec,
+         {2.0 * static_cast<double>(m * k) * n_all,
+          2.0 * n_all * static_cast<double>(k) + 4.0 * static_cast<double>(m * k) + 4.0 * m * n_all});
+  return out;
+}
+
 }  // namespace vkf::ops
