@@ -280,14 +280,6 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     q = qkv.slice(2, 0, Hq * D).contiguous();
     k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
     v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
-  } else if (residual && !s.qkv_bias) {
-    // A folded decode step has no adapter or trace on these projections: the three products in
-    // one dispatch where the weights allow (ops::qkv_linear; the same sums as below).
-    auto [pq, pk, pv] = ops::qkv_linear(h, P(n.q + ".weight"), P(n.k + ".weight"),
-                                        P(n.v + ".weight"));
-    q = std::move(pq);
-    k = std::move(pk);
-    v = std::move(pv);
   } else {
     q = nn::linear(L(n.q), h, P(n.q + ".weight"), bias(n.q, s.qkv_bias));
     k = nn::linear(L(n.k), h, P(n.k + ".weight"), bias(n.k, s.qkv_bias));

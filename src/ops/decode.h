@@ -48,16 +48,6 @@ void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias
 // which the fused kernel matches sum for sum. Not differentiable (inference).
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act);
 
-// An attention layer's three projections x W_q^T, x W_k^T, x W_v^T (no bias) of x: f32
-// [..., in]; W_k and W_v of one shape. Weights in f16 and at most 8 rows of x take one dispatch
-// (matmul_skinny_f16.comp's qkv variant); otherwise three linear() calls, which it matches bit for
-// bit. Not differentiable (inference).
-struct QkvProjections {
-  Tensor q, k, v;
-};
-QkvProjections qkv_linear(const Tensor& x, const Tensor& w_q, const Tensor& w_k,
-                          const Tensor& w_v);
-
 // Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
 // filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32
 // [B, 1, Hq, D]; caches: contiguous f32 [B, capacity, Hkv, D]; key_padding_mask: undefined or I32

@@ -19,22 +19,12 @@
 // for both: the same sums in the same order and the same final formula as two products followed
 // by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
 // ACT (id 3) picks the activation of activation.glsl.
-//
-// The `qkv` variant computes an attention layer's q, k and v projections in one dispatch: the
-// first groups_q workgroups take the q weight, the next groups_kv the k weight, the rest the v
-// weight (k and v of one shape), each writing its own contiguous output. Per output the same sums
-// as the plain kernel (alpha 1, beta 0, no bias), so the same bits as three products; one stage
-// instead of three, and the small k and v weights share the GPU with q's.
 //!variant gated -DGATED=1
-//!variant qkv -DQKV=1
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #ifndef GATED
 #define GATED 0
-#endif
-#ifndef QKV
-#define QKV 0
 #endif
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -72,17 +62,6 @@ layout(push_constant, std430) uniform Push {
   uint lda, ldb;
   uint c_rs;
   uint sa, sb;    // 0: one batch entry
-} p;
-#elif QKV
-layout(push_constant, std430) uniform Push {
-  F32Buf a;             // [M, K] (row stride lda)
-  uint64_t b, bk, bv;   // q weight [N, K], k and v weights [NKV, K], halves (row stride ldb)
-  uint64_t c, ck, cv;   // outputs [M, N], [M, NKV], [M, NKV], contiguous
-  uint M, N, K;
-  uint lda, ldb;
-  uint NKV;
-  uint groups_q, groups_kv;  // workgroups of the q part and of the k part
-  uint sa, sb;               // 0: one batch entry
 } p;
 #else
 #include "matmul_push.glsl"
@@ -144,22 +123,9 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % KS, col = tid / KS;
   const uint z = gl_WorkGroupID.z;
-  // The weight this workgroup reads, its row count and the workgroup's block within it.
-#if QKV
-  const uint gx = gl_WorkGroupID.x;
-  const uint part = gx < p.groups_q ? 0u : gx < p.groups_q + p.groups_kv ? 1u : 2u;
-  const uint group_x = gx - (part == 0u ? 0u : part == 1u ? p.groups_q : p.groups_q + p.groups_kv);
-  const uint64_t w_addr = part == 0u ? p.b : part == 1u ? p.bk : p.bv;
-  const uint64_t out_addr = part == 0u ? p.c : part == 1u ? p.ck : p.cv;
-  const uint N = part == 0u ? p.N : p.NKV;
-#else
-  const uint group_x = gl_WorkGroupID.x;
-  const uint64_t w_addr = uint64_t(p.b);
-  const uint N = p.N;
-#endif
   // The thread's weight rows: n0 + r * COLS, r < RPT (consecutive rows in consecutive groups of
   // KS threads, as with RPT = 1).
-  const uint n0 = group_x * COLS * RPT + col;
+  const uint n0 = gl_WorkGroupID.x * COLS * RPT + col;
   const uint abase = z * p.sa, bbase = z * p.sb;
   [[unroll]] for (uint r = 0; r < RMAX; ++r) {
     [[unroll]] for (uint m = 0; m < MMAX; ++m) {
@@ -171,10 +137,10 @@ void main() {
 #if GATED
   const uint64_t b2 = p.b2;
 #else
-  const uint64_t b2 = w_addr;
+  const uint64_t b2 = uint64_t(p.b);
 #endif
   if (VEC8) {
-    UVec4Buf w = UVec4Buf(w_addr), wu = UVec4Buf(b2);
+    UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
     const uint groups = p.K / 8;
     // UNROLL_R loads per row issued together (those past the row, or of rows past N, are skipped,
     // not issued). Each row's k is walked in increasing order, as with RPT = 1.
@@ -184,7 +150,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < RPT; ++r) {
           const uint n = n0 + r * COLS;
           const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
-          const bool ok = n < N && g + u * KS < groups;
+          const bool ok = n < p.N && g + u * KS < groups;
           wv[u][r] = ok ? w.v[row + g + u * KS] : uvec4(0);
           uv[u][r] = GATED != 0 && ok ? wu.v[row + g + u * KS] : uvec4(0);
         }
@@ -192,8 +158,8 @@ void main() {
       [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
         if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
     }
-  } else if (n0 < N) {  // RPT = 1 (the host's rule)
-    U16Buf w = U16Buf(w_addr), wu = U16Buf(b2);
+  } else if (n0 < p.N) {  // RPT = 1 (the host's rule)
+    U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
     const uint row = bbase + n0 * p.ldb;
     for (uint k = lane; k < p.K; k += KS) {
       const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
@@ -220,17 +186,12 @@ void main() {
     [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
     reduce_lanes(tid, lane);
     // gated_act.comp's formula on the values the two products would have stored.
-    if (lane == 0 && n < N) {
+    if (lane == 0 && n < p.N) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m)
         p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
     }
-#elif QKV
-    if (lane == 0 && n < N) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m)
-        F32Buf(out_addr).v[m * N + n] = float(red[m * LOCAL_SIZE + tid]);
-    }
 #else
-    if (lane == 0 && n < N) {
+    if (lane == 0 && n < p.N) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
     }
 #endif

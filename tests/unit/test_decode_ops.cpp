@@ -7,9 +7,8 @@
 // attention_decode_rope (outputs and cache contents bitwise those of rope_kv_write then
 // attention_decode, and close to ref::rope_apply then ref::attention; every layout, partial
 // rotary, splits, the precise build and the plain path), linear_accumulate (f32 and f16 weights)
-// gated_linear (fused kernel with 16-byte and scalar loads, and the composed fallback) against
-// ref::linear / ref::gated, and qkv_linear bitwise against three linear() calls; determinism; bad
-// input.
+// and gated_linear (fused kernel with 16-byte and scalar loads, and the composed fallback) against
+// ref::linear / ref::gated; determinism; bad input.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -527,49 +526,6 @@ TEST(DecodeOps, GatedLinear) {
                           ops::Activation::SiLU);
       },
       {"gated_linear", "one shape"});
-}
-
-// The q, k, v projections in one dispatch: each output bit for bit what linear() gives on the
-// same f16 weights (one row, 8 rows, every rows-per-thread choice, sizes that leave partial
-// workgroups) and close to ref::linear; f32 weights, and in % 8 != 0, take three linear() calls.
-TEST(DecodeOps, QkvLinear) {
-  Rng rng(27);
-  for (const auto& [rows, in, nq, nkv] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 64, 96, 24},
-                                          {8, 48, 70, 33},
-                                          {3, 37, 20, 12}}) {
-    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -2, 2));
-    const auto [wq, wqt] = half_weights(rng, nq, in);
-    const auto [wk, wkt] = half_weights(rng, nkv, in);
-    const auto [wv, wvt] = half_weights(rng, nkv, in);
-    const Tensor xt = test::to_gpu(x, {rows, 1, in});
-    const std::string what = "rows " + std::to_string(rows) + " in " + std::to_string(in);
-    for (const uint32_t rpt : {0u, 1u, 2u, 4u}) {
-      ops::detail::set_skinny_f16_rows_per_thread(rpt);
-      const uint64_t dispatches = vk::stream().dispatch_count();
-      const auto got = ops::qkv_linear(xt, wqt, wkt, wvt);
-      // One dispatch where in % 8 == 0 (16-byte loads), three products otherwise.
-      EXPECT_EQ(vk::stream().dispatch_count() - dispatches, in % 8 == 0 ? 1u : 3u) << what;
-      const std::string at = what + " rpt " + std::to_string(rpt);
-      EXPECT_EQ(got.q.shape(), (Shape{rows, 1, nq})) << at;
-      EXPECT_EQ(got.k.shape(), (Shape{rows, 1, nkv})) << at;
-      EXPECT_EQ(got.q.to_double(), ops::linear(xt, wqt).to_double()) << at << ": q";
-      EXPECT_EQ(got.k.to_double(), ops::linear(xt, wkt).to_double()) << at << ": k";
-      EXPECT_EQ(got.v.to_double(), ops::linear(xt, wvt).to_double()) << at << ": v";
-      test::expect_close(got.v, ref::linear(x, wv, {}, rows, in, nkv), 1e-5, 1e-5, at + " v ref");
-      test::expect_close(got.q, ref::linear(x, wq, {}, rows, in, nq), 1e-5, 1e-5, at + " q ref");
-    }
-    ops::detail::set_skinny_f16_rows_per_thread(0);
-  }
-  // f32 weights: three products.
-  const auto x = test::as_f32(rng.uniform(2 * 8));
-  const auto w = test::as_f32(rng.uniform(3 * 8));
-  const auto got = ops::qkv_linear(test::to_gpu(x, {2, 8}), test::to_gpu(w, {3, 8}),
-                                   test::to_gpu(w, {3, 8}), test::to_gpu(w, {3, 8}));
-  test::expect_close(got.k, ref::linear(x, w, {}, 2, 8, 3), 1e-5, 1e-5, "f32 weights");
-  test::expect_error(
-      [] { ops::qkv_linear(Tensor::zeros({2, 8}), Tensor::zeros({3, 8}), Tensor::zeros({4, 7}),
-                           Tensor::zeros({4, 8})); },
-      {"qkv_linear", "[out, 8]"});
 }
 
 }  // namespace
