@@ -54,14 +54,23 @@ enum PushMember : uint32_t {
 }  // namespace
 
 std::string WorkgroupTile::name() const {
-  return fmt::format("wg{}x{}x{}", bm, bn, bk);
+  return fmt::format("{}{}x{}x{}", tensor_loads ? "wgt" : "wg", bm, bn, bk);
 }
 
 const std::vector<WorkgroupTile>& workgroup_tiles() {
-  static const std::vector<WorkgroupTile> tiles = {
-      {128, 256, 32}, {256, 128, 32}, {128, 128, 32}, {128, 128, 64},
-      {128, 64, 32},  {64, 128, 32},  {64, 64, 32},
-  };
+  static const std::vector<WorkgroupTile> tiles = [] {
+    std::vector<WorkgroupTile> all;
+    for (bool tensor : {false, true})
+      for (const auto& [bm, bn, bk] : {std::tuple{128u, 256u, 32u},
+                                       {256u, 128u, 32u},
+                                       {128u, 128u, 32u},
+                                       {128u, 128u, 64u},
+                                       {128u, 64u, 32u},
+                                       {64u, 128u, 32u},
+                                       {64u, 64u, 32u}})
+        all.push_back({bm, bn, bk, tensor});
+    return all;
+  }();
   return tiles;
 }
 
@@ -77,11 +86,13 @@ std::string workgroup_tile_names() {
   return all;
 }
 
-std::string workgroup_unsupported() {
+std::string workgroup_unsupported(bool tensor_loads) {
   const auto& info = vk::Context::get().info();
   if (coopmat_emulation()) return "the cooperative-matrix emulation is on";
   if (!info.workgroup_matrices)
     return "the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2)";
+  if (tensor_loads && !info.workgroup_tensor_addressing)
+    return "the device has no tensor-addressed cooperative-matrix loads";
   if (!info.float16_arithmetic || !info.storage16 || !info.int64)
     return "the device lacks 16-bit floats, 16-bit storage or 64-bit integers";
   if (info.workgroup_matrix_max_invocations < kInvocations)
@@ -104,7 +115,7 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t batch, int64_t m, int64_t n,
   const std::string choice = coopmat_choice();
   const WorkgroupTile* forced = find_workgroup_tile(choice);
   if (choice != "auto" && !forced) return std::nullopt;
-  if (!workgroup_unsupported().empty()) return std::nullopt;
+  if (!forced || !workgroup_unsupported(forced->tensor_loads).empty()) return std::nullopt;
   const uint32_t max_dim = vk::Context::get().info().workgroup_matrix_max_dimension;
   auto fits = [&](const WorkgroupTile& t) {
     return m % t.bm == 0 && n % t.bn == 0 && k % t.bk == 0 && t.bm <= max_dim && t.bn <= max_dim &&
@@ -112,10 +123,9 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t batch, int64_t m, int64_t n,
   };
   (void)batch;
   // Only when a tile is named: auto never picks this kernel. Measured on the H200 (driver
-  // 580.159.04, bench/RESULTS.md), its best tile reaches 65 TFLOP/s on 4096^3 where the
-  // subgroup-scope kernel reaches 153: loaded straight from memory, the driver's staging of
-  // workgroup-scope matrices does not overlap loads with the products.
-  if (forced && fits(*forced)) return *forced;
+  // 580.159.04, bench/RESULTS.md), its best tile reaches 65 TFLOP/s on 4096^3 with strided loads
+  // and 45 with tensor-addressed ones, where the subgroup-scope kernel reaches 153.
+  if (fits(*forced)) return *forced;
   return std::nullopt;
 }
 
@@ -125,8 +135,14 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   for (uint32_t cap : {CapShader, CapFloat16, CapInt64, CapStorageBuffer16BitAccess,
                        CapPhysicalStorageBufferAddresses, CapCooperativeMatrixKHR})
     b.capability(cap);
+  const bool tensor = key.tile.tensor_loads;
+  if (tensor) {
+    b.capability(CapTensorAddressingNV);
+    b.capability(CapCooperativeMatrixTensorAddressingNV);
+  }
   b.extension("SPV_KHR_cooperative_matrix");
   b.extension("SPV_NV_cooperative_matrix2");
+  if (tensor) b.extension("SPV_NV_tensor_addressing");
   b.memory_model(kAddressingPhysicalStorageBuffer64, kMemoryModelGLSL450);
 
   // Types.
@@ -157,6 +173,20 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   const uint32_t p_fn_c = b.type(OpTypePointer, {Function, t_c});
   const uint32_t p_fn_u32 = b.type(OpTypePointer, {Function, u32});
   const uint32_t zero_c = b.constant_composite(t_c, {b.constant_f32(0.0f)});
+  // Tensor addressing: an operand is a 2-D tensor (no clamping: tiles divide it) of halves at a
+  // pointer to its first element; a transposed one is read through a view swapping the two
+  // dimensions.
+  uint32_t t_layout = 0, t_view = 0, p_f16_array = 0, zero_a = 0, zero_b = 0;
+  if (tensor) {
+    const uint32_t f16_array = b.type(OpTypeRuntimeArray, {f16});
+    b.decorate(f16_array, ArrayStride, {2});
+    p_f16_array = b.type(OpTypePointer, {PhysicalStorageBuffer, f16_array});
+    t_layout = b.type(OpTypeTensorLayoutNV, {c32(2), c32(kTensorClampUndefined)});
+    t_view = b.type(OpTypeTensorViewNV,
+                    {c32(2), b.constant(t_bool, {}, OpConstantFalse), c32(1), c32(0)});
+    zero_a = b.constant_composite(t_a, {b.constant_f16(0)});
+    zero_b = b.constant_composite(t_b, {b.constant_f16(0)});
+  }
 
   // Interface: the push constants and two built-ins.
   const uint32_t v_push = b.global_variable(p_push, PushConstant);
@@ -218,11 +248,61 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   const uint32_t a_tile = add(mul(z, push(kSa)), key.trans_a ? m0 : mul(m0, lda));
   const uint32_t b_tile = add(mul(z, push(kSb)), key.trans_b ? mul(n0, ldb) : n0);
   const uint32_t c_tile = add(mul(z, push(kSc)), add(mul(m0, c_rs), mul(n0, c_cs)));
-  const uint32_t layout_a = c32(key.trans_a ? ColumnMajor : RowMajor);
-  const uint32_t layout_b = c32(key.trans_b ? ColumnMajor : RowMajor);
   const uint32_t layout_c = c32(key.c_column_major ? ColumnMajor : RowMajor);
   const uint32_t c_stride = key.c_column_major ? c_cs : c_rs;
   const uint32_t c_ptr = element_ptr(p_f32, c, c_tile, 4);
+
+  // Tensor addressing: each operand's layout (stored rows x columns, row stride ld) at its batch
+  // entry, made once; the loop slices it at each k.
+  uint32_t a_tensor = 0, b_tensor = 0, layout_a = 0, layout_b = 0, view = 0;
+  if (tensor) {
+    const uint32_t m_end = push(kM), n_end = push(kN);
+    const auto make_layout = [&](uint32_t rows, uint32_t cols, uint32_t ld) {
+      const uint32_t fresh = b.op(OpCreateTensorLayoutNV, t_layout, {});
+      const uint32_t sized = b.op(OpTensorLayoutSetDimensionNV, t_layout, {fresh, rows, cols});
+      return b.op(OpTensorLayoutSetStrideNV, t_layout, {sized, ld, c32(1)});
+    };
+    a_tensor = element_ptr(p_f16_array, a, mul(z, push(kSa)), 2);
+    b_tensor = element_ptr(p_f16_array, bb, mul(z, push(kSb)), 2);
+    layout_a = key.trans_a ? make_layout(k_end, m_end, lda) : make_layout(m_end, k_end, lda);
+    layout_b = key.trans_b ? make_layout(n_end, k_end, ldb) : make_layout(k_end, n_end, ldb);
+    if (key.trans_a || key.trans_b) view = b.op(OpCreateTensorViewNV, t_view, {});
+  }
+  // The BM x BK tile of A and the BK x BN tile of B at k.
+  const auto load_a = [&](uint32_t k) {
+    if (!tensor) {
+      const uint32_t ptr = element_ptr(p_f16, a, add(a_tile, key.trans_a ? mul(k, lda) : k), 2);
+      return b.op(OpCooperativeMatrixLoadKHR, t_a,
+                  {ptr, c32(key.trans_a ? ColumnMajor : RowMajor), lda, kMemoryAccessAligned, 16});
+    }
+    const uint32_t slice =
+        key.trans_a
+            ? b.op(OpTensorLayoutSliceNV, t_layout, {layout_a, k, c32(tile.bk), m0, c32(tile.bm)})
+            : b.op(OpTensorLayoutSliceNV, t_layout, {layout_a, m0, c32(tile.bm), k, c32(tile.bk)});
+    std::vector<uint32_t> operands = {a_tensor, zero_a, slice, kMemoryAccessAligned, 16};
+    if (key.trans_a)
+      operands.insert(operands.end(), {kTensorAddressingTensorView, view});
+    else
+      operands.push_back(0);
+    return b.op(OpCooperativeMatrixLoadTensorNV, t_a, operands);
+  };
+  const auto load_b = [&](uint32_t k) {
+    if (!tensor) {
+      const uint32_t ptr = element_ptr(p_f16, bb, add(b_tile, key.trans_b ? k : mul(k, ldb)), 2);
+      return b.op(OpCooperativeMatrixLoadKHR, t_b,
+                  {ptr, c32(key.trans_b ? ColumnMajor : RowMajor), ldb, kMemoryAccessAligned, 16});
+    }
+    const uint32_t slice =
+        key.trans_b
+            ? b.op(OpTensorLayoutSliceNV, t_layout, {layout_b, n0, c32(tile.bn), k, c32(tile.bk)})
+            : b.op(OpTensorLayoutSliceNV, t_layout, {layout_b, k, c32(tile.bk), n0, c32(tile.bn)});
+    std::vector<uint32_t> operands = {b_tensor, zero_b, slice, kMemoryAccessAligned, 16};
+    if (key.trans_b)
+      operands.insert(operands.end(), {kTensorAddressingTensorView, view});
+    else
+      operands.push_back(0);
+    return b.op(OpCooperativeMatrixLoadTensorNV, t_b, operands);
+  };
 
   const uint32_t acc0 = key.accumulate ? b.op(OpCooperativeMatrixLoadKHR, t_c,
                                               {c_ptr, layout_c, c_stride, kMemoryAccessAligned, 16})
@@ -243,12 +323,7 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
 
   b.op_with_id(OpLabel, 0, l_body, {});
   const uint32_t k = b.op(OpLoad, u32, {v_k});
-  const uint32_t a_ptr = element_ptr(p_f16, a, add(a_tile, key.trans_a ? mul(k, lda) : k), 2);
-  const uint32_t b_ptr = element_ptr(p_f16, bb, add(b_tile, key.trans_b ? k : mul(k, ldb)), 2);
-  const uint32_t mat_a =
-      b.op(OpCooperativeMatrixLoadKHR, t_a, {a_ptr, layout_a, lda, kMemoryAccessAligned, 16});
-  const uint32_t mat_b =
-      b.op(OpCooperativeMatrixLoadKHR, t_b, {b_ptr, layout_b, ldb, kMemoryAccessAligned, 16});
+  const uint32_t mat_a = load_a(k), mat_b = load_b(k);
   const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
   b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
   b.op_void(OpBranch, {l_continue});

@@ -25,7 +25,11 @@ namespace vkf::ops::detail {
 
 struct WorkgroupTile {
   uint32_t bm, bn, bk;
-  std::string name() const;  // "wg128x128x32"
+  // Operands loaded through tensor layouts (SPV_NV_tensor_addressing: the layout knows the whole
+  // operand's extent and strides, and a transposed operand is read through a transposing view)
+  // rather than as strided matrices at the tile's corner.
+  bool tensor_loads = false;
+  std::string name() const;  // "wg128x128x32", or "wgt..." with tensor_loads
 };
 
 // Every tile the kernel can be built with; the choice must name one (auto does not use them).
@@ -33,8 +37,9 @@ const std::vector<WorkgroupTile>& workgroup_tiles();
 const WorkgroupTile* find_workgroup_tile(const std::string& name);
 std::string workgroup_tile_names();
 
-// Why the current device cannot run the kernel, or "".
-std::string workgroup_unsupported();
+// Why the current device cannot run the kernel (with tensor-addressed loads: `tensor_loads`), or
+// "".
+std::string workgroup_unsupported(bool tensor_loads = false);
 
 // One generated module: the tile, how A and B are stored (TRANS: element (r, c) at c*ld + r), how
 // C is stored (column-major: c_rs == 1), and whether C's old value is added (beta == 1).

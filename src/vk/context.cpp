@@ -269,6 +269,7 @@ Context::Context(std::optional<int> requested) {
     extensions.push_back("VK_KHR_cooperative_matrix");
     extensions.push_back("VK_NV_cooperative_matrix2");
     info_.workgroup_matrices = true;
+    info_.workgroup_tensor_addressing = wg_features.coopmat2.cooperativeMatrixTensorAddressing;
   }
   if (info_.memory_budget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   // Pipeline statistics (register counts and the like, printed as each pipeline is created) are

@@ -331,7 +331,8 @@ bool query_workgroup_matrix_features(VkPhysicalDevice device, WorkgroupMatrixFea
       !nv2.cooperativeMatrixFlexibleDimensions)
     return false;
   f.khr = {kCoopmatKhrFeaturesType, nullptr, VK_TRUE, VK_FALSE};
-  f.coopmat2 = {kCoopmat2FeaturesType, nullptr, VK_TRUE, VK_TRUE, 0, 0, 0, 0, 0};
+  f.coopmat2 = {kCoopmat2FeaturesType, nullptr, VK_TRUE, VK_TRUE, 0, 0, 0,
+                nv2.cooperativeMatrixTensorAddressing, 0};
   return true;
 }
 

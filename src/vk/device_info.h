@@ -76,8 +76,10 @@ struct DeviceInfo {
   uint32_t workgroup_matrix_max_invocations = 0;
   uint32_t workgroup_matrix_max_dimension = 0;
   uint32_t workgroup_matrix_reserved_shared = 0;
-  // Set by the context once workgroup-scope matrices are enabled on the logical device.
+  // Set by the context once workgroup-scope matrices (and tensor-addressed loads of them) are
+  // enabled on the logical device.
   bool workgroup_matrices = false;
+  bool workgroup_tensor_addressing = false;
 
   std::string type_name() const;
   std::string api_string() const;
@@ -110,8 +112,8 @@ struct WorkgroupMatrixFeatures {
   Coopmat2Features coopmat2{};
 };
 // Whether the device has cooperative matrices (KHR) with workgroup scope and flexible dimensions
-// (NV 2); if so, fills `f` with exactly those features switched on, ready to chain into
-// VkDeviceCreateInfo.
+// (NV 2); if so, fills `f` with exactly those features switched on (and tensor addressing where
+// the device has it), ready to chain into VkDeviceCreateInfo.
 bool query_workgroup_matrix_features(VkPhysicalDevice device, WorkgroupMatrixFeatures& f);
 
 // Reads the capabilities of every physical device of the instance, in enumeration order.

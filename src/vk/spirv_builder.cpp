@@ -106,6 +106,11 @@ uint32_t SpirvBuilder::constant_f32(float value) {
   return constant(type(spv::OpTypeFloat, {32}), {bits}, spv::OpConstant);
 }
 
+uint32_t SpirvBuilder::constant_f16(uint16_t bits) {
+  // A 16-bit literal takes one word, its value in the low-order bits.
+  return constant(type(spv::OpTypeFloat, {16}), {bits}, spv::OpConstant);
+}
+
 uint32_t SpirvBuilder::constant_composite(uint32_t type_id,
                                           const std::vector<uint32_t>& constituents) {
   return constant(type_id, constituents, spv::OpConstantComposite);

@@ -26,9 +26,11 @@ enum Op : uint32_t {
   OpTypeInt = 21,
   OpTypeFloat = 22,
   OpTypeVector = 23,
+  OpTypeRuntimeArray = 29,
   OpTypeStruct = 30,
   OpTypePointer = 32,
   OpTypeFunction = 33,
+  OpConstantFalse = 42,
   OpConstant = 43,
   OpConstantComposite = 44,
   OpFunction = 54,
@@ -59,6 +61,15 @@ enum Op : uint32_t {
   OpCooperativeMatrixLoadKHR = 4457,
   OpCooperativeMatrixStoreKHR = 4458,
   OpCooperativeMatrixMulAddKHR = 4459,
+  // SPV_NV_tensor_addressing and SPV_NV_cooperative_matrix2.
+  OpCooperativeMatrixLoadTensorNV = 5367,
+  OpTypeTensorLayoutNV = 5370,
+  OpTypeTensorViewNV = 5371,
+  OpCreateTensorLayoutNV = 5372,
+  OpTensorLayoutSetDimensionNV = 5373,
+  OpTensorLayoutSetStrideNV = 5374,
+  OpTensorLayoutSliceNV = 5375,
+  OpCreateTensorViewNV = 5377,
 };
 enum Capability : uint32_t {
   CapShader = 1,
@@ -67,6 +78,8 @@ enum Capability : uint32_t {
   CapStorageBuffer16BitAccess = 4433,
   CapPhysicalStorageBufferAddresses = 5347,
   CapCooperativeMatrixKHR = 6022,
+  CapCooperativeMatrixTensorAddressingNV = 5433,
+  CapTensorAddressingNV = 5439,
 };
 enum StorageClass : uint32_t {
   Input = 1,
@@ -74,7 +87,7 @@ enum StorageClass : uint32_t {
   PushConstant = 9,
   PhysicalStorageBuffer = 5349,
 };
-enum Decoration : uint32_t { Block = 2, BuiltIn = 11, Offset = 35 };
+enum Decoration : uint32_t { Block = 2, ArrayStride = 6, BuiltIn = 11, Offset = 35 };
 enum BuiltInValue : uint32_t { NumWorkgroups = 24, WorkgroupId = 26 };
 enum Scope : uint32_t { ScopeWorkgroup = 2, ScopeSubgroup = 3 };
 enum MatrixUse : uint32_t { UseA = 0, UseB = 1, UseAccumulator = 2 };
@@ -84,6 +97,8 @@ constexpr uint32_t kMemoryModelGLSL450 = 1;
 constexpr uint32_t kExecutionModelGLCompute = 5;
 constexpr uint32_t kExecutionModeLocalSize = 17;
 constexpr uint32_t kMemoryAccessAligned = 0x2;
+constexpr uint32_t kTensorAddressingTensorView = 0x1;
+constexpr uint32_t kTensorClampUndefined = 0;
 }  // namespace spv
 
 class SpirvBuilder {
@@ -107,6 +122,9 @@ class SpirvBuilder {
   uint32_t constant_u32(uint32_t value);
   uint32_t constant_u64(uint64_t value);
   uint32_t constant_f32(float value);
+  uint32_t constant_f16(uint16_t bits);
+  // Any other constant instruction: `opcode` with result type `type_id` and these value words.
+  uint32_t constant(uint32_t type_id, const std::vector<uint32_t>& values, uint32_t opcode);
   // A composite constant of `type` from its constituents (a cooperative matrix takes one).
   uint32_t constant_composite(uint32_t type, const std::vector<uint32_t>& constituents);
   // A module-scope variable.
@@ -125,7 +143,6 @@ class SpirvBuilder {
 
  private:
   static void emit(std::vector<uint32_t>& out, uint32_t opcode, const std::vector<uint32_t>& words);
-  uint32_t constant(uint32_t type_id, const std::vector<uint32_t>& values, uint32_t opcode);
   static std::vector<uint32_t> string_words(const std::string& s);
 
   uint32_t next_id_ = 1;
