@@ -34,17 +34,24 @@ double atol_for(int64_t k) {
 }
 constexpr double kRtol = 1e-5;
 
-// Restores every setting a test changes, also when it fails.
+// Restores every setting a test changes, also when it fails. Split-K starts off, so that each
+// case is the one product it describes on every device (GPUs split few-tile products by default).
 struct Restore {
+  Restore() { ops::detail::set_split_k(-1); }
   ~Restore() {
-    ops::detail::set_tiled_variant("new");
-    ops::detail::set_tile_choice(TileChoice::Auto);
+    ops::detail::set_tiled_variant(variant);
+    ops::detail::set_tile_choice(tile);
     ops::detail::set_grid_limit(65535);
     ops::detail::set_split_k(0);
-    ops::detail::set_coopmat_choice("auto");
-    set_matmul_precision(MatmulPrecision::F32);
-    set_math_mode(MathMode::Fast);
+    ops::detail::set_coopmat_choice(coopmat);
+    set_matmul_precision(precision);
+    set_math_mode(math);
   }
+  std::string variant = ops::detail::tiled_variant();
+  TileChoice tile = ops::detail::tile_choice();
+  std::string coopmat = ops::detail::coopmat_choice();
+  MatmulPrecision precision = matmul_precision();
+  MathMode math = math_mode();
 };
 
 // Which operands the pipelined kernel should read with 16-byte loads, where a case knows.
