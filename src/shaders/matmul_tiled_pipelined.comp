@@ -7,14 +7,17 @@
 //   current one is multiplied and written to the other buffer after it, so a slice costs one
 //   barrier instead of two.
 // - 16-byte global loads (VEC4_A / VEC4_B, set by the host where every line of the operand starts
-//   16-byte aligned -- 8-byte for the f16 B of the f16b variant): each thread reads chunks of 4
-//   consecutive elements along the operand's contiguous dimension. A chunk that crosses the edge of
-//   the matrix is read element by element with bounds checks, as is every element of an operand
-//   that is not aligned (chunks of 1: the thread order of matmul_tiled). Elements outside the
-//   matrix are zero, so the k tail adds exact zeros.
+//   16-byte aligned -- 8-byte for the f16 B of the f16b variant -- and each thread's share of a
+//   slice is whole chunks): each thread reads chunks of 4 consecutive elements along the operand's
+//   contiguous dimension, fewer load instructions and address computations per slice, and stores
+//   a chunk along a shared row as one vec4. A chunk that crosses the edge of the matrix is read
+//   element by element with bounds checks, as is every element of an operand that is not aligned
+//   (chunks of 1: the thread order of matmul_tiled). Elements outside the matrix are zero, so the
+//   k tail adds exact zeros.
 // - The 32 invocations of a warp cover a block of 8 x 4 threads of the 16 x 16 grid (WARP_BLOCKS)
 //   instead of two rows of 16: a k step reads 4 distinct vec4 of A and 8 of B per warp (each
-//   broadcast, free of bank conflicts) instead of 2 and 16, half the shared-memory traffic of B.
+//   broadcast, free of bank conflicts) instead of 2 and 16, so each of B's reads is one 128-byte
+//   wavefront instead of two.
 // - Workgroups are rasterized in bands of GROUP_M tile rows (as matmul_coopmat.comp) so that tiles
 //   running at the same time share their operands' slices in L2.
 // Each option can be turned off (for A/B timing: ops::detail::set_tiled_variant, VKF_TILED_GEMM).
