@@ -4,10 +4,14 @@
 // timestamps), and the GFLOP/s that gives (2*M*N*K flops per call). In fp32 (default) or f16
 // precision (operands rounded to f16, fp32 accumulation: tensor cores where the device has NV
 // cooperative matrices). --check compares each result with a CPU reference in double on the same
-// (rounded) operands. Results go in bench/RESULTS.md by hand.
+// (rounded) operands. --tiled-variant old,new runs each product on each implementation of the
+// fp32 tiled kernel (ops::detail::set_tiled_variant), one row each, and compares every tiled
+// result bit for bit with the first one's (column "bits": same, or how many elements differ).
+// Results go in bench/RESULTS.md by hand.
 //
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
-//                [--tile auto|medium|large] [--precision fp32|f16] [--check]
+//                [--tile auto|medium|large] [--tiled-variant V,...] [--precision fp32|f16]
+//                [--check]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
 //                [--coopmat-operands f16|f32|all]
 // mode is nn (default), nt (A B^T, the linear layout), tn (A^T B) or tt.
@@ -18,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -208,6 +213,11 @@ int run(int argc, char** argv) {
                  "f32 -> f16 conversion of the tensor-core kernel: auto, exact (integer), hw "
                  "(where the device guarantees its rounding), all")
       ->check(CLI::IsMember({"auto", "exact", "hw", "all"}));
+  std::string tiled_variants;
+  app.add_option("--tiled-variant", tiled_variants,
+                 "implementations of the fp32 tiled kernel to run, comma-separated: old, new, or "
+                 "new with options such as new/bk16 (see matmul_kernels.h); default: "
+                 "VKF_TILED_GEMM, else new. With several, tiled results are compared bit for bit");
   std::string coopmat_operands = "f16";
   app.add_option("--coopmat-operands", coopmat_operands,
                  "tensor-core kernel operands: f16 (f32 inputs converted once per call, timed "
@@ -246,9 +256,24 @@ int run(int argc, char** argv) {
   else if (coopmat_convert == "exact") converts = {F16Convert::Exact};
   else if (coopmat_convert == "hw") converts = {F16Convert::Hardware};
   else converts = {F16Convert::Auto};
+  std::vector<std::string> variants = {detail::tiled_variant()};
+  if (!tiled_variants.empty()) variants = vkf::bench::split_list(tiled_variants);
+  for (const auto& v : variants) detail::set_tiled_variant(v);  // validates names
+  const bool compare_bits = variants.size() > 1;
   std::vector<bool> operand_modes;
   if (coopmat_operands != "f32") operand_modes.push_back(true);
   if (coopmat_operands != "f16") operand_modes.push_back(false);
+  // The settings to run each shape under after the tensor-core tile (one row each, where they
+  // change the kernel).
+  struct Setting {
+    std::string tiled_variant;
+    F16Convert convert;
+    bool f16_operands;
+  };
+  std::vector<Setting> settings;
+  for (const auto& v : variants)
+    for (const auto& [convert, f16_operands] : pairs(converts, operand_modes))
+      settings.push_back({v, convert, f16_operands});
 
   const Timer timer{ctx.info().timestamps};
   const auto support = detail::coopmat_support();
@@ -262,12 +287,16 @@ int run(int argc, char** argv) {
                                    ? "available"
                                    : "unavailable (no f16 RTE / subnormal guarantee)")
                  : "; no cooperative matrices (" + support.unsupported + ")");
-  fmt::print("timing: median of up to {} calls after one warm-up, {}\n\n", repeats,
+  fmt::print("timing: median of up to {} calls after one warm-up, {}\n", repeats,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
-  fmt::print("{:>22}  {:>4}  {:<36}  {:>10}  {:>10}  {:>9}{}\n", "M x N x K", "mode", "kernel",
-             "ms", "best ms", "GFLOP/s", check ? "  max err/sum|ab|  check" : "");
+  if (compare_bits)
+    fmt::print("tiled variants: {} (each tiled result compared bit for bit with the first)\n",
+               fmt::join(variants, ", "));
+  fmt::print("\n{:>22}  {:>4}  {:<36}  {:>10}  {:>10}  {:>9}{}{}\n", "M x N x K", "mode", "kernel",
+             "ms", "best ms", "GFLOP/s", check ? "  max err/sum|ab|  check" : "",
+             compare_bits ? "  bits" : "");
 
-  bool all_pass = true;
+  bool all_pass = true, all_same = true;
   for (const Case& c : cases) {
     const auto a_host = random_values(c.m * c.k, 1), b_host = random_values(c.k * c.n, 2);
     const Tensor a = Tensor::from_host(std::span<const float>(a_host),
@@ -276,13 +305,17 @@ int run(int argc, char** argv) {
                                        c.trans_b ? vkf::Shape{c.n, c.k} : vkf::Shape{c.k, c.n});
     const Tensor out = Tensor::empty({c.m, c.n});
     std::string last_plan;
+    std::vector<float> first_tiled;  // the first tiled result of this product, for "bits"
     for (const auto& choice : tile_choices) {
-      for (const auto& [convert, f16_operands] : pairs(converts, operand_modes)) {
+      for (const auto& [variant, convert, f16_operands] : settings) {
+        detail::set_tiled_variant(variant);
         detail::set_coopmat_choice(choice);
         detail::set_f16_convert(convert);
         detail::set_coopmat_f16_operands(f16_operands);
         std::string plan = detail::gemm_plan(1, c.m, c.n, c.k);
         if (plan.rfind("coopmat", 0) == 0) plan += f16_operands ? " f16-in" : " f32-in";
+        // gemm_plan names a tiled variant other than the default; side by side, name it too.
+        if (compare_bits && plan.rfind("tiled", 0) == 0 && variant == "new") plan += " new";
         if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
         last_plan = plan;
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
@@ -299,6 +332,19 @@ int run(int argc, char** argv) {
           all_pass = all_pass && r.pass;
           verdict = fmt::format("  {:>15.3e}  {}", r.max_rel, r.pass ? "PASS" : "FAIL");
         }
+        if (compare_bits && plan.rfind("tiled", 0) == 0) {
+          const std::vector<float> got = out.to_float();
+          if (first_tiled.empty()) {
+            first_tiled = got;
+            verdict += "  first";
+          } else {
+            int64_t differ = 0;
+            for (size_t i = 0; i < got.size(); ++i)
+              differ += std::memcmp(&got[i], &first_tiled[i], sizeof(float)) != 0;
+            all_same = all_same && differ == 0;
+            verdict += differ == 0 ? "  same" : fmt::format("  DIFF in {} elements", differ);
+          }
+        }
         fmt::print("{:>22}  {:>4}  {:<36}  {:>10.3f}  {:>10.3f}  {:>9.1f}{}\n",
                    fmt::format("{} x {} x {}", c.m, c.n, c.k), c.mode(), plan, med, best,
                    flops / (med * 1e6), verdict);
@@ -307,7 +353,10 @@ int run(int argc, char** argv) {
     }
   }
   if (check) fmt::print("\ncheck: {}\n", all_pass ? "all PASS" : "some FAIL");
-  return check && !all_pass ? 2 : 0;
+  if (compare_bits)
+    fmt::print("bits: {}\n",
+               all_same ? "every tiled variant gave the same bits" : "tiled variants DIFFER");
+  return (check && !all_pass) || !all_same ? 2 : 0;
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Strided matrix descriptions, kernel choice and dispatch for the GEMM family (see
 // matmul_kernels.h). Problems larger than one dispatch's 65535 workgroups per dimension are split
-// into several dispatches over sub-ranges of the batch, rows and columns. In F16 precision the
+// into several dispatches over sub-ranges of the batch, rows and columns. The tiled kernel has two
+// implementations with bitwise the same results (set_tiled_variant). In F16 precision the
 // tensor-core kernel (matmul_coopmat.h) replaces the tiled one where the device allows, and the
 // portable kernels round their operands to f16 (a specialization constant).
 #include "ops/matmul_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <thread>
 
@@ -67,6 +69,62 @@ struct Tile {
 constexpr Tile kMedium{4, 4, 16}, kLarge{8, 8, 8};
 
 TileChoice g_tile_choice = TileChoice::Auto;
+
+// The tiled kernel's implementation and the options of the pipelined one (see set_tiled_variant);
+// the defaults are plain "new".
+struct TiledVariant {
+  bool pipelined = true;      // matmul_tiled_pipelined.comp, else matmul_tiled.comp
+  uint32_t large_bk = 8;      // slice depth of the 128x128 tile
+  bool double_buffer = true;  // two shared buffers, one barrier per slice
+  bool vec4 = true;           // 16-byte loads where the operand allows
+  uint32_t group_m = 8;       // tile rows per rasterization band (1: row-major)
+  bool warp_blocks = true;    // warps of 8x4 threads
+};
+constexpr const char* kTiledVariantChoices =
+    "use old, new, or new followed by any of /bk16 /single /scalar /rowmajor /warp16x2 (e.g. "
+    "new/bk16/single)";
+
+std::optional<TiledVariant> parse_tiled_variant(const std::string& text) {
+  TiledVariant v;
+  if (text == "old") {
+    v.pipelined = false;
+    return v;
+  }
+  if (text.rfind("new", 0) != 0) return std::nullopt;
+  size_t at = 3;
+  while (at < text.size()) {
+    if (text[at] != '/') return std::nullopt;
+    const size_t end = std::min(text.find('/', at + 1), text.size());
+    const std::string option = text.substr(at + 1, end - at - 1);
+    at = end;
+    if (option == "bk16") {
+      v.large_bk = 16;
+    } else if (option == "single") {
+      v.double_buffer = false;
+    } else if (option == "scalar") {
+      v.vec4 = false;
+    } else if (option == "rowmajor") {
+      v.group_m = 1;
+    } else if (option == "warp16x2") {
+      v.warp_blocks = false;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return v;
+}
+
+TiledLoadCounts g_tiled_loads;
+
+std::string& tiled_variant_slot() {
+  static std::string variant = [] {
+    const char* env = std::getenv("VKF_TILED_GEMM");
+    if (!env || !*env) return std::string("new");
+    VKF_REQUIRE(parse_tiled_variant(env), "VKF_TILED_GEMM='{}': {}", env, kTiledVariantChoices);
+    return std::string(env);
+  }();
+  return variant;
+}
 
 uint64_t byte_address(const Tensor& t, int64_t element_offset) {
   return t.address() + static_cast<uint64_t>(element_offset) * dtype_size(t.dtype());
@@ -186,17 +244,67 @@ void for_each_grid_part(int64_t batch, int64_t m, int64_t n, int64_t bm, int64_t
   }
 }
 
+// The tile and implementation of the tiled kernel for a problem, and the plan's name: the variant
+// as set, plus "/single" where the device lacks shared memory for two buffers.
+struct TiledPlan {
+  Tile tile;
+  TiledVariant variant;
+  std::string name;
+};
+TiledPlan tiled_plan(int64_t batch, int64_t m, int64_t n) {
+  TiledPlan plan{pick_tile(batch, m, n), *parse_tiled_variant(tiled_variant_slot()),
+                 tiled_variant_slot()};
+  TiledVariant& v = plan.variant;
+  if (!v.pipelined) return plan;
+  Tile& t = plan.tile;
+  if (t.tm == kLarge.tm && t.tn == kLarge.tn) t.bk = v.large_bk;
+  // Mirrors the shared arrays of matmul_tiled_pipelined.comp: per buffer, BK rows of BM + 4 and
+  // of BN + 4 floats.
+  auto shared_bytes = [&t](uint32_t stages) {
+    return stages * t.bk * (t.bm() + 4 + t.bn() + 4) * 4;
+  };
+  const uint32_t limit = vk::Context::get().info().max_shared_memory;
+  if (v.double_buffer && shared_bytes(2) > limit) {
+    v.double_buffer = false;
+    plan.name += "/single";
+  }
+  VKF_REQUIRE(shared_bytes(v.double_buffer ? 2 : 1) <= limit,
+              "tiled GEMM variant '{}': its {}x{}x{} tile needs {} bytes of shared memory, the "
+              "device allows {}; choose another variant (VKF_TILED_GEMM)",
+              plan.name, t.bm(), t.bn(), t.bk, shared_bytes(v.double_buffer ? 2 : 1), limit);
+  return plan;
+}
+
 void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols;
-  const Tile tile = pick_tile(c.batch, m, n);
+  const TiledPlan plan = tiled_plan(c.batch, m, n);
+  const Tile& tile = plan.tile;
+  const TiledVariant& v = plan.variant;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
   // A weight stored in f16 is read by the f16b variant (halves widened as they are loaded).
-  const char* module = b.t.dtype() == DType::F16 ? "matmul_tiled_f16b" : "matmul_tiled";
+  const bool f16_b = b.t.dtype() == DType::F16;
+  const std::string module =
+      std::string(v.pipelined ? "matmul_tiled_pipelined" : "matmul_tiled") + (f16_b ? "_f16b" : "");
+  // The pipelined kernel's chunks of 4 elements must divide each thread's share of a slice.
+  const bool whole_chunks =
+      (tile.bm() * tile.bk / 256) % 4 == 0 && (tile.bn() * tile.bk / 256) % 4 == 0;
   for_each_grid_part(c.batch, m, n, tile.bm(), tile.bn(), [&](const GridPart& g) {
     const GemmPush push =
         make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
+    std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
+    if (v.pipelined) {
+      // 16-byte loads (4 floats, or 4 halves in 8 bytes) need every line of every batch entry to
+      // start aligned.
+      const bool vec_a =
+          v.vec4 && whole_chunks && push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
+      const bool vec_b = v.vec4 && whole_chunks && push.b % (f16_b ? 8 : 16) == 0 &&
+                         push.ldb % 4 == 0 && push.sb % 4 == 0;
+      spec.insert(spec.end(), {vec_a, vec_b, v.double_buffer, v.group_m, v.warp_blocks});
+      ++g_tiled_loads.dispatches;
+      g_tiled_loads.vector_a += vec_a;
+      g_tiled_loads.vector_b += vec_b;
+    }
     launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
            g.first ? cost : vk::DispatchCost{});
   });
@@ -622,6 +730,18 @@ TileChoice tile_choice() {
   return g_tile_choice;
 }
 
+void set_tiled_variant(const std::string& variant) {
+  VKF_REQUIRE(parse_tiled_variant(variant), "tiled GEMM variant '{}': {}", variant,
+              kTiledVariantChoices);
+  tiled_variant_slot() = variant;
+}
+std::string tiled_variant() {
+  return tiled_variant_slot();
+}
+TiledLoadCounts tiled_load_counts() {
+  return g_tiled_loads;
+}
+
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   // The portable kernels in F16 precision say so: they emulate the rounding on fp32 units.
   const std::string f16 = round_f16() ? " f16" : "";
@@ -638,9 +758,10 @@ std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   } else if (const auto coop = coopmat_plan(batch, m, n)) {
     plan = "coopmat " + coop->name() + " " + f16_convert_name();
   } else {
-    const Tile t = pick_tile(batch, m, n);
+    const TiledPlan tiled = tiled_plan(batch, m, n);
+    const Tile& t = tiled.tile;
     plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
-           std::to_string(t.bk) + f16;
+           std::to_string(t.bk) + f16 + (tiled.name == "new" ? "" : " " + tiled.name);
   }
   if (chunks > 1) plan += " split-k " + std::to_string(chunks);
   return plan;

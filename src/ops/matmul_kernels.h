@@ -68,13 +68,31 @@ void set_tile_choice(TileChoice choice);
 // chunks where K divides evenly (tests), -1 = never.
 void set_split_k(int64_t chunks);
 TileChoice tile_choice();
+// The implementation of the fp32 tiled kernel. "new" (the default) is matmul_tiled_pipelined.comp:
+// two shared buffers (one barrier per slice), 16-byte global loads where an operand is aligned,
+// 8x4-thread warp blocks and rasterization in bands of tile rows. "old" is matmul_tiled.comp, its
+// single-buffered predecessor, kept for A/B timing. Both give bitwise the same results. Options
+// after "new" change one thing each, for timing: "/bk16" (16-deep slices for the 128x128 tile,
+// 8 otherwise), "/single" (one shared buffer, two barriers per slice), "/scalar" (4-byte loads
+// only), "/rowmajor" (no rasterization bands), "/warp16x2" (warps of two 16-thread rows), e.g.
+// "new/bk16/single". The default comes from VKF_TILED_GEMM; an unknown name throws, naming the
+// choices. Where a device lacks the shared memory for two buffers, one is used.
+void set_tiled_variant(const std::string& variant);
+std::string tiled_variant();
+// Dispatches of the pipelined tiled kernel so far, and how many of them read A / B with 16-byte
+// loads: for tests that must know which load path they exercised.
+struct TiledLoadCounts {
+  uint64_t dispatches = 0, vector_a = 0, vector_b = 0;
+};
+TiledLoadCounts tiled_load_counts();
 // Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger
 // grids are split into several dispatches. Lowered by tests to exercise the split cheaply.
 void set_grid_limit(int64_t groups);
 // The kernel and tile a problem of this shape would use under the current settings, e.g.
 // "tiled 64x64x16", "skinny m=3", "coopmat 128x128x32/64x32 exact" (F16 precision on tensor
 // cores, with its f16 conversion), "tiled 128x128x8 f16" (F16 precision on the portable kernel),
-// with " split-k N" when K is split; for benchmarks.
+// with the tiled variant where it is not plain "new" ("tiled 128x128x8 old"), and " split-k N"
+// when K is split; for benchmarks.
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 // Weight rows per group of threads of matmul_skinny_f16 (its COLS): a workgroup covers

@@ -1,0 +1,313 @@
+// The two implementations of the fp32 tiled GEMM (ops::detail::set_tiled_variant): the pipelined
+// kernel ("new", the default, and each of its options) must give bit for bit the results of the
+// original single-buffered kernel ("old") -- on both tiles, every transpose combination, M, N and
+// K off every tile multiple, operands whose lines are 16-byte aligned (vector loads, also across a
+// ragged edge) and operands that are not (element loads), batches with a shared operand,
+// alpha/beta/bias into a strided output, grids rasterized in bands and split into several
+// dispatches, split-K, the f16b variant (an f16 weight), F16 operand rounding and the precise
+// build. The old kernel's result is also checked against the double reference, and the kernel
+// profile must show that each variant ran its own module, so a switch that did nothing fails.
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/launch.h"
+#include "ops/matmul.h"
+#include "ops/matmul_coopmat.h"
+#include "ops/matmul_kernels.h"
+#include "ops/matmul_ref.h"
+#include "test_util.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace vkf {
+namespace {
+
+using ops::detail::TileChoice;
+using test::Rng;
+
+double atol_for(int64_t k) {
+  return 1e-6 + 3e-7 * static_cast<double>(k);
+}
+constexpr double kRtol = 1e-5;
+
+// Restores every setting a test changes, also when it fails. Split-K starts off, so that each
+// case is the one product it describes on every device (GPUs split few-tile products by default).
+struct Restore {
+  Restore() { ops::detail::set_split_k(-1); }
+  ~Restore() {
+    ops::detail::set_tiled_variant(variant);
+    ops::detail::set_tile_choice(tile);
+    ops::detail::set_grid_limit(65535);
+    ops::detail::set_split_k(0);
+    ops::detail::set_coopmat_choice(coopmat);
+    set_matmul_precision(precision);
+    set_math_mode(math);
+  }
+  std::string variant = ops::detail::tiled_variant();
+  TileChoice tile = ops::detail::tile_choice();
+  std::string coopmat = ops::detail::coopmat_choice();
+  MatmulPrecision precision = matmul_precision();
+  MathMode math = math_mode();
+};
+
+// Which operands the pipelined kernel should read with 16-byte loads, where a case knows.
+struct VectorLoads {
+  bool a, b;
+};
+
+// A run of the pipelined kernel: variant and tile.
+struct Run {
+  std::string variant = "new";
+  TileChoice tile = TileChoice::Medium;
+};
+
+// Runs `product` under `variant` on `tile` and returns its result. Checks that the pipelined
+// kernel ran exactly when the variant is not "old" (counted by the host and, where the device has
+// timestamps, seen in the kernel profile), that "/scalar" made no 16-byte loads, and that the
+// other variants made those `loads` says.
+Tensor run_as(const std::string& variant, TileChoice tile, const std::function<Tensor()>& product,
+              const std::string& what, std::optional<VectorLoads> loads = std::nullopt) {
+  ops::detail::set_tiled_variant(variant);
+  ops::detail::set_tile_choice(tile);
+  auto& stream = vk::Context::get().stream();
+  stream.set_profiling(false);
+  stream.set_profiling(true);  // clears the totals
+  const auto before = ops::detail::tiled_load_counts();
+  Tensor out = product();
+  const auto after = ops::detail::tiled_load_counts();
+  const auto profile = stream.profile();
+  stream.set_profiling(false);
+  const std::string where = what + " [" + variant + "]";
+  const uint64_t dispatches = after.dispatches - before.dispatches;
+  const uint64_t vector_a = after.vector_a - before.vector_a;
+  const uint64_t vector_b = after.vector_b - before.vector_b;
+  EXPECT_EQ(dispatches > 0, variant != "old") << where;
+  if (variant.find("/scalar") != std::string::npos) {
+    EXPECT_EQ(vector_a + vector_b, 0u) << where;
+  } else if (loads) {
+    EXPECT_EQ(vector_a, loads->a ? dispatches : 0) << where << ": 16-byte loads of A";
+    EXPECT_EQ(vector_b, loads->b ? dispatches : 0) << where << ": 16-byte loads of B";
+  }
+  if (vk::Context::get().info().timestamps) {
+    bool pipelined = false, original = false;
+    for (const auto& p : profile) {
+      const bool tiled = p.label.rfind("matmul_tiled", 0) == 0;
+      const bool new_kernel = p.label.rfind("matmul_tiled_pipelined", 0) == 0;
+      pipelined = pipelined || new_kernel;
+      original = original || (tiled && !new_kernel);
+    }
+    EXPECT_EQ(pipelined, variant != "old") << where;
+    EXPECT_EQ(original, variant == "old") << where;
+  }
+  return out;
+}
+
+// The old kernel's result (64x64 tile) against the reference `want`, then each run's against
+// old's bits. Tiles need no old run of their own: every output is the same sum in the same order
+// on every tile.
+void expect_same_bits(const std::function<Tensor()>& product, const std::vector<double>& want,
+                      double atol, const std::vector<Run>& runs, const std::string& what,
+                      std::optional<VectorLoads> loads = std::nullopt) {
+  const Tensor old = run_as("old", TileChoice::Medium, product, what);
+  test::expect_close(old, want, atol, kRtol, what + " [old]");
+  for (const Run& r : runs) {
+    const std::string tile = r.tile == TileChoice::Large ? " 128x128" : " 64x64";
+    test::expect_bitwise_equal(run_as(r.variant, r.tile, product, what + tile, loads), old,
+                               what + tile + " [" + r.variant + " vs old]");
+  }
+}
+
+// How an operand is stored: contiguous, or as a window of a wider matrix whose row pitch is a
+// multiple of 4 floats (16-byte aligned lines) or odd (no 16-byte loads).
+enum class Pitch { Contiguous, Aligned, Odd };
+
+// A rows x cols f32 matrix stored as `pitch` says: its values row-major, the view, and whether
+// its lines allow 16-byte loads.
+struct Operand {
+  std::vector<double> values;
+  Tensor view;
+  bool aligned;
+};
+Operand operand(Rng& rng, int64_t rows, int64_t cols, Pitch pitch) {
+  const int64_t pad = pitch == Pitch::Contiguous ? 0
+                      : pitch == Pitch::Aligned  ? 4 - cols % 4
+                                                 : (cols % 2 == 0 ? 1 : 2);
+  const int64_t ld = cols + pad;
+  const auto all = test::as_f32(rng.uniform(static_cast<size_t>(rows * ld)));
+  Operand o;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) o.values.push_back(all[static_cast<size_t>(r * ld + c)]);
+  o.view = test::to_gpu(all, {rows, ld}).slice(1, 0, cols);
+  o.aligned = ld % 4 == 0 && o.view.address() % 16 == 0;
+  return o;
+}
+
+// One unbatched product op(A) op(B) of M x N x K, operands stored as `pa` / `pb` say: old against
+// `runs`.
+void check_product(Rng& rng, int64_t m, int64_t n, int64_t k, bool ta, bool tb, Pitch pa, Pitch pb,
+                   const std::vector<Run>& runs, const std::string& what) {
+  const ref::MatmulShape s{1, m, n, k, ta, tb, false};
+  const Operand a = operand(rng, ta ? k : m, ta ? m : k, pa);
+  const Operand b = operand(rng, tb ? n : k, tb ? k : n, pb);
+  const std::string name = what + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                           " K=" + std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+  expect_same_bits([&] { return ops::matmul(a.view, b.view, ta, tb); },
+                   ref::matmul(a.values, b.values, s), atol_for(k), runs, name,
+                   VectorLoads{a.aligned, b.aligned});
+}
+
+// Every transpose combination, M, N and K ragged against the tile and the slice depth. Operands
+// with 16-byte aligned lines take vector loads inside and element loads across the edges (K = 37:
+// the chunk at k = 36 crosses it), odd pitches element loads throughout; between them the four
+// cases store chunks along and across the shared rows from both kinds of load.
+TEST(MatmulTiled, SameBitsAsOldEveryTranspose) {
+  Rng rng(1);
+  Restore restore;
+  const Pitch al = Pitch::Aligned, odd = Pitch::Odd;
+  check_product(rng, 69, 131, 37, false, false, al, al, {{}}, "nn");
+  check_product(rng, 69, 131, 37, true, false, al, odd, {{}}, "tn");
+  check_product(rng, 69, 131, 37, false, true, odd, al, {{}}, "nt");
+  check_product(rng, 69, 131, 37, true, true, al, al, {{}}, "tt");
+}
+
+// The 128x128 tile (8- and 16-deep slices: one and two chunks per thread and operand) and the
+// pipelined kernel's options, on a grid of 3 x 3 (64x64) tiles.
+TEST(MatmulTiled, SameBitsAsOldLargeTileAndOptions) {
+  Rng rng(2);
+  Restore restore;
+  const Pitch al = Pitch::Aligned;
+  check_product(rng, 140, 150, 45, false, false, al, al,
+                {{"new", TileChoice::Large},
+                 {"new/bk16", TileChoice::Large},
+                 {"new/single/warp16x2", TileChoice::Medium},
+                 {"new/scalar/rowmajor", TileChoice::Medium}},
+                "nn");
+}
+
+// Batches (of A against one B shared by the batch, and against a batch of B), into a column
+// window of a wider output with alpha, beta and a bias.
+TEST(MatmulTiled, SameBitsAsOldBatchesAlphaBetaBias) {
+  Rng rng(3);
+  Restore restore;
+  for (bool shared_b : {false, true}) {
+    const ref::MatmulShape s{3, 67, 68, 44, false, false, shared_b};
+    const auto a = test::as_f32(rng.uniform(s.a_size()));
+    const auto b = test::as_f32(rng.uniform(s.b_size()));
+    const auto bias = test::as_f32(rng.uniform(s.n));
+    const int64_t width = s.n + 5;
+    const auto before = test::as_f32(rng.uniform(s.batch * s.m * width));
+    Shape b_shape{s.k, s.n};
+    if (!shared_b) b_shape.insert(b_shape.begin(), s.batch);
+    const Tensor ta = test::to_gpu(a, {s.batch, s.m, s.k}), tb = test::to_gpu(b, b_shape);
+    const Tensor tbias = test::to_gpu(bias, {s.n});
+    const float alpha = 0.5f, beta = 0.75f;
+    auto product = [&] {
+      Tensor wide = test::to_gpu(before, {s.batch, s.m, width});
+      ops::matmul_into(ta, tb, false, false, wide.slice(2, 2, 2 + s.n), alpha, beta, tbias);
+      return wide;
+    };
+    const auto prod = ref::matmul(a, b, s);
+    std::vector<double> want = before;
+    for (int64_t z = 0; z < s.batch; ++z)
+      for (int64_t m = 0; m < s.m; ++m)
+        for (int64_t n = 0; n < s.n; ++n) {
+          double& w = want[static_cast<size_t>((z * s.m + m) * width + 2 + n)];
+          w = alpha * prod[static_cast<size_t>((z * s.m + m) * s.n + n)] + beta * w + bias[n];
+        }
+    expect_same_bits(product, want, 2 * atol_for(s.k), {{}},
+                     std::string("batch 3") + (shared_b ? " shared B" : ""),
+                     VectorLoads{true, true});
+  }
+}
+
+// A grid of more tile rows than one rasterization band (10 rows of 3 tiles: a band of 8 and one
+// of 2), the same grid cut into dispatches of at most 2 x 2 workgroups, and split-K (each K chunk
+// a batch entry of the tiled kernel).
+TEST(MatmulTiled, SameBitsAsOldGridsAndSplitK) {
+  Rng rng(4);
+  Restore restore;
+  const Pitch c = Pitch::Contiguous;
+  check_product(rng, 64 * 9 + 5, 132, 24, false, false, c, c, {{}}, "10 x 3 tiles");
+  ops::detail::set_grid_limit(2);
+  check_product(rng, 64 * 9 + 5, 132, 24, false, false, c, c, {{}}, "grid split");
+  ops::detail::set_grid_limit(65535);
+  for (int64_t chunks : {2, 3}) {
+    ops::detail::set_split_k(chunks);
+    check_product(rng, 40, 68, 96, false, false, c, c, {{}}, "split-K " + std::to_string(chunks));
+  }
+}
+
+// The f16b variant: activations [37, 61] (element loads) against a weight stored in f16 whose rows
+// of 61 halves lie 64 apart (8-byte loads inside, element loads across k = 60).
+TEST(MatmulTiled, SameBitsAsOldF16Weight) {
+  Rng rng(5);
+  Restore restore;
+  const int64_t rows = 37, in = 61, pitch = 64, out = 45;
+  const auto wv = rng.uniform(static_cast<size_t>(out * pitch));
+  std::vector<uint16_t> bits(wv.size());
+  std::vector<double> w;
+  for (size_t i = 0; i < wv.size(); ++i) {
+    bits[i] = f32_to_f16_bits(static_cast<float>(wv[i]));
+    if (static_cast<int64_t>(i) % pitch < in) w.push_back(f16_bits_to_f32(bits[i]));
+  }
+  const Tensor wt = Tensor::from_bytes(bits.data(), DType::F16, {out, pitch}).slice(1, 0, in);
+  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
+  const auto bias = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+  const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(bias, {out});
+  expect_same_bits([&] { return ops::linear(xt, wt, bt); }, ref::linear(x, w, bias, rows, in, out),
+                   atol_for(in), {{}}, "f16 weight", VectorLoads{false, wt.address() % 8 == 0});
+}
+
+// F16 matmul precision on the portable kernel (every operand element rounded to f16 as it is
+// loaded), and the precise build (double accumulators) where the device has fp64.
+TEST(MatmulTiled, SameBitsAsOldRoundedAndPrecise) {
+  Rng rng(6);
+  Restore restore;
+  {
+    set_matmul_precision(MatmulPrecision::F16);
+    ops::detail::set_coopmat_choice("off");  // the tiled kernel, also on tensor-core devices
+    const ref::MatmulShape s{1, 69, 131, 37, false, false, false};
+    const Operand a = operand(rng, s.m, s.k, Pitch::Aligned);
+    const Operand b = operand(rng, s.k, s.n, Pitch::Aligned);
+    auto rounded = [](std::vector<double> v) {
+      for (double& x : v) x = f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(x)));
+      return v;
+    };
+    expect_same_bits([&] { return ops::matmul(a.view, b.view); },
+                     ref::matmul(rounded(a.values), rounded(b.values), s), atol_for(s.k), {{}},
+                     "f16 rounding", VectorLoads{a.aligned, b.aligned});
+    set_matmul_precision(MatmulPrecision::F32);
+  }
+  set_math_mode(MathMode::Precise);
+  check_product(rng, 69, 131, 37, false, false, Pitch::Aligned, Pitch::Aligned, {{}}, "precise");
+}
+
+TEST(MatmulTiled, VariantNamesAndPlans) {
+  Restore restore;
+  for (const char* bad : {"fast", "new/", "new/bk32", "newer", "old/single", ""})
+    test::expect_error([&] { ops::detail::set_tiled_variant(bad); },
+                       {"tiled GEMM variant", "old", "new", "/bk16"});
+  for (const char* good : {"old", "new", "new/bk16", "new/single", "new/scalar", "new/rowmajor",
+                           "new/warp16x2", "new/bk16/single/scalar/rowmajor/warp16x2"}) {
+    ops::detail::set_tiled_variant(good);
+    EXPECT_EQ(ops::detail::tiled_variant(), good);
+  }
+  ops::detail::set_tile_choice(TileChoice::Large);
+  ops::detail::set_tiled_variant("new");
+  EXPECT_EQ(ops::detail::gemm_plan(1, 300, 300, 64), "tiled 128x128x8");
+  ops::detail::set_tiled_variant("old");
+  EXPECT_EQ(ops::detail::gemm_plan(1, 300, 300, 64), "tiled 128x128x8 old");
+  ops::detail::set_tiled_variant("new/bk16");
+  // 16-deep slices of the 128x128 tile take 33,792 bytes in two buffers: one buffer where the
+  // device has less (lavapipe: 32 KiB).
+  const bool two_fit = vk::Context::get().info().max_shared_memory >= 33792;
+  EXPECT_EQ(ops::detail::gemm_plan(1, 300, 300, 64),
+            two_fit ? "tiled 128x128x16 new/bk16" : "tiled 128x128x16 new/bk16/single");
+}
+
+}  // namespace
+}  // namespace vkf
