@@ -268,40 +268,35 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
     layout_b = key.trans_b ? make_layout(n_end, k_end, ldb) : make_layout(k_end, n_end, ldb);
     if (key.trans_a || key.trans_b) view = b.op(OpCreateTensorViewNV, t_view, {});
   }
-  // The BM x BK tile of A and the BK x BN tile of B at k.
-  const auto load_a = [&](uint32_t k) {
-    if (!tensor) {
-      const uint32_t ptr = element_ptr(p_f16, a, add(a_tile, key.trans_a ? mul(k, lda) : k), 2);
-      return b.op(OpCooperativeMatrixLoadKHR, t_a,
-                  {ptr, c32(key.trans_a ? ColumnMajor : RowMajor), lda, kMemoryAccessAligned, 16});
-    }
-    const uint32_t slice =
-        key.trans_a
-            ? b.op(OpTensorLayoutSliceNV, t_layout, {layout_a, k, c32(tile.bk), m0, c32(tile.bm)})
-            : b.op(OpTensorLayoutSliceNV, t_layout, {layout_a, m0, c32(tile.bm), k, c32(tile.bk)});
-    std::vector<uint32_t> operands = {a_tensor, zero_a, slice, kMemoryAccessAligned, 16};
-    if (key.trans_a)
-      operands.insert(operands.end(), {kTensorAddressingTensorView, view});
-    else
-      operands.push_back(0);
-    return b.op(OpCooperativeMatrixLoadTensorNV, t_a, operands);
+  // One operand's tile at k (A: BM x BK, B: BK x BN). `k_on_lines`: k steps from line to line
+  // of the stored operand (B, or A transposed), else along a line; `corner` and `span` place the
+  // tile along the operand's other dimension.
+  struct Operand {
+    uint32_t type, zero, address, tile_offset, ld, tensor_ptr, layout;
+    bool trans, k_on_lines;
+    uint32_t corner, span;
   };
-  const auto load_b = [&](uint32_t k) {
+  const Operand op_a{t_a,      zero_a,      a,           a_tile, lda,    a_tensor,
+                     layout_a, key.trans_a, key.trans_a, m0,     tile.bm};
+  const Operand op_b{t_b,      zero_b,      bb,           b_tile, ldb,    b_tensor,
+                     layout_b, key.trans_b, !key.trans_b, n0,     tile.bn};
+  const auto load_tile = [&](const Operand& o, uint32_t k) {
     if (!tensor) {
-      const uint32_t ptr = element_ptr(p_f16, bb, add(b_tile, key.trans_b ? k : mul(k, ldb)), 2);
-      return b.op(OpCooperativeMatrixLoadKHR, t_b,
-                  {ptr, c32(key.trans_b ? ColumnMajor : RowMajor), ldb, kMemoryAccessAligned, 16});
+      const uint32_t ptr =
+          element_ptr(p_f16, o.address, add(o.tile_offset, o.k_on_lines ? mul(k, o.ld) : k), 2);
+      return b.op(OpCooperativeMatrixLoadKHR, o.type,
+                  {ptr, c32(o.trans ? ColumnMajor : RowMajor), o.ld, kMemoryAccessAligned, 16});
     }
-    const uint32_t slice =
-        key.trans_b
-            ? b.op(OpTensorLayoutSliceNV, t_layout, {layout_b, n0, c32(tile.bn), k, c32(tile.bk)})
-            : b.op(OpTensorLayoutSliceNV, t_layout, {layout_b, k, c32(tile.bk), n0, c32(tile.bn)});
-    std::vector<uint32_t> operands = {b_tensor, zero_b, slice, kMemoryAccessAligned, 16};
-    if (key.trans_b)
+    const uint32_t slice = o.k_on_lines ? b.op(OpTensorLayoutSliceNV, t_layout,
+                                               {o.layout, k, c32(tile.bk), o.corner, c32(o.span)})
+                                        : b.op(OpTensorLayoutSliceNV, t_layout,
+                                               {o.layout, o.corner, c32(o.span), k, c32(tile.bk)});
+    std::vector<uint32_t> operands = {o.tensor_ptr, o.zero, slice, kMemoryAccessAligned, 16};
+    if (o.trans)
       operands.insert(operands.end(), {kTensorAddressingTensorView, view});
     else
       operands.push_back(0);
-    return b.op(OpCooperativeMatrixLoadTensorNV, t_b, operands);
+    return b.op(OpCooperativeMatrixLoadTensorNV, o.type, operands);
   };
 
   const uint32_t acc0 = key.accumulate ? b.op(OpCooperativeMatrixLoadKHR, t_c,
@@ -323,7 +318,7 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
 
   b.op_with_id(OpLabel, 0, l_body, {});
   const uint32_t k = b.op(OpLoad, u32, {v_k});
-  const uint32_t mat_a = load_a(k), mat_b = load_b(k);
+  const uint32_t mat_a = load_tile(op_a, k), mat_b = load_tile(op_b, k);
   const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
   b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
   b.op_void(OpBranch, {l_continue});
