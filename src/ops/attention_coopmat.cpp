@@ -11,6 +11,7 @@
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
 #include "vk/context.h"
+#include "vk/error.h"
 #include "vk/pipeline.h"
 
 namespace vkf::ops::detail {
@@ -22,6 +23,16 @@ constexpr int64_t kFastMaxHeadDim = 64;
 bool plain_forced() {
   const char* env = std::getenv("VKF_ATTENTION");
   return env && std::string(env) == "plain";
+}
+
+// 16-row query fragments per subgroup of the forward kernel (QF in flash_attn_fwd.comp): 1, or 2
+// with VKF_FLASH_FWD=q2 (its q2 variant, the earlier default, for A/B timing; hardware conversion
+// builds only).
+uint32_t flash_fwd_fragments() {
+  const char* env = std::getenv("VKF_FLASH_FWD");
+  const std::string v = env ? env : "";
+  VKF_REQUIRE(v.empty() || v == "q1" || v == "q2", "VKF_FLASH_FWD='{}': use q1 or q2", v);
+  return v == "q2" && !coopmat_emulation() ? 2 : 1;
 }
 
 // Subgroups per workgroup of the kernels (NUM_SG in the shaders).
@@ -119,7 +130,7 @@ bool lists_16x16x16(const vk::DeviceInfo& info) {
 }  // namespace
 
 uint32_t flash_rows(const std::string& kernel) {
-  return (kernel == "fwd" ? 32 : 16) * subgroups();
+  return (kernel == "fwd" ? 16 * flash_fwd_fragments() : 16) * subgroups();
 }
 
 const char* attention_kernels_name(AttentionKernels kernels) {
@@ -139,6 +150,7 @@ std::string flash_module(const std::string& kernel) {
   if (coopmat_emulation()) return base + "_emulated";
   const bool hw = f16_convert() != F16Convert::Exact && coopmat_support().hardware_convert &&
                   vk::Pipelines::has_module(base + "_hwcvt");
+  if (hw && kernel == "fwd" && flash_fwd_fragments() == 2) return base + "_hwcvt_q2";
   return hw ? base + "_hwcvt" : base;
 }
 

@@ -29,6 +29,7 @@
 //!variant d64 -DDMAX=64
 //!variant d64_hwcvt -DDMAX=64 -DVKF_HW_CONVERT=1
 //!variant d64_emulated -DDMAX=64 -DVKF_EMULATE_COOPMAT=1
+//!variant d64_hwcvt_q2 -DDMAX=64 -DVKF_HW_CONVERT=1 -DQF_SET=2
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -41,7 +42,15 @@
 #define NUM_SG 4
 #endif
 #define LOCAL_SIZE (NUM_SG * 32)
-#define QF 2                   // 16-row fragments per subgroup
+// 16-row fragments of queries per subgroup: 1, or 2 in the q2 variant (the earlier default, kept
+// for A/B timing: VKF_FLASH_FWD=q2). On the H200 one fragment needs 196 registers per invocation
+// against 243 for two, and the training steps ran 1.5-3.5% faster (bench/RESULTS.md). The host
+// mirrors it (attention_coopmat.cpp, flash_fwd_fragments).
+#ifdef QF_SET
+#define QF QF_SET
+#else
+#define QF 1
+#endif
 #define ROWS_SG (QF * 16)      // query rows per subgroup: one softmax invocation each
 #define BQ (NUM_SG * ROWS_SG)  // query rows per workgroup
 #define BKV 32                 // keys per tile
