@@ -92,8 +92,6 @@ std::vector<Case> quick_cases() {
           {1, 4096, 1024, false, true}};
 }
 
-// Random operands in [-1, 1) (almost never f16 values, so f16 rounding shows): a cheap generator
-// is plenty for timing.
 // The result checked against a reference in double on the operands the kernel multiplies (each
 // rounded to f16 in f16 precision), on up to 16 rows spread over M (all rows of small products)
 // and every column. The error of each element is measured against sum_k |a||b| (a plain

@@ -25,14 +25,25 @@ bool plain_forced() {
   return env && std::string(env) == "plain";
 }
 
+// Whether the tensor-core kernel whose module is `base` runs its hardware-conversion build
+// (`base` + "_hwcvt"): where the conversion setting and the device allow it and the build exists.
+bool flash_hardware_convert(const std::string& base) {
+  return f16_convert() != F16Convert::Exact && coopmat_support().hardware_convert &&
+         vk::Pipelines::has_module(base + "_hwcvt");
+}
+
 // 16-row query fragments per subgroup of the forward kernel (QF in flash_attn_fwd.comp): 1, or 2
-// with VKF_FLASH_FWD=q2 (its q2 variant, the earlier default, for A/B timing; hardware conversion
-// builds only).
+// where VKF_FLASH_FWD=q2 asks for its q2 variant (the earlier default, for A/B timing), which
+// exists as a hardware-conversion build only. The environment is read once.
 uint32_t flash_fwd_fragments() {
-  const char* env = std::getenv("VKF_FLASH_FWD");
-  const std::string v = env ? env : "";
-  VKF_REQUIRE(v.empty() || v == "q1" || v == "q2", "VKF_FLASH_FWD='{}': use q1 or q2", v);
-  return v == "q2" && !coopmat_emulation() ? 2 : 1;
+  static const bool q2_requested = [] {
+    const char* env = std::getenv("VKF_FLASH_FWD");
+    const std::string v = env ? env : "";
+    VKF_REQUIRE(v.empty() || v == "q1" || v == "q2", "VKF_FLASH_FWD='{}': use q1 or q2", v);
+    return v == "q2";
+  }();
+  return q2_requested && !coopmat_emulation() && flash_hardware_convert("flash_attn_fwd_d64") ? 2
+                                                                                              : 1;
 }
 
 // Subgroups per workgroup of the kernels (NUM_SG in the shaders).
@@ -71,7 +82,9 @@ uint32_t shared_bytes(const std::string& kernel) {
 // with exchange regions of 4 rows of (columns + 4) floats + 8, one float or uint per tile row for
 // key flags, logsumexp and delta.
 constexpr uint32_t kRowBytes = 17 * 16;
-constexpr uint32_t exchange_bytes(uint32_t columns) { return (4 * ((columns + 4) / 4) + 2) * 16; }
+constexpr uint32_t exchange_bytes(uint32_t columns) {
+  return (4 * ((columns + 4) / 4) + 2) * 16;
+}
 // Forward: Q (bq rows), K (32), V (32 rows of 64 floats), one exchange per row group, key flags;
 // the barrier build adds its reduction scratch (8 floats per row).
 constexpr uint32_t fast_fwd_bytes(uint32_t bq, bool barriers) {
@@ -148,10 +161,8 @@ const char* attention_kernels_name(AttentionKernels kernels) {
 std::string flash_module(const std::string& kernel) {
   const std::string base = "flash_attn_" + kernel + "_d64";
   if (coopmat_emulation()) return base + "_emulated";
-  const bool hw = f16_convert() != F16Convert::Exact && coopmat_support().hardware_convert &&
-                  vk::Pipelines::has_module(base + "_hwcvt");
-  if (hw && kernel == "fwd" && flash_fwd_fragments() == 2) return base + "_hwcvt_q2";
-  return hw ? base + "_hwcvt" : base;
+  if (kernel == "fwd" && flash_fwd_fragments() == 2) return base + "_hwcvt_q2";
+  return flash_hardware_convert(base) ? base + "_hwcvt" : base;
 }
 
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
@@ -180,7 +191,9 @@ std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   return "";
 }
 
-void set_fast_attention_builds(FastAttentionBuilds builds) { fast_builds_slot() = builds; }
+void set_fast_attention_builds(FastAttentionBuilds builds) {
+  fast_builds_slot() = builds;
+}
 
 FastAttentionModules fast_attention_modules() {
   const auto& info = vk::Context::get().info();
@@ -194,10 +207,10 @@ FastAttentionModules fast_attention_modules() {
                         uint32_t* rows) {
     const FastVariant* chosen = &table.barriers;
     if (subgroups)
-      chosen = builds == FastAttentionBuilds::Auto &&
-                       table.large.shared_bytes <= info.max_shared_memory
-                   ? &table.large
-                   : &table.small;
+      chosen =
+          builds == FastAttentionBuilds::Auto && table.large.shared_bytes <= info.max_shared_memory
+              ? &table.large
+              : &table.small;
     if (chosen->shared_bytes > info.max_shared_memory) m.fits = false;
     *module = std::string(kernel) + "_" + chosen->suffix;
     *rows = chosen->rows;

@@ -116,14 +116,20 @@ std::optional<TiledVariant> parse_tiled_variant(const std::string& text) {
 
 TiledLoadCounts g_tiled_loads;
 
-std::string& tiled_variant_slot() {
-  static std::string variant = [] {
+// The current variant, by name and parsed (once per setting, not per dispatch).
+struct NamedVariant {
+  std::string name;
+  TiledVariant variant;
+};
+NamedVariant& tiled_variant_slot() {
+  static NamedVariant slot = [] {
     const char* env = std::getenv("VKF_TILED_GEMM");
-    if (!env || !*env) return std::string("new");
-    VKF_REQUIRE(parse_tiled_variant(env), "VKF_TILED_GEMM='{}': {}", env, kTiledVariantChoices);
-    return std::string(env);
+    const std::string name = env && *env ? env : "new";
+    const auto parsed = parse_tiled_variant(name);
+    VKF_REQUIRE(parsed, "VKF_TILED_GEMM='{}': {}", name, kTiledVariantChoices);
+    return NamedVariant{name, *parsed};
   }();
-  return variant;
+  return slot;
 }
 
 uint64_t byte_address(const Tensor& t, int64_t element_offset) {
@@ -252,8 +258,7 @@ struct TiledPlan {
   std::string name;
 };
 TiledPlan tiled_plan(int64_t batch, int64_t m, int64_t n) {
-  TiledPlan plan{pick_tile(batch, m, n), *parse_tiled_variant(tiled_variant_slot()),
-                 tiled_variant_slot()};
+  TiledPlan plan{pick_tile(batch, m, n), tiled_variant_slot().variant, tiled_variant_slot().name};
   TiledVariant& v = plan.variant;
   if (!v.pipelined) return plan;
   Tile& t = plan.tile;
@@ -352,7 +357,7 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
   if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
       a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16 || c.t.dtype() != DType::F32)
     return false;
-  const auto tile = workgroup_plan(c.batch, c.rows, c.cols, a.cols);
+  const auto tile = workgroup_plan(c.rows, c.cols, a.cols);
   if (!tile) return false;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   WorkgroupGemmKey key{*tile, la.trans, lb.trans, false, beta == 1.0f};
@@ -363,24 +368,23 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
   else
     return false;
   // Every load and store declares 16-byte alignment: each tile's first element, in every batch
-  // entry and grid part, must be 16-byte aligned (tile corners are multiples of 8 elements).
+  // entry and grid part, must be 16-byte aligned (tile corners are multiples of 8 elements). The
+  // parts are all checked before any is launched.
+  std::vector<std::pair<GemmPush, GridPart>> parts;
   bool aligned = true;
   for_each_grid_part(c.batch, c.rows, c.cols, tile->bm, tile->bn, [&](const GridPart& g) {
-    const GemmPush push =
-        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
+    const GemmPush push = make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
     const uint32_t c_ld = key.c_column_major ? push.c_cs : push.c_rs;
     aligned = aligned && push.a % 16 == 0 && push.lda % 8 == 0 && push.sa % 8 == 0 &&
               push.b % 16 == 0 && push.ldb % 8 == 0 && push.sb % 8 == 0 && push.c % 16 == 0 &&
               c_ld % 4 == 0 && push.sc % 4 == 0;
+    parts.emplace_back(push, g);
   });
   if (!aligned) return false;
   const std::string module = workgroup_gemm_module(key);
-  for_each_grid_part(c.batch, c.rows, c.cols, tile->bm, tile->bn, [&](const GridPart& g) {
-    const GemmPush push =
-        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
+  for (const auto& [push, g] : parts)
     launch(module, push, g.grid, {&a.t, &b.t, &c.t}, {&c.t}, {},
            g.first ? cost : vk::DispatchCost{});
-  });
   return true;
 }
 
@@ -731,12 +735,12 @@ TileChoice tile_choice() {
 }
 
 void set_tiled_variant(const std::string& variant) {
-  VKF_REQUIRE(parse_tiled_variant(variant), "tiled GEMM variant '{}': {}", variant,
-              kTiledVariantChoices);
-  tiled_variant_slot() = variant;
+  const auto parsed = parse_tiled_variant(variant);
+  VKF_REQUIRE(parsed, "tiled GEMM variant '{}': {}", variant, kTiledVariantChoices);
+  tiled_variant_slot() = {variant, *parsed};
 }
 std::string tiled_variant() {
-  return tiled_variant_slot();
+  return tiled_variant_slot().name;
 }
 TiledLoadCounts tiled_load_counts() {
   return g_tiled_loads;
@@ -749,9 +753,8 @@ std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (n <= kSkinnyMaxRows) return "skinny n=" + std::to_string(n) + f16;
   std::string plan;
   const int64_t chunks = split_k_chunks(batch, m, n, k);
-  const auto workgroup = coopmat_plan(batch, m, n)
-                             ? workgroup_plan(chunks > 1 ? chunks : batch, m, n, k / chunks)
-                             : std::nullopt;
+  const auto workgroup =
+      coopmat_plan(batch, m, n) ? workgroup_plan(m, n, k / chunks) : std::nullopt;
   if (workgroup) {
     // Assuming what dispatch_workgroup also checks holds: aligned operands, no bias.
     plan = "coopmat " + workgroup->name();

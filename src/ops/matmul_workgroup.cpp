@@ -10,11 +10,14 @@
 //   store(acc, C tile);
 //
 // with the tile of a workgroup chosen as matmul_coopmat.comp does (bands of GROUP_M tile rows, so
-// that concurrently running workgroups share operands in L2), and every load and store a strided
-// row- or column-major access with 16-byte alignment declared.
+// that concurrently running workgroups share operands in L2), and every load and store declaring
+// 16-byte alignment: strided row- or column-major matrices at the tile's corner, or (tiles with
+// tensor_loads) A and B sliced from tensor layouts of the whole operands.
 #include "ops/matmul_workgroup.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
@@ -110,23 +113,17 @@ std::string workgroup_unsupported(bool tensor_loads) {
          "granularity dividing 64 x 64 x 32";
 }
 
-std::optional<WorkgroupTile> workgroup_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  if (matmul_precision() != MatmulPrecision::F16) return std::nullopt;
-  const std::string choice = coopmat_choice();
-  const WorkgroupTile* forced = find_workgroup_tile(choice);
-  if (choice != "auto" && !forced) return std::nullopt;
-  if (!forced || !workgroup_unsupported(forced->tensor_loads).empty()) return std::nullopt;
-  const uint32_t max_dim = vk::Context::get().info().workgroup_matrix_max_dimension;
-  auto fits = [&](const WorkgroupTile& t) {
-    return m % t.bm == 0 && n % t.bn == 0 && k % t.bk == 0 && t.bm <= max_dim && t.bn <= max_dim &&
-           t.bk <= max_dim;
-  };
-  (void)batch;
+std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
   // Only when a tile is named: auto never picks this kernel. Measured on the H200 (driver
   // 580.159.04, bench/RESULTS.md), its best tile reaches 65 TFLOP/s on 4096^3 with strided loads
   // and 45 with tensor-addressed ones, where the subgroup-scope kernel reaches 153.
-  if (fits(*forced)) return *forced;
-  return std::nullopt;
+  if (matmul_precision() != MatmulPrecision::F16) return std::nullopt;
+  const WorkgroupTile* t = find_workgroup_tile(coopmat_choice());
+  if (!t || !workgroup_unsupported(t->tensor_loads).empty()) return std::nullopt;
+  const uint32_t max_dim = vk::Context::get().info().workgroup_matrix_max_dimension;
+  if (m % t->bm || n % t->bn || k % t->bk || std::max({t->bm, t->bn, t->bk}) > max_dim)
+    return std::nullopt;
+  return *t;
 }
 
 std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {

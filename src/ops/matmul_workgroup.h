@@ -6,10 +6,10 @@
 // (matmul_coopmat.h) has to spell out. Debian 12's glslc cannot compile such matrices, so the
 // kernel is written as SPIR-V at run time (vk/spirv_builder.h), one module per tile and layout.
 //
-// Opt-in (`--coopmat-tile wg128x256x32` and the like): on the H200 it is slower than the
-// subgroup-scope kernel today (bench/RESULTS.md), so auto never picks it. It is kept as the
-// measured starting point for tensor-addressed loads (SPV_NV_tensor_addressing) and as the user
-// of the run-time SPIR-V path.
+// Opt-in (`--coopmat-tile wg128x256x32`, or `wgt...` for tensor-addressed loads): on the H200
+// both load forms are slower than the subgroup-scope kernel today (bench/RESULTS.md), so auto
+// never picks them. They are kept as the measured starting point for drivers that stage these
+// matrices better, and as the user of the run-time SPIR-V path.
 // It takes the common products of training and leaves the rest to the subgroup-scope kernel:
 // f16 operands (f32 ones are converted once per product, as for that kernel) whose lines start
 // 16-byte aligned, M, N and K multiples of the tile, alpha 1, beta 0 or 1, no bias, and C
@@ -48,9 +48,9 @@ struct WorkgroupGemmKey {
   bool trans_a = false, trans_b = false, c_column_major = false, accumulate = false;
 };
 
-// The tile for a batch x m x n x k product when the current choice (coopmat_choice()) names a
-// workgroup tile that the device runs and that divides the product; else nullopt.
-std::optional<WorkgroupTile> workgroup_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
+// The tile for an m x n x k product (each batch entry) when the current choice (coopmat_choice())
+// names a workgroup tile that the device runs and that divides the product; else nullopt.
+std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k);
 
 // The SPIR-V of one kernel, and the name of its registered module (generated on first use).
 std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key);

@@ -1,6 +1,6 @@
 // Shared declarations for every vkformer compute shader: buffer-reference types (tensors are
-// reached through 64-bit device addresses carried in push constants), and the flat index of a
-// workgroup in a grid folded into 2-D by grid_1d() on the host.
+// reached through 64-bit device addresses carried in push constants), the flat index of a
+// workgroup in a grid folded into 2-D by grid_1d() on the host, and the GEMMs' banded tile order.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -22,6 +22,19 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4Buf { v
 // evaluates it wrongly in index arithmetic, so only the first workgroup's items get written.
 uint flat_group() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 uint flat_invocation(uint local_size) { return flat_group() * local_size + gl_LocalInvocationID.x; }
+
+// The (row, column) of this workgroup's tile in a grid of gl_NumWorkGroups.x tile columns and .y
+// tile rows, rasterized in bands of `group_m` tile rows (the GEMM kernels): consecutive workgroups
+// walk down a band, then move one tile column right, so that tiles running at the same time share
+// their operands' slices in L2.
+uvec2 banded_tile(uint group_m) {
+  const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
+  const uint id = flat_group();
+  const uint band = group_m * gx;
+  const uint first_row = (id / band) * group_m;
+  const uint band_rows = min(gy - first_row, group_m);
+  return uvec2(first_row + (id % band) % band_rows, (id % band) / band_rows);
+}
 
 // Element offset of flat index i in a view of rank <= 6 with the given shape and strides.
 uint strided_offset(uint i, uint rank, uint shape[6], int strides[6]) {

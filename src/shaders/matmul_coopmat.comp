@@ -219,15 +219,9 @@ void main() {
   const uint sg = SUBGROUP_ID;
   const uint lane = SUBGROUP_LANE;
 
-  // Tile of this workgroup: consecutive workgroups walk down a band of GROUP_M tile rows, then
-  // move one tile column right.
-  const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
-  const uint id = gl_WorkGroupID.y * gx + gl_WorkGroupID.x;
-  const uint band = GROUP_M * gx;
-  const uint first_row = (id / band) * GROUP_M;
-  const uint band_rows = min(gy - first_row, GROUP_M);
-  const uint m0 = (first_row + (id % band) % band_rows) * BM;
-  const uint n0 = ((id % band) / band_rows) * BN;
+  // Tile of this workgroup: in bands of GROUP_M tile rows (common.glsl).
+  const uvec2 tile = banded_tile(GROUP_M);
+  const uint m0 = tile.x * BM, n0 = tile.y * BN;
   const uint z = gl_WorkGroupID.z;
   const uint abase = z * p.sa, bbase = z * p.sb;
   const uint64_t a_addr = uint64_t(p.a), b_addr = uint64_t(p.b);

@@ -86,8 +86,8 @@ uint tid, tx, ty, batch_z, m0, n0, abase, bbase;
 float ra[LA], rb[LB];  // the next slice of A and B, as read from global memory
 VACC4 acc[TM][GN];     // acc[row][h].c is column 64*h + 4*tx + c
 
-float a_value(float v) { return ROUND_F16 ? round_to_f16(v) : v; }
-float b_value(float v) { return ROUND_F16 ? round_to_f16(v) : v; }
+// An f32 operand element as multiplied: rounded to f16 with ROUND_F16.
+float operand_value(float v) { return ROUND_F16 ? round_to_f16(v) : v; }
 
 // Chunk l of this thread in a slice: line and first element within the slice.
 void a_chunk(uint l, out uint line, out uint elem) {
@@ -112,12 +112,12 @@ void fetch(uint k0) {
     const uint i = TRANS_A ? m0 + elem : k0 + elem, i_end = TRANS_A ? p.M : p.K;
     if (A_CW == 4 && o < o_end && i + 4 <= i_end) {
       const vec4 v = Vec4Buf(uint64_t(p.a)).v[(abase + o * p.lda + i) / 4];
-      [[unroll]] for (uint e = 0; e < 4; ++e) ra[l * 4 + e] = a_value(v[e]);
+      [[unroll]] for (uint e = 0; e < 4; ++e) ra[l * 4 + e] = operand_value(v[e]);
     } else {
       [[unroll]] for (uint e = 0; e < A_CW; ++e) {
         ra[l * A_CW + e] = 0.0;
         if (o < o_end && i + e < i_end)
-          ra[l * A_CW + e] = a_value(p.a.v[abase + o * p.lda + i + e]);
+          ra[l * A_CW + e] = operand_value(p.a.v[abase + o * p.lda + i + e]);
       }
     }
   }
@@ -144,12 +144,12 @@ void fetch(uint k0) {
 #else
     if (B_CW == 4 && o < o_end && i + 4 <= i_end) {
       const vec4 v = Vec4Buf(uint64_t(p.b)).v[(bbase + o * p.ldb + i) / 4];
-      [[unroll]] for (uint e = 0; e < 4; ++e) rb[l * 4 + e] = b_value(v[e]);
+      [[unroll]] for (uint e = 0; e < 4; ++e) rb[l * 4 + e] = operand_value(v[e]);
     } else {
       [[unroll]] for (uint e = 0; e < B_CW; ++e) {
         rb[l * B_CW + e] = 0.0;
         if (o < o_end && i + e < i_end)
-          rb[l * B_CW + e] = b_value(p.b.v[bbase + o * p.ldb + i + e]);
+          rb[l * B_CW + e] = operand_value(p.b.v[bbase + o * p.ldb + i + e]);
       }
     }
 #endif
@@ -215,19 +215,10 @@ void main() {
     ty = tid / TX;
   }
   batch_z = gl_WorkGroupID.z;
-  uint tile_m = gl_WorkGroupID.y, tile_n = gl_WorkGroupID.x;
-  if (GROUP_M > 1) {
-    // Consecutive workgroups walk down a band of GROUP_M tile rows, then move one tile right.
-    const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
-    const uint id = gl_WorkGroupID.y * gx + gl_WorkGroupID.x;
-    const uint band = GROUP_M * gx;
-    const uint first_row = (id / band) * GROUP_M;
-    const uint band_rows = min(gy - first_row, GROUP_M);
-    tile_m = first_row + (id % band) % band_rows;
-    tile_n = (id % band) / band_rows;
-  }
-  m0 = tile_m * BM;
-  n0 = tile_n * BN;
+  // In bands of GROUP_M tile rows (common.glsl), or row-major.
+  const uvec2 tile = GROUP_M > 1 ? banded_tile(GROUP_M) : gl_WorkGroupID.yx;
+  m0 = tile.x * BM;
+  n0 = tile.y * BN;
   abase = batch_z * p.sa;
   bbase = batch_z * p.sb;
   [[unroll]] for (uint i = 0; i < TM; ++i)

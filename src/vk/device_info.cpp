@@ -146,6 +146,16 @@ struct Coopmat2Properties {
   uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
 };
 
+// A listed shape with its types and scope by name. The NV and KHR enums share their values, so
+// either extension's properties convert.
+template <class Component, class Scope>
+CoopMatShape shape_of(uint32_t m, uint32_t n, uint32_t k, Component a, Component b, Component c,
+                      Component result, Scope scope) {
+  auto name = [](Component t) { return component_name(static_cast<VkComponentTypeKHR>(t)); };
+  return {
+      m, n, k, name(a), name(b), name(c), name(result), scope_name(static_cast<VkScopeKHR>(scope))};
+}
+
 void query_coopmat(VkInstance instance, DeviceInfo& info) {
   auto proc = [&](const char* name) { return vkGetInstanceProcAddr(instance, name); };
   if (info.coopmat_nv) {
@@ -154,12 +164,8 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
       for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesNV>(
                VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV,
                [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        info.coopmat_nv_shapes.push_back({p.MSize, p.NSize, p.KSize,
-                                          component_name(static_cast<VkComponentTypeKHR>(p.AType)),
-                                          component_name(static_cast<VkComponentTypeKHR>(p.BType)),
-                                          component_name(static_cast<VkComponentTypeKHR>(p.CType)),
-                                          component_name(static_cast<VkComponentTypeKHR>(p.DType)),
-                                          scope_name(static_cast<VkScopeKHR>(p.scope))});
+        info.coopmat_nv_shapes.push_back(
+            shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.DType, p.scope));
       }
     }
   }
@@ -169,9 +175,8 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
       for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesKHR>(
                VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR,
                [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        info.coopmat_khr_shapes.push_back({p.MSize, p.NSize, p.KSize, component_name(p.AType),
-                                           component_name(p.BType), component_name(p.CType),
-                                           component_name(p.ResultType), scope_name(p.scope)});
+        info.coopmat_khr_shapes.push_back(
+            shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.ResultType, p.scope));
       }
     }
   }
@@ -181,14 +186,8 @@ void query_coopmat(VkInstance instance, DeviceInfo& info) {
       for (const auto& p : enumerate_structs<FlexibleDimensionsProperties>(
                kFlexibleDimensionsPropertiesType,
                [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        CoopMatShape shape{p.MGranularity,
-                           p.NGranularity,
-                           p.KGranularity,
-                           component_name(p.AType),
-                           component_name(p.BType),
-                           component_name(p.CType),
-                           component_name(p.ResultType),
-                           scope_name(p.scope)};
+        CoopMatShape shape = shape_of(p.MGranularity, p.NGranularity, p.KGranularity, p.AType,
+                                      p.BType, p.CType, p.ResultType, p.scope);
         shape.workgroup_invocations = p.workgroupInvocations;
         info.coopmat2_flexible_shapes.push_back(shape);
       }
@@ -331,8 +330,15 @@ bool query_workgroup_matrix_features(VkPhysicalDevice device, WorkgroupMatrixFea
       !nv2.cooperativeMatrixFlexibleDimensions)
     return false;
   f.khr = {kCoopmatKhrFeaturesType, nullptr, VK_TRUE, VK_FALSE};
-  f.coopmat2 = {kCoopmat2FeaturesType, nullptr, VK_TRUE, VK_TRUE, 0, 0, 0,
-                nv2.cooperativeMatrixTensorAddressing, 0};
+  f.coopmat2 = {kCoopmat2FeaturesType,
+                nullptr,
+                VK_TRUE,
+                VK_TRUE,
+                0,
+                0,
+                0,
+                nv2.cooperativeMatrixTensorAddressing,
+                0};
   return true;
 }
 

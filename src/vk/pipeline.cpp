@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <span>
 
 #include "vk/device_info.h"
 #include "vk/enumerate.h"
@@ -104,10 +105,14 @@ std::map<std::string, std::vector<uint32_t>>& generated_modules() {
 }
 std::mutex g_generated_mutex;
 
-const std::vector<uint32_t>* find_generated(const std::string& name) {
+// The SPIR-V words of a module, embedded or generated; empty when there is none by that name.
+std::span<const uint32_t> find_module_words(const std::string& name) {
+  if (const EmbeddedShader* s = find_embedded_shader(name.c_str()))
+    return {s->words, s->word_count};
   std::lock_guard lock(g_generated_mutex);
   auto it = generated_modules().find(name);
-  return it == generated_modules().end() ? nullptr : &it->second;
+  if (it == generated_modules().end()) return {};
+  return it->second;
 }
 
 }  // namespace
@@ -118,7 +123,7 @@ void Pipelines::register_generated(const std::string& name, std::vector<uint32_t
 }
 
 bool Pipelines::has_module(const std::string& module) {
-  return find_embedded_shader(module.c_str()) != nullptr || find_generated(module) != nullptr;
+  return !find_module_words(module).empty();
 }
 
 const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32_t>& spec) {
@@ -129,22 +134,15 @@ const Kernel& Pipelines::get(const std::string& module, const std::vector<uint32
   if (auto it = modules_.find(module); it != modules_.end()) {
     sm = it->second;
   } else {
-    const EmbeddedShader* s = find_embedded_shader(module.c_str());
-    EmbeddedShader generated{};
-    if (!s) {
-      if (const auto* words = find_generated(module)) {
-        generated = {module.c_str(), words->data(), words->size()};
-        s = &generated;
-      }
-    }
-    VKF_REQUIRE(s,
+    const std::span<const uint32_t> words = find_module_words(module);
+    VKF_REQUIRE(!words.empty(),
                 "shader module '{}' is not built into this vkformer; optional modules exist only "
                 "when the installed glslc accepts their extension (this build: " VKF_GLSL_EXTENSIONS
                 ")",
                 module);
     VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    smci.codeSize = s->word_count * 4;
-    smci.pCode = s->words;
+    smci.codeSize = words.size() * 4;
+    smci.pCode = words.data();
     VKF_VK_CHECK(vkCreateShaderModule(device_, &smci, nullptr, &sm));
     modules_[module] = sm;
   }

@@ -148,7 +148,9 @@ class SpirvBuilder {
   uint32_t next_id_ = 1;
   std::vector<uint32_t> capabilities_, extensions_, memory_model_, entry_points_, modes_,
       annotations_, globals_, code_;
-  std::map<std::vector<uint32_t>, uint32_t> types_;  // opcode + operands -> id
+  // Types and constants by their opcode and operands (a constant's result type first): one id
+  // each.
+  std::map<std::vector<uint32_t>, uint32_t> types_;
 };
 
 }  // namespace vkf::vk
