@@ -178,7 +178,7 @@ void main() {
             st = MMA(ka[f], qb, st);
             dpt = MMA(va[f], ob, dpt);
           }
-          for (int t = 0; t < FRAG_LEN(st); ++t) {
+          UNROLL for (int t = 0; t < FRAG_LEN(st); ++t) {
             const uint kr = sg_key0 + uint(COMP(row_of, t)), qr = qt * 16u + uint(COMP(col_of, t));
             float pr = 0.0, g = 0.0;
             if (qr < q_rows && sKeyOk[kr] != 0u &&
@@ -208,7 +208,7 @@ void main() {
     }
   }
 
-  for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+  UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
     const uint kr = sg_key0 + uint(COMP(row_of, t));
     if (kr >= k_rows) continue;
     const uint row = ((b * p.a.tk + k0 + kr) * p.a.hkv + hk) * D;

@@ -149,7 +149,7 @@ void main() {
           s = MMA(qa[f], kb, s);
           dp = MMA(oa[f], vb, dp);
         }
-        for (int t = 0; t < FRAG_LEN(s); ++t) {
+        UNROLL for (int t = 0; t < FRAG_LEN(s); ++t) {
           const uint r = sg_row0 + uint(COMP(row_of, t)), c = kf * 16u + uint(COMP(col_of, t));
           float g = 0.0;
           if (r < q_rows && sKeyOk[c] != 0u &&
@@ -174,7 +174,7 @@ void main() {
     }
   }
 
-  for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+  UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
     const uint r = sg_row0 + uint(COMP(row_of, t));
     if (r >= q_rows) continue;
     const uint row = ((b * p.a.tq + q0 + r) * p.a.hq + h) * D;

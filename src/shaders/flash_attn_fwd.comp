@@ -212,7 +212,7 @@ void main() {
           }
         }
         FRAG_F m = FRAG_F_ZERO;
-        for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+        UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
           const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
           const int pos = pos_first + int(r);
           float mt = MASKED;
@@ -242,7 +242,7 @@ void main() {
     // 3. Rescale by alpha, probabilities over the scores, partial sums, and acc += P V.
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
-        for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+        UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
           const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
           const float alpha = sAlpha[r], m = sM[r];
           UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= alpha;
@@ -285,7 +285,7 @@ void main() {
   SG_SYNC();  // the row sums written by this subgroup's invocations are visible to all of them
 
   UNROLL for (uint i = 0; i < QF; ++i) {
-    for (int t = 0; t < FRAG_LEN(row_of); ++t) {
+    UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
       const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
       if (r >= q_rows) continue;
       const float l = sL[r];

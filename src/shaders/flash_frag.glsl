@@ -52,7 +52,10 @@ spirv_execution_mode(capabilities = [4464], 4459, 16);  // DenormPreserve, 16-bi
 #include "f16_round.glsl"
 
 // Loops over fragments are unrolled on real subgroups (arrays of fragments must live in
-// registers); the emulation keeps them rolled, which lavapipe compiles far faster.
+// registers); the emulation keeps them rolled, which lavapipe compiles far faster. That includes
+// the loops over an accumulator's components (bounded by FRAG_LEN, which is not a constant in
+// SPIR-V): left rolled, NVIDIA's compiler indexed the fragments through local memory (288 bytes
+// per invocation in the forward kernel) and the forward ran at half speed (H200, bench/RESULTS.md).
 #if VKF_EMULATE_COOPMAT
 #define UNROLL [[dont_unroll]]
 #else
@@ -93,7 +96,8 @@ uint pack2(float x, float y) {
 #define TO_H(dst, src, cond, element, stride)                                          \
   if (cond) {                                                                          \
     FRAG_F rounded_ = src;                                                             \
-    for (int t_ = 0; t_ < rounded_.length(); ++t_) rounded_[t_] = round_to_f16(rounded_[t_]); \
+    UNROLL for (int t_ = 0; t_ < rounded_.length(); ++t_)                              \
+      rounded_[t_] = round_to_f16(rounded_[t_]);                                       \
     dst = FRAG_H(rounded_);                                                            \
   }
 #endif
