@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "ops/coopmat_layout.h"
 #include "vk/context.h"
 
 namespace vkf::cli {
@@ -58,6 +59,10 @@ int run_devices() {
     fmt::print("  cooperative matrix KHR: {}{}\n", yes(d.coopmat_khr),
                shapes(d.coopmat_khr_shapes));
     fmt::print("  cooperative matrix 2 NV: {}\n", yes(d.coopmat2_nv));
+    // Probed on the selected device only (it runs a kernel there).
+    if (d.index == chosen && d.coopmat_nv)
+      fmt::print("  accumulator layout (16x16 f32): {}\n",
+                 ops::detail::describe(ops::detail::accumulator_layout()));
     for (const auto& f : d.coopmat2_flexible_shapes) {
       fmt::print(
           "      flexible, granularity {}x{}x{}  A {} B {} C {} -> {} ({}{})\n", f.m, f.n, f.k,

@@ -170,7 +170,8 @@ AttnParams make_params(const Dims& dims, const AttentionOptions& opts) {
 
 // Rough work of one pass over all (query, key) pairs, for profiles: 2 flops per multiply-add.
 vk::DispatchCost pair_cost(const Dims& dims, double dots, double bytes) {
-  const double pairs = static_cast<double>(dims.b * dims.hq * dims.tq) * static_cast<double>(dims.tk);
+  const double pairs =
+      static_cast<double>(dims.b * dims.hq * dims.tq) * static_cast<double>(dims.tk);
   return {2.0 * dots * pairs * static_cast<double>(dims.d), bytes};
 }
 
@@ -195,7 +196,7 @@ struct SavedForward {
   Dims dims;
   AttnParams params;
   AttentionKernels kernels = AttentionKernels::Plain;  // the family of forward and backward
-  detail::FastAttentionModules fast_modules;             // with AttentionKernels::Fast
+  detail::FastAttentionModules fast_modules;           // with AttentionKernels::Fast
 
   uint32_t flags() const {
     return (mask.defined() ? kAttnFlagMask : 0) | (dropout.defined() ? kAttnFlagDropout : 0);
@@ -230,22 +231,22 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   }
   // The register-tiled kernels also write their gradients as vec4.
   const uint32_t flags =
-      s.flags() |
-      (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout})
-       : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout, &dq, &dk, &dv})
-                   : 0);
+      s.flags() | (s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout})
+                   : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &dout, &dq, &dk, &dv})
+                               : 0);
 
   Tensor delta = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
-  const DeltaPush dp{dout.address(), s.out.address(), delta.address(),
-                     checked_u32(delta.numel(), "attention: delta rows"), s.params.tq,
-                     s.params.hq, s.params.d};
+  const DeltaPush dp{dout.address(),  s.out.address(),
+                     delta.address(), checked_u32(delta.numel(), "attention: delta rows"),
+                     s.params.tq,     s.params.hq,
+                     s.params.d};
   launch("attention_bwd_delta", dp, grid_1d(delta.numel(), 128), {&dout, &s.out}, {&delta}, {},
          {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   if (ctx.needs_grad(0)) {
-    const DqPush push{s.q.address(),   s.k.address(),      s.v.address(),
-                      s.mask_address(), dout.address(),    s.lse.address(),
-                      delta.address(),  dq.address(),      s.dropout_address(),
+    const DqPush push{s.q.address(),    s.k.address(),  s.v.address(),
+                      s.mask_address(), dout.address(), s.lse.address(),
+                      delta.address(),  dq.address(),   s.dropout_address(),
                       s.params,         flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dq")
                          : s.fast()  ? s.fast_modules.dq_rows
@@ -269,23 +270,21 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dk;
     const Tensor dv_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
-    const DkvPush push{s.q.address(),   s.k.address(),     s.v.address(),
-                       s.mask_address(), dout.address(),    s.lse.address(),
-                       delta.address(),  dk_out.address(),  dv_out.address(),
-                       s.dropout_address(), s.params,      flags};
+    const DkvPush push{s.q.address(),    s.k.address(),       s.v.address(),   s.mask_address(),
+                       dout.address(),   s.lse.address(),     delta.address(), dk_out.address(),
+                       dv_out.address(), s.dropout_address(), s.params,        flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
-    launch(s.coopmat() ? detail::flash_module("dkv")
-           : s.fast()  ? s.fast_modules.dkv
-                       : variant_name("attention_bwd_dkv", vi),
-           push, block_grid(s.fast(), blocks, s.fast() ? dims.hq : dims.hkv, dims.b),
-           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out},
-           {},
-           pair_cost(dims, 4,
-                     2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
+    launch(
+        s.coopmat() ? detail::flash_module("dkv")
+        : s.fast()  ? s.fast_modules.dkv
+                    : variant_name("attention_bwd_dkv", vi),
+        push, block_grid(s.fast(), blocks, s.fast() ? dims.hq : dims.hkv, dims.b),
+        {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out}, {},
+        pair_cost(dims, 4, 2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
     if (partials) {
       const GroupSumPush sum{dk_out.address(),
                              dv_out.address(),
@@ -294,8 +293,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                              checked_u32(dk.numel(), "attention: dk elements"),
                              s.params.d,
                              static_cast<uint32_t>(dims.hq / dims.hkv)};
-      launch("attention_fast_bwd_dkv_group_sum", sum, grid_1d(dk.numel(), 256),
-             {&dk_out, &dv_out}, {&dk, &dv}, {},
+      launch("attention_fast_bwd_dkv_group_sum", sum, grid_1d(dk.numel(), 256), {&dk_out, &dv_out},
+             {&dk, &dv}, {},
              {2.0 * static_cast<double>(dk_out.numel()),
               2.0 * static_cast<double>(dk_out.nbytes() + dk.nbytes())});
     }
@@ -328,10 +327,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   s.k = k.is_contiguous() ? k : k.contiguous();
   s.v = v.is_contiguous() ? v : v.contiguous();
   if (key_padding_mask.defined()) {
-    s.mask = key_padding_mask.dtype() == DType::I32
-                 ? (key_padding_mask.is_contiguous() ? key_padding_mask
-                                                     : key_padding_mask.contiguous())
-                 : key_padding_mask.to(DType::I32);
+    s.mask =
+        key_padding_mask.dtype() == DType::I32
+            ? (key_padding_mask.is_contiguous() ? key_padding_mask : key_padding_mask.contiguous())
+            : key_padding_mask.to(DType::I32);
   }
   if (opts.dropout_p > 0) s.dropout = make_dropout_params(opts);
   s.out = Tensor::empty(q.shape(), DType::F32);
@@ -340,14 +339,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const uint32_t vec4 = s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v})
                         : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &s.out})
                                     : 0;
-  const ForwardPush push{s.q.address(),      s.k.address(),   s.v.address(),
-                         s.mask_address(),   s.out.address(), s.lse.address(),
-                         s.dropout_address(), s.params,      s.flags() | vec4};
+  const ForwardPush push{s.q.address(),       s.k.address(),   s.v.address(),
+                         s.mask_address(),    s.out.address(), s.lse.address(),
+                         s.dropout_address(), s.params,        s.flags() | vec4};
   launch(s.coopmat() ? detail::flash_module("fwd")
          : s.fast()  ? s.fast_modules.fwd
                      : variant_name("attention_fwd", vi),
          push, block_grid(s.fast(), blocks, dims.hq, dims.b),
-         {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse}, {},
+         {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse},
+         s.coopmat() ? std::vector<uint32_t>{detail::flash_row_shuffle() ? 1u : 0u}
+                     : std::vector<uint32_t>{},
          pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
 
   Tensor out = s.out;

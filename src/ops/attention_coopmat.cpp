@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "core/launch.h"
+#include "ops/coopmat_layout.h"
 #include "ops/matmul_coopmat.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -45,6 +46,8 @@ uint32_t flash_fwd_fragments() {
   return q2_requested && !coopmat_emulation() && flash_hardware_convert("flash_attn_fwd_d64") ? 2
                                                                                               : 1;
 }
+
+bool g_row_shuffle_allowed = true;
 
 // Subgroups per workgroup of the kernels (NUM_SG in the shaders).
 uint32_t subgroups() {
@@ -163,6 +166,22 @@ std::string flash_module(const std::string& kernel) {
   if (coopmat_emulation()) return base + "_emulated";
   if (kernel == "fwd" && flash_fwd_fragments() == 2) return base + "_hwcvt_q2";
   return flash_hardware_convert(base) ? base + "_hwcvt" : base;
+}
+
+bool flash_row_shuffle() {
+  static const bool shared_requested = [] {
+    const char* env = std::getenv("VKF_FLASH_ROWS");
+    const std::string v = env ? env : "";
+    VKF_REQUIRE(v.empty() || v == "auto" || v == "shared",
+                "VKF_FLASH_ROWS='{}': use auto or shared", v);
+    return v == "shared";
+  }();
+  if (shared_requested || !g_row_shuffle_allowed) return false;
+  return coopmat_emulation() || is_quad_layout(accumulator_layout());
+}
+
+void set_flash_row_shuffle(bool allowed) {
+  g_row_shuffle_allowed = allowed;
 }
 
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {

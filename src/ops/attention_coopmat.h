@@ -56,6 +56,14 @@ std::string flash_module(const std::string& kernel);
 uint32_t flash_rows(const std::string& kernel);
 constexpr int64_t kFlashMaxHeadDim = 64;
 
+// Whether the forward kernel takes its rows' maxima with subgroup shuffles (ROW_SHUFFLE in
+// flash_attn_fwd.comp): where the probed accumulator layout is the quad one (ops/coopmat_layout.h)
+// and always in the emulation, whose layout is that one; or through shared memory. The env
+// VKF_FLASH_ROWS=shared (read once) and set_flash_row_shuffle(false) force shared memory (tests
+// run both; on any other layout it is the only way).
+bool flash_row_shuffle();
+void set_flash_row_shuffle(bool allowed);
+
 // Bit of the kernels' `flags` beyond attention_common.glsl's (FLAG_VEC4 in flash_frag.glsl): the
 // operands start 16-byte aligned and head_dim is a multiple of 4, so rows are read as vec4.
 constexpr uint32_t kFlashFlagVec4 = 4;

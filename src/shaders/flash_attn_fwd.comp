@@ -10,9 +10,12 @@
 // multiplied: fetch_rows / stash_rows). Per tile each subgroup, on registers (each component's row and
 // column are known from the index matrix, see flash_frag.glsl):
 //   1. S = q k^T into accumulators; each component masked and transformed;
-//   2. the tile's row maxima: the maximum over the tile's fragments of each component, stored as
-//      one 16 x 16 matrix per 16 rows; one invocation per row takes the maximum of its 16 and
-//      updates the running max (and alpha = exp(old max - new max));
+//   2. the tile's row maxima: the maximum over the tile's fragments of each component, then over
+//      the row: with ROW_SHUFFLE (where the accumulators have the quad layout, ops/coopmat_layout.h)
+//      over the invocation's components of each of its two rows and two subgroup shuffles, every
+//      invocation keeping its rows' running max and alpha = exp(old max - new max) in registers;
+//      otherwise stored as one 16 x 16 matrix per 16 rows, one invocation per row taking the
+//      maximum of its 16 and updating the running max and alpha in shared memory;
 //   3. the output components and the per-component partial row sums rescaled by their row's
 //      alpha, the probabilities exp(s - max) computed over the scores, added to the partial sums,
 //      converted to f16 operands and multiplied by V into the output.
@@ -32,6 +35,9 @@
 //!variant d64_hwcvt_q2 -DDMAX=64 -DVKF_HW_CONVERT=1 -DQF_SET=2
 #version 460
 #extension GL_EXT_control_flow_attributes : require
+#if !VKF_EMULATE_COOPMAT
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
@@ -71,12 +77,18 @@
 #define SMEM_VEC (TILES_VEC > Q_VEC ? TILES_VEC : Q_VEC)
 #endif
 layout(local_size_x = LOCAL_SIZE) in;
+// Row maxima by subgroup shuffles: only where the accumulators have the quad layout (the host
+// probes it; the emulation has it by construction).
+layout(constant_id = 0) const bool ROW_SHUFFLE = false;
 
 shared uvec4 smem[SMEM_VEC];
 shared float sM[BQ];      // running max of each row (MASKED while it has seen no key)
 shared float sL[BQ];      // the row sum, at the end
 shared float sAlpha[BQ];  // exp(old max - new max) of the last tile
 shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
+#if VKF_EMULATE_COOPMAT
+shared float sXor[LOCAL_SIZE];  // the emulated subgroup shuffle
+#endif
 
 #define PREFETCH_ROWS BKV  // fetch_rows / stash_rows tiles
 #include "flash_frag.glsl"
@@ -112,6 +124,31 @@ float row_reduce16(uint element, uint row, bool take_max) {
     r = take_max ? max(r, x) : r + x;
   }
   return r;
+}
+
+// x of the invocation whose lane index is this one's xor `mask` (1 or 2: the four invocations of a
+// quad-layout row). Emulated through shared memory, so called in workgroup-uniform control flow.
+float row_xor(float x, uint mask) {
+#if VKF_EMULATE_COOPMAT
+  sXor[gl_LocalInvocationIndex] = x;
+  barrier();
+  const float y = sXor[gl_LocalInvocationIndex ^ mask];
+  barrier();
+  return y;
+#else
+  return subgroupShuffleXor(x, mask);
+#endif
+}
+
+// The maximum of x over the four invocations sharing a quad-layout row.
+float quad_row_max(float x) {
+  x = max(x, row_xor(x, 1u));
+  return max(x, row_xor(x, 2u));
+}
+
+// exp(old max - new max) by which a row's output and sum are rescaled; MASKED marks "no key yet".
+float rescale(float m_old, float m_new) {
+  return m_new == MASKED ? 1.0 : m_old == MASKED ? 0.0 : exp(m_old - m_new);
 }
 
 void main() {
@@ -162,6 +199,14 @@ void main() {
   const int sg_pos_first = pos_first + int(sg_row0);
   const uint scratch = S_OFF + sg * SCRATCH_VEC;
 
+  // ROW_SHUFFLE: the running max and the last tile's alpha of this invocation's two rows of each
+  // fragment (quad layout: lane / 4 for components with (t / 2) % 2 = 0, lane / 4 + 8 otherwise).
+  float run_max[QF][2], alpha[QF][2];
+  UNROLL for (uint i = 0; i < QF; ++i) {
+    run_max[i][0] = run_max[i][1] = MASKED;
+    alpha[i][0] = alpha[i][1] = 1.0;
+  }
+
   TileChunks kt, vt;  // the next tile of keys and values, as read
   if (j_lo < j_hi) {
     const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
@@ -201,6 +246,7 @@ void main() {
     // 1. Scores of this subgroup's rows against the tile's keys, masked and transformed, and
     // 2a. their maximum over the tile's fragments per component, stored per 16 rows.
     FRAG_F s[QF][KF];
+    float tile_max[QF][2];  // ROW_SHUFFLE: this invocation's part of its rows' maxima
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (uint kf = 0; kf < KF; ++kf) {
@@ -224,29 +270,54 @@ void main() {
           }
           COMP(m, t) = mt;
         }
-        STORE_F(m, scratch + i * 16u * SP / 4u, SP / 4u);
+        if (ROW_SHUFFLE) {
+          tile_max[i][0] = tile_max[i][1] = MASKED;
+          UNROLL for (int t = 0; t < FRAG_LEN(m); ++t) {
+            const uint half_ = (uint(t) >> 1) & 1u;
+            tile_max[i][half_] = max(tile_max[i][half_], COMP(m, t));
+          }
+        } else {
+          STORE_F(m, scratch + i * 16u * SP / 4u, SP / 4u);
+        }
       }
     }
-    SG_SYNC();
-
-    // 2b. One invocation per row: the running max and this tile's alpha.
-    if (sees_tile && lane < ROWS_SG) {
-      const uint r = sg_row0 + lane;
-      const float m_old = sM[r];
-      const float m_new = max(m_old, row_reduce16(scratch + (lane / 16u) * 16u * SP / 4u, lane % 16u, true));
-      sM[r] = m_new;
-      sAlpha[r] = m_new == MASKED ? 1.0 : m_old == MASKED ? 0.0 : exp(m_old - m_new);
+    if (ROW_SHUFFLE) {
+      // 2b. Each invocation: its rows' maxima over the quad, the running max and alpha. The
+      // shuffles run whether or not the subgroup sees the tile (the emulation's need uniform flow).
+      UNROLL for (uint i = 0; i < QF; ++i) {
+        UNROLL for (uint half_ = 0; half_ < 2u; ++half_) {
+          const float row_max = quad_row_max(sees_tile ? tile_max[i][half_] : MASKED);
+          if (sees_tile) {
+            const float m_new = max(run_max[i][half_], row_max);
+            alpha[i][half_] = rescale(run_max[i][half_], m_new);
+            run_max[i][half_] = m_new;
+          }
+        }
+      }
+    } else {
+      SG_SYNC();
+      // 2b. One invocation per row: the running max and this tile's alpha.
+      if (sees_tile && lane < ROWS_SG) {
+        const uint r = sg_row0 + lane;
+        const float m_old = sM[r];
+        const float m_new = max(m_old, row_reduce16(scratch + (lane / 16u) * 16u * SP / 4u,
+                                                    lane % 16u, true));
+        sM[r] = m_new;
+        sAlpha[r] = rescale(m_old, m_new);
+      }
+      SG_SYNC();
     }
-    SG_SYNC();
 
     // 3. Rescale by alpha, probabilities over the scores, partial sums, and acc += P V.
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
           const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
-          const float alpha = sAlpha[r], m = sM[r];
-          UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= alpha;
-          float sum = COMP(lsum[i], t) * alpha;
+          const uint half_ = (uint(t) >> 1) & 1u;
+          const float a = ROW_SHUFFLE ? alpha[i][half_] : sAlpha[r];
+          const float m = ROW_SHUFFLE ? run_max[i][half_] : sM[r];
+          UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= a;
+          float sum = COMP(lsum[i], t) * a;
           UNROLL for (uint kf = 0; kf < KF; ++kf) {
             const float x = COMP(s[i][kf], t);
             const float pr = x == MASKED ? 0.0 : exp(x - m);
@@ -276,6 +347,13 @@ void main() {
     EMU_SYNC();  // emulated: the probabilities in scratch are read before the next tile's maxima
   }
 
+  // ROW_SHUFFLE: the running maxima to shared memory (for the logsumexp), one invocation per quad.
+  if (ROW_SHUFFLE && (lane & 3u) == 0u) {
+    UNROLL for (uint i = 0; i < QF; ++i) {
+      sM[sg_row0 + i * 16u + (lane >> 2)] = run_max[i][0];
+      sM[sg_row0 + i * 16u + (lane >> 2) + 8u] = run_max[i][1];
+    }
+  }
   // Each row's sum: its 16 partial sums, in column order.
   SG_SYNC();
   UNROLL for (uint i = 0; i < QF; ++i) STORE_F(lsum[i], scratch + i * 16u * SP / 4u, SP / 4u);

@@ -28,7 +28,8 @@
 // fragments in every invocation take lavapipe minutes to compile), so the kernels keep operands
 // that real subgroups hold in registers for the whole kernel in shared memory of their own there,
 // and run 2 subgroups per workgroup instead of 4 to stay within lavapipe's 32 KiB. An accumulator
-// holds element 64 (t / 2) + 2 lane + t % 2 (row-major) in component t. TO_H(dst, src, cond,
+// holds, in component t, the element the tensor cores' layout puts there (ops/coopmat_layout.h):
+// row lane / 4 + 8 ((t / 2) % 2), column 2 (lane % 4) + t % 2 + 8 (t / 4). TO_H(dst, src, cond,
 // element, stride) converts where `cond` holds; emulated, it writes the f16 matrix at `element`
 // (16 rows, `stride` uvec4 apart: scratch the kernel reserves per subgroup) and makes dst refer
 // to it, and the kernel calls EMU_SYNC() -- a workgroup barrier there, nothing on real subgroups
@@ -130,8 +131,10 @@ struct FragF {  // an f32 accumulator: 8 components per invocation
     dst = FragH(element_, stride_, false);          \
   }
 
-// Row-major element of component t of this invocation.
-uint emu_element(uint t) { return 64u * (t >> 1) + 2u * LANE + (t & 1u); }
+// Row-major element of component t of this invocation (the quad layout, see above).
+uint emu_element(uint t) {
+  return 16u * ((LANE >> 2) + 8u * ((t >> 1) & 1u)) + 2u * (LANE & 3u) + (t & 1u) + 8u * (t >> 2);
+}
 
 // Element (r, c) of an f16 operand, as coopMatLoadNV reads it: half element * 8 + r * stride * 8
 // + c, or + c * stride * 8 + r when column-major.

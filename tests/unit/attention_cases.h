@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "core/autograd.h"
@@ -84,15 +85,19 @@ inline Shape kv_shape(const ref::AttentionShape& s) {
 }
 
 // Forward and backward twice on the same inputs (seed: the output gradient); the outputs and
-// the three gradients of both runs must be bitwise equal.
-inline void expect_deterministic(const Inputs& in) {
+// the three gradients of both runs must be bitwise equal. `before_run(i)`, where given, changes
+// a setting before run i (two builds that must agree bit for bit).
+inline void expect_deterministic(const Inputs& in,
+                                 const std::function<void(int)>& before_run = {}) {
   const Tensor mask = mask_tensor(in);
   const Tensor seed = test::to_gpu(in.dout, q_shape(in.shape));
   Tensor q = test::to_gpu(in.q, q_shape(in.shape)).set_requires_grad(true);
   Tensor k = test::to_gpu(in.k, kv_shape(in.shape)).set_requires_grad(true);
   Tensor v = test::to_gpu(in.v, kv_shape(in.shape)).set_requires_grad(true);
   std::vector<Tensor> runs[2];
-  for (auto& run : runs) {
+  for (int i = 0; i < 2; ++i) {
+    auto& run = runs[i];
+    if (before_run) before_run(i);
     q.zero_grad();
     k.zero_grad();
     v.zero_grad();

@@ -60,6 +60,7 @@ struct CoopmatScope {
     set_matmul_precision(MatmulPrecision::F32);
     ops::detail::set_coopmat_emulation(false);
     ops::detail::set_f16_convert(ops::detail::F16Convert::Auto);
+    ops::detail::set_flash_row_shuffle(true);
   }
   CoopmatScope(const CoopmatScope&) = delete;
   CoopmatScope& operator=(const CoopmatScope&) = delete;
@@ -333,10 +334,28 @@ TEST(AttentionF16, MatchesRoundedReference) {
   if (!ops::detail::coopmat_emulation() && ops::detail::coopmat_support().hardware_convert)
     converts.push_back(F16Convert::Exact);
   for (const F16Convert convert : converts) {
-    ops::detail::set_f16_convert(convert);
-    SCOPED_TRACE(ops::detail::flash_module("fwd"));
-    uint64_t seed = 700;
-    for (const Case& c : kCases) check_case(c, ++seed);
+    for (const bool row_shuffle : {true, false}) {
+      ops::detail::set_f16_convert(convert);
+      ops::detail::set_flash_row_shuffle(row_shuffle);
+      SCOPED_TRACE(ops::detail::flash_module("fwd") +
+                   (ops::detail::flash_row_shuffle() ? " row shuffles" : " shared-memory rows"));
+      uint64_t seed = 700;
+      for (const Case& c : kCases) check_case(c, ++seed);
+    }
+  }
+}
+
+// The forward's row maxima by subgroup shuffles (the quad layout; the emulation has it) and
+// through shared memory give the same bits: a maximum is exact in any order.
+TEST(AttentionF16, RowShufflesGiveTheSharedMemoryBits) {
+  CoopmatScope scope;
+  if (!ops::detail::flash_row_shuffle())
+    GTEST_SKIP() << "the device's accumulator layout is not the quad one (vkformer devices): "
+                    "only the shared-memory rows run here";
+  for (const size_t i : {0, 1, 3, 4, 5, 6}) {
+    SCOPED_TRACE(kCases[i].name);
+    expect_deterministic(make_inputs(kCases[i], 900 + i),
+                         [](int run) { ops::detail::set_flash_row_shuffle(run == 0); });
   }
 }
 
