@@ -53,7 +53,7 @@ bool is_quad_layout(const AccumulatorLayout& layout) {
   if (layout.components != 8 || layout.elements.size() != kLanes * 8) return false;
   for (uint32_t l = 0; l < kLanes; ++l) {
     for (uint32_t t = 0; t < 8; ++t) {
-      const uint32_t row = l / 4 + 8 * ((t / 2) % 2), col = 2 * (l % 4) + t % 2 + 8 * (t / 4);
+      const uint32_t row = l / 4 + 8 * (t / 4), col = 2 * (l % 4) + t % 2 + 8 * ((t / 2) % 2);
       if (layout.elements[l * 8 + t] != 16 * row + col) return false;
     }
   }

@@ -20,10 +20,11 @@ struct AccumulatorLayout {
 // while the stream captures a graph before any probe ran).
 const AccumulatorLayout& accumulator_layout();
 
-// Whether `layout` is the one of the tensor cores' 16 x 8 accumulator tiles, two side by side:
-// invocation l holds rows l / 4 and l / 4 + 8, and component t is row l / 4 + 8 ((t / 2) % 2),
-// column 2 (l % 4) + t % 2 + 8 (t / 4). Then the four invocations sharing a row are the ones
-// whose lane indices differ in their two low bits, so a row reduces with two shuffles.
+// Whether `layout` is the one of the tensor cores' 16 x 8 accumulator tiles (the one NVIDIA's
+// driver has, H200, driver 580): invocation l holds rows l / 4 and l / 4 + 8, component t
+// being row l / 4 + 8 (t / 4), column 2 (l % 4) + t % 2 + 8 ((t / 2) % 2). Then the four
+// invocations sharing a row are those whose lane indices differ in their two low bits, so a row
+// reduces with two shuffles.
 bool is_quad_layout(const AccumulatorLayout& layout);
 
 // The layout in words, for `vkformer devices`: "quad" or the first components of lane 0.

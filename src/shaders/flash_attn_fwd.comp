@@ -200,7 +200,7 @@ void main() {
   const uint scratch = S_OFF + sg * SCRATCH_VEC;
 
   // ROW_SHUFFLE: the running max and the last tile's alpha of this invocation's two rows of each
-  // fragment (quad layout: lane / 4 for components with (t / 2) % 2 = 0, lane / 4 + 8 otherwise).
+  // fragment (quad layout: lane / 4 for components t < 4, lane / 4 + 8 for the others).
   float run_max[QF][2], alpha[QF][2];
   UNROLL for (uint i = 0; i < QF; ++i) {
     run_max[i][0] = run_max[i][1] = MASKED;
@@ -273,7 +273,7 @@ void main() {
         if (ROW_SHUFFLE) {
           tile_max[i][0] = tile_max[i][1] = MASKED;
           UNROLL for (int t = 0; t < FRAG_LEN(m); ++t) {
-            const uint half_ = (uint(t) >> 1) & 1u;
+            const uint half_ = uint(t) >> 2;
             tile_max[i][half_] = max(tile_max[i][half_], COMP(m, t));
           }
         } else {
@@ -313,7 +313,7 @@ void main() {
       UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
           const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
-          const uint half_ = (uint(t) >> 1) & 1u;
+          const uint half_ = uint(t) >> 2;
           const float a = ROW_SHUFFLE ? alpha[i][half_] : sAlpha[r];
           const float m = ROW_SHUFFLE ? run_max[i][half_] : sM[r];
           UNROLL for (uint f = 0; f < DF; ++f) COMP(acc[i][f], t) *= a;

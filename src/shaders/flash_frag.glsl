@@ -29,7 +29,7 @@
 // that real subgroups hold in registers for the whole kernel in shared memory of their own there,
 // and run 2 subgroups per workgroup instead of 4 to stay within lavapipe's 32 KiB. An accumulator
 // holds, in component t, the element the tensor cores' layout puts there (ops/coopmat_layout.h):
-// row lane / 4 + 8 ((t / 2) % 2), column 2 (lane % 4) + t % 2 + 8 (t / 4). TO_H(dst, src, cond,
+// row lane / 4 + 8 (t / 4), column 2 (lane % 4) + t % 2 + 8 ((t / 2) % 2). TO_H(dst, src, cond,
 // element, stride) converts where `cond` holds; emulated, it writes the f16 matrix at `element`
 // (16 rows, `stride` uvec4 apart: scratch the kernel reserves per subgroup) and makes dst refer
 // to it, and the kernel calls EMU_SYNC() -- a workgroup barrier there, nothing on real subgroups
@@ -133,7 +133,7 @@ struct FragF {  // an f32 accumulator: 8 components per invocation
 
 // Row-major element of component t of this invocation (the quad layout, see above).
 uint emu_element(uint t) {
-  return 16u * ((LANE >> 2) + 8u * ((t >> 1) & 1u)) + 2u * (LANE & 3u) + (t & 1u) + 8u * (t >> 2);
+  return 16u * ((LANE >> 2) + 8u * (t >> 2)) + 2u * (LANE & 3u) + (t & 1u) + 8u * ((t >> 1) & 1u);
 }
 
 // Element (r, c) of an f16 operand, as coopMatLoadNV reads it: half element * 8 + r * stride * 8

@@ -38,6 +38,7 @@
 #include "ops/attention.h"
 #include "ops/attention_coopmat.h"
 #include "ops/attention_ref.h"
+#include "ops/coopmat_layout.h"
 #include "ops/matmul_coopmat.h"
 #include "test_util.h"
 
@@ -421,6 +422,22 @@ TEST(AttentionF16, Deterministic) {
   CoopmatScope scope;
   const Case c{"det", 2, 70, 70, 6, 2, 64, true, 40, 30, Pad::kRight, 3};
   expect_deterministic(make_inputs(c, 820));
+}
+
+// The layout test accepts the tensor cores' layout (as NVIDIA's driver reports it) and nothing
+// else: not the same elements in another component order.
+TEST(AttentionF16, QuadLayoutRecognised) {
+  ops::detail::AccumulatorLayout layout;
+  layout.components = 8;
+  for (uint16_t l = 0; l < 32; ++l)
+    for (uint16_t t = 0; t < 8; ++t)
+      layout.elements.push_back(static_cast<uint16_t>(16 * (l / 4 + 8 * (t / 4)) + 2 * (l % 4) +
+                                                      t % 2 + 8 * (t / 2 % 2)));
+  EXPECT_TRUE(ops::detail::is_quad_layout(layout));
+  EXPECT_EQ(ops::detail::describe(layout).substr(0, 4), "quad");
+  for (size_t l = 0; l < 32; ++l) std::swap(layout.elements[l * 8 + 2], layout.elements[l * 8 + 4]);
+  EXPECT_FALSE(ops::detail::is_quad_layout(layout));
+  EXPECT_FALSE(ops::detail::is_quad_layout(ops::detail::AccumulatorLayout{}));
 }
 
 // Which kernels each setting selects; the tensor-core ones only in F16 precision, Fast math,
