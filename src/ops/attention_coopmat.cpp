@@ -69,9 +69,10 @@ uint32_t shared_bytes(const std::string& kernel) {
     return vec * kVec + 3 * rows * 4 + keys * 4;
   }
   if (kernel == "dq") {
-    constexpr uint32_t keys = 64;
+    constexpr uint32_t keys = 32, index_vec = 64;
     const uint32_t tiles = 2 * keys * kRowVec;
-    const uint32_t vec = emulated ? tiles + sg * 16 * keys / 8 + 2 * rows * kRowVec : tiles;
+    const uint32_t vec = emulated ? tiles + sg * 16 * keys / 8 + 2 * rows * kRowVec
+                                  : std::max(tiles, rows * kRowVec + index_vec);
     return vec * kVec + 2 * rows * 4 + keys * 4;
   }
   constexpr uint32_t queries = 32;

@@ -8,12 +8,14 @@
 //
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * 16 queries; each subgroup holds its 16
 // rows of q and do as f16 fragments and of dq as f32 accumulators in registers. Keys (k and v)
-// are staged per tile as f16 rows in shared memory. The masks and the softmax gradient run on the
+// are staged per tile as f16 rows in shared memory, the next tile's loads in flight while the
+// current one is multiplied (fetch_rows / stash_rows; 32-key tiles keep that within 159
+// registers, where 64-key tiles needed 229: H200, bench/RESULTS.md). The masks and the softmax gradient run on the
 // accumulators' components, whose rows and columns come from the index matrix (flash_frag.glsl).
 // A subgroup whose rows see no key of the tile skips it.
 //
 // Shared memory (uvec4 units): [0, KV_VEC) k tile, [KV_VEC, 2 KV_VEC) v tile; the q and do staging
-// and the index matrix alias them at the start (the emulated build adds per-subgroup conversion
+// and the index matrix (after the q staging) alias them at the start (the emulated build adds per-subgroup conversion
 // scratch and keeps q and do after the tiles). The host mirrors BQ (src/ops/attention_coopmat.cpp).
 //!requires GL_NV_cooperative_matrix
 //!requires GL_EXT_spirv_intrinsics
@@ -34,7 +36,7 @@
 #endif
 #define LOCAL_SIZE (NUM_SG * 32)
 #define BQ (NUM_SG * 16)  // queries per workgroup, 16 per subgroup
-#define BKV 64            // keys per tile
+#define BKV 32            // keys per tile
 #define KF (BKV / 16)
 #define DF (DMAX / 16)
 #define PITCH (DMAX + 8)  // halves per staged row (16 bytes of padding spread the banks)
@@ -47,12 +49,15 @@
 #define Q_OFF (2 * KV_VEC + NUM_SG * CONV_VEC)
 #define DO_OFF (Q_OFF + Q_VEC)
 #define SMEM_VEC (DO_OFF + Q_VEC)
+#define INDEX_OFF KV_VEC  // the index matrix: in the tiles, free until the first tile
 #else
 // q's and do's fragments live in registers: their staging aliases the tiles.
 #define CONV_VEC 0
 #define Q_OFF 0
 #define DO_OFF 0
-#define SMEM_VEC (2 * KV_VEC)
+// The index matrix (64 uvec4) after the q staging, which it must not overlap.
+#define INDEX_OFF Q_VEC
+#define SMEM_VEC (2 * KV_VEC > Q_VEC + 64 ? 2 * KV_VEC : Q_VEC + 64)
 #endif
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -61,6 +66,7 @@ shared float sLse[BQ];
 shared float sDelta[BQ];
 shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 
+#define PREFETCH_ROWS BKV  // fetch_rows / stash_rows tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
@@ -89,7 +95,7 @@ void main() {
   const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
   const uint q_base = ((b * p.a.tq + q0) * p.a.hq + h) * D;
 
-  write_index_matrix(KV_VEC);
+  write_index_matrix(INDEX_OFF);
   stage_rows_f16(uint64_t(p.q), vec4_ok, q_base, p.a.hq * D, q_rows, D, Q_OFF, BQ);
   for (uint r = tid; r < BQ; r += LOCAL_SIZE) {
     const uint row = (b * p.a.hq + h) * p.a.tq + q0 + r;
@@ -98,8 +104,8 @@ void main() {
   }
   barrier();
   FRAG_F row_of, col_of;  // row and column of each accumulator component
-  LOAD_F(row_of, KV_VEC, 4u, false);
-  LOAD_F(col_of, KV_VEC, 4u, true);
+  LOAD_F(row_of, INDEX_OFF, 4u, false);
+  LOAD_F(col_of, INDEX_OFF, 4u, true);
   FRAG_H qa[DF], oa[DF];
   UNROLL for (uint f = 0; f < DF; ++f)
     LOAD_H(qa[f], Q_OFF + (sg * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, false);
@@ -123,12 +129,25 @@ void main() {
   const int sg_pos_first = pos_first + int(sg_row0);
   const uint conv = 2 * KV_VEC + sg * CONV_VEC;
 
+  TileChunks kt, vt;  // the next tile of keys and values, as read
+  if (j_lo < j_hi) {
+    const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
+    const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
+    kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
+    vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+  }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the do staging) is consumed
     const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
-    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
-    stage_rows_f16(uint64_t(p.k), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, 0u, BKV);
-    stage_rows_f16(uint64_t(p.v), vec4_ok, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC, BKV);
+    stash_rows(kt, 0u);
+    stash_rows(vt, KV_VEC);
+    if (j0 + BKV < j_hi) {
+      const uint j1 = uint(j0 + BKV);
+      const uint rows = min(uint(BKV), p.a.tk - j1);
+      const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
+      kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
+      vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+    }
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;
