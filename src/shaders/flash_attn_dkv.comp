@@ -10,10 +10,10 @@
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
 // operands. Queries (q and do) are staged per tile as f16 rows in shared memory, the next tile's
-// loads in flight while the current one is multiplied (fetch_rows / stash_rows). Masks and the
-// softmax gradient run on the accumulators' components, whose rows (keys) and columns (queries)
-// come from the index matrix (flash_frag.glsl). A subgroup whose keys no query of the tile sees
-// skips it.
+// loads (with its rows' logsumexp and delta) in flight while the current one is multiplied
+// (fetch_rows / stash_rows, fetch_row_stats). Masks and the softmax gradient run on the
+// accumulators' components, whose rows (keys) and columns (queries) come from the index matrix
+// (flash_frag.glsl). A subgroup whose keys no query of the tile sees skips it.
 //
 // Shared memory (uvec4 units): [0, QV) q tile, [QV, 2 QV) do tile; the k and v staging and the
 // index matrix alias them at the start (the emulated build adds per-subgroup conversion scratch
@@ -82,6 +82,15 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
+// The logsumexp and delta of query i0 + tid of head h (zeros from `rows` on): this invocation's
+// share of a query tile's row statistics, fetched with the tile.
+void fetch_row_stats(uint h, uint i0, uint rows, out float lse, out float delta) {
+  const uint r = gl_LocalInvocationIndex;
+  const uint row = (gl_WorkGroupID.z * p.a.hq + h) * p.a.tq + i0 + r;
+  lse = r < BQT && r < rows ? p.lse.v[row] : 0.0;
+  delta = r < BQT && r < rows ? p.delta.v[row] : 0.0;
+}
+
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID;
@@ -129,12 +138,15 @@ void main() {
 
   // The next tile of queries and of their output gradients, as read (see fetch_rows): the tiles
   // run through the heads of the group, each over [i_lo, i_hi).
+  // With them, the tile's logsumexp and delta, one query per invocation (BQT <= LOCAL_SIZE).
   TileChunks q_next, do_next;
+  float lse_next = 0.0, delta_next = 0.0;
   if (i_lo < i_hi) {
     const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + hk * group) * D;
     const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
     q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
     do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+    fetch_row_stats(hk * group, uint(i_lo), rows, lse_next, delta_next);
   }
   for (uint hg = 0; hg < group; ++hg) {
     const uint h = hk * group + hg;
@@ -143,6 +155,10 @@ void main() {
       const uint q_rows = min(uint(BQT), p.a.tq - uint(i0));
       stash_rows(q_next, 0u);
       stash_rows(do_next, QV);
+      if (tid < BQT) {
+        sLse[tid] = lse_next;
+        sDelta[tid] = delta_next;
+      }
       {
         uint next_h = h;
         int next_i0 = i0 + BQT;
@@ -155,12 +171,8 @@ void main() {
           const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
           q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
           do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+          fetch_row_stats(next_h, uint(next_i0), rows, lse_next, delta_next);
         }
-      }
-      for (uint r = tid; r < BQT; r += LOCAL_SIZE) {
-        const uint row = (b * p.a.hq + h) * p.a.tq + uint(i0) + r;
-        sLse[r] = r < q_rows ? p.lse.v[row] : 0.0;
-        sDelta[r] = r < q_rows ? p.delta.v[row] : 0.0;
       }
       barrier();
       const int pos_first = i0 + p.a.q_offset;
