@@ -210,8 +210,17 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
     return cost(kLarge, 1.3) <= cost(kMedium, 1.0) ? kLarge : kMedium;
   }
   // On a GPU bigger tiles reuse each loaded value more, but every compute unit needs a few
-  // workgroups to hide latency.
-  return groups(kLarge) >= 256 ? kLarge : kMedium;
+  // workgroups to hide latency, and the last wave may leave compute units idle. Single products,
+  // measured on the H200 (132 multiprocessors, two large workgroups each; bench/RESULTS.md):
+  // up to 264 large tiles fit one wave and beat medium from 64 on (8192x192x576: 0.073 against
+  // 0.093 ms); 265-527 leave a second wave mostly empty, where medium's finer grain wins by
+  // 10-13% (8192x576x576); from 528 on, large. Batches (split-K chunks among them, which
+  // split_k_chunks sizes for this rule) keep the plain threshold.
+  constexpr int64_t kLargeWave = 264;
+  const int64_t large = groups(kLarge);
+  if (batch == 1)
+    return (large >= 64 && large <= kLargeWave) || large >= 2 * kLargeWave ? kLarge : kMedium;
+  return large >= 256 ? kLarge : kMedium;
 }
 
 // F16 precision: the portable kernels round every operand element to f16.
@@ -411,18 +420,26 @@ int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (math_mode() != MathMode::Fast ||
       vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
     return 1;
-  int64_t groups = 0;
-  if (const auto coop = coopmat_plan(1, m, n)) {
-    groups = int64_t{div_up(m, coop->bm)} * int64_t{div_up(n, coop->bn)};
-  } else {
-    const Tile tile = pick_tile(1, m, n);
-    groups = int64_t{div_up(m, tile.bm())} * int64_t{div_up(n, tile.bn())};
-  }
-  int64_t chunks = 1;
   // Enough workgroups for a few per compute unit, chunks of at least 512 along K, K divisible.
-  while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 && chunks < 32)
-    chunks *= 2;
-  return chunks;
+  auto chunks_for = [&](int64_t groups, int64_t max_chunks) {
+    int64_t chunks = 1;
+    while (groups * chunks < 512 && k / (chunks * 2) >= 512 && k % (chunks * 2) == 0 &&
+           chunks < max_chunks)
+      chunks *= 2;
+    return chunks;
+  };
+  if (const auto coop = coopmat_plan(1, m, n))
+    return chunks_for(int64_t{div_up(m, coop->bm)} * int64_t{div_up(n, coop->bn)}, 32);
+  // The tiled kernel: large tiles where up to 16 chunks give them 512 workgroups (the chunks then
+  // make pick_tile take large), which beat medium ones split less on the H200's weight gradients
+  // (1536x576x8192: 0.449 against 0.534 ms); otherwise the tile pick_tile gives.
+  const int64_t large = int64_t{div_up(m, kLarge.bm())} * int64_t{div_up(n, kLarge.bn())};
+  if (g_tile_choice != TileChoice::Medium && pick_tile(1, m, n).bm() != kLarge.bm()) {
+    const int64_t chunks = chunks_for(large, 16);
+    if (chunks > 1 && large * chunks >= 512) return chunks;
+  }
+  const Tile tile = pick_tile(1, m, n);
+  return chunks_for(int64_t{div_up(m, tile.bm())} * int64_t{div_up(n, tile.bn())}, 32);
 }
 
 void dispatch_split_k(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
@@ -761,7 +778,8 @@ std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   } else if (const auto coop = coopmat_plan(batch, m, n)) {
     plan = "coopmat " + coop->name() + " " + f16_convert_name();
   } else {
-    const TiledPlan tiled = tiled_plan(batch, m, n);
+    // Split, the chunks run as batch entries of the tiled kernel (dispatch_split_k).
+    const TiledPlan tiled = tiled_plan(chunks > 1 ? chunks : batch, m, n);
     const Tile& t = tiled.tile;
     plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
            std::to_string(t.bk) + f16 + (tiled.name == "new" ? "" : " " + tiled.name);
