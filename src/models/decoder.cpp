@@ -215,6 +215,10 @@ Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix) const {
   return ops::layer_norm(x, w, b, eps);
 }
 
+ops::RowNorm DecoderModel::row_norm(const std::string& prefix) const {
+  return {param(prefix + ".weight"), static_cast<float>(spec_.norm_eps), spec_.norm_one_plus};
+}
+
 const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool cos) {
   const ops::RopeConfig& r = spec_.layers[static_cast<size_t>(layer)].rope;
   std::string key = fmt::format("{}|{}|{}|{}|{}", r.type, r.theta, r.factor, r.partial_rotary_factor,
@@ -262,7 +266,8 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
-                                     const Trace& trace, const Tensor* residual) {
+                                     const Trace& trace, const Tensor* residual,
+                                     const ops::RowNorm* pre_norm) {
   const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
@@ -273,17 +278,22 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     if (trace) trace(fmt::format("layers.{}.attn.{}", l, what), t);
   };
   const int64_t B = h.dim(0), D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
+  // An input projection: with pre_norm (a decode step: no adapter, no trace) the norm folds in.
+  auto in_proj = [&](const std::string& proj, const Tensor& b) {
+    if (pre_norm) return ops::normed_linear(h, *pre_norm, P(proj + ".weight"), b);
+    return nn::linear(L(proj), h, P(proj + ".weight"), b);
+  };
   Tensor q, k, v;
   if (s.fused_qkv) {
     // phi3 stores the q, k and v rows one after another in qkv_proj.
-    Tensor qkv = nn::linear(L(n.qkv), h, P(n.qkv + ".weight"));
+    Tensor qkv = in_proj(n.qkv, Tensor());
     q = qkv.slice(2, 0, Hq * D).contiguous();
     k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
     v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
   } else {
-    q = nn::linear(L(n.q), h, P(n.q + ".weight"), bias(n.q, s.qkv_bias));
-    k = nn::linear(L(n.k), h, P(n.k + ".weight"), bias(n.k, s.qkv_bias));
-    v = nn::linear(L(n.v), h, P(n.v + ".weight"), bias(n.v, s.qkv_bias));
+    q = in_proj(n.q, bias(n.q, s.qkv_bias));
+    k = in_proj(n.k, bias(n.k, s.qkv_bias));
+    v = in_proj(n.v, bias(n.v, s.qkv_bias));
   }
   const float eps = static_cast<float>(s.norm_eps);
   if (s.qk_norm == QkNorm::Full) {  // olmo2: over every head at once, before the head split
@@ -366,13 +376,17 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
-Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace,
-                               const Tensor* residual) const {
+Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
+                               const Tensor* residual, const ops::RowNorm* pre_norm) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
   auto P = [&](const std::string& leaf) { return param(L(leaf)); };
   auto bias = [&](const std::string& proj) { return s.mlp_bias ? P(proj + ".bias") : Tensor(); };
+  // The block's normalized input, where a path below needs it as a tensor.
+  auto normalized = [&] {
+    return pre_norm ? ops::rms_norm(x, pre_norm->weight, pre_norm->eps, pre_norm->one_plus) : x;
+  };
   // The last projection: into a new tensor, or added into the residual stream in place.
   auto project = [&](const std::string& proj, const Tensor& a, const Tensor& b) {
     if (!residual) return nn::linear(L(proj), a, P(proj + ".weight"), b);
@@ -381,17 +395,21 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& h, const Trace& trace,
   };
   Tensor out;
   if (s.mlp == MlpKind::Plain) {
-    Tensor a = ops::activation(nn::linear(L(n.fc), h, P(n.fc + ".weight"), bias(n.fc)), s.act);
+    Tensor a =
+        ops::activation(nn::linear(L(n.fc), normalized(), P(n.fc + ".weight"), bias(n.fc)), s.act);
     out = project(n.proj, a, bias(n.proj));
   } else if (s.fused_gate_up) {
-    Tensor gu = nn::linear(L(n.gate_up), h, P(n.gate_up + ".weight"));
+    Tensor gu = nn::linear(L(n.gate_up), normalized(), P(n.gate_up + ".weight"));
     out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
   } else if (residual && !s.mlp_bias) {
     // A folded decode step has no adapter or trace on these projections: both products and the
-    // activation in one pass over the two weights (ops::gated_linear; same sums as below).
-    out = project(n.down, ops::gated_linear(h, P(n.gate + ".weight"), P(n.up + ".weight"), s.act),
+    // activation (and the norm, with pre_norm) in one pass over the two weights
+    // (ops::gated_linear; same sums as below).
+    out = project(n.down,
+                  ops::gated_linear(x, P(n.gate + ".weight"), P(n.up + ".weight"), s.act, pre_norm),
                   Tensor());
   } else {
+    const Tensor h = normalized();
     Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
     Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
     out = project(n.down, ops::gated_act(g, u, s.act), bias(n.down));
@@ -417,6 +435,13 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   const bool fold = step.decode && !trace && !nn::active_adapter() &&
                     !dropout_rng::active_stream() && res_mult == 1.0f &&
                     (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
+  if (fold && s.placement == NormPlacement::Pre && s.norm == NormKind::RMS) {
+    // Each RMSNorm folds into the products that read it (ops::normed_linear): x itself goes in.
+    const ops::RowNorm norm1 = row_norm(L(n.norm1)), norm2 = row_norm(L(n.norm2));
+    attention_block(l, x, step, trace, &x, &norm1);
+    mlp_block(l, x, trace, &x, &norm2);
+    return x;
+  }
   if (fold) {
     const Tensor h = norm(x, L(n.norm1));
     attention_block(l, h, step, trace, &x);

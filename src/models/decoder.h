@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "models/arch_spec.h"
 #include "nn/linear.h"
+#include "ops/decode.h"
 
 namespace vkf::models {
 
@@ -100,8 +101,8 @@ class DecoderModel {
   // (ops::linear_cross_entropy) that never holds [B, T, vocab] logits:
   // logits = softcap(logit_scale · hidden · weightᵀ).
   struct HeadInput {
-    Tensor hidden;             // [B, T, hidden_size]: the final norm's output
-    Tensor weight;             // [vocab, hidden_size]: lm_head, the tied embedding or an adapter's copy
+    Tensor hidden;  // [B, T, hidden_size]: the final norm's output
+    Tensor weight;  // [vocab, hidden_size]: lm_head, the tied embedding or an adapter's copy
     float logit_scale = 1.0f;  // 1 / logits_divisor · logits_multiplier as one f32 factor
     float softcap = 0.0f;      // final logit soft-cap (gemma2); 0: none
   };
@@ -145,11 +146,13 @@ class DecoderModel {
   Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
   // With `residual`, the block's output projection is added into *residual in place and an
-  // undefined tensor is returned.
+  // undefined tensor is returned. With `pre_norm`, h is the block's input before its RMSNorm,
+  // which the input projections apply as they read it (ops::normed_linear; a decode step).
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
-                         const Tensor* residual = nullptr);
+                         const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
-                   const Tensor* residual = nullptr) const;
+                   const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr) const;
+  ops::RowNorm row_norm(const std::string& prefix) const;  // the RMSNorm at `prefix`
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 
   ArchSpec spec_;

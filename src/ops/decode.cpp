@@ -5,10 +5,12 @@
 
 #include <cmath>
 
+#include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/decode_common.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
+#include "ops/norm.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -116,7 +118,53 @@ void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias
                detail::describe_rows(out), 1.0f, 1.0f, bias);
 }
 
-Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act) {
+namespace {
+
+void check_row_norm(const RowNorm& norm, int64_t in, const char* op) {
+  VKF_REQUIRE(norm.weight.defined() && norm.weight.dtype() == DType::F32 &&
+                  norm.weight.rank() == 1 && norm.weight.dim(0) == in,
+              "{}: the norm weight must be f32 [{}], got {}", op, in,
+              norm.weight.defined()
+                  ? shape_str(norm.weight.shape()) + " " + dtype_name(norm.weight.dtype())
+                  : "undefined");
+}
+
+// Whether the skinny f16 kernel can fold the norm in: Fast math (the precise path keeps the
+// norm's own kernel), 16-byte-readable rows of x, K a multiple of 8.
+bool norm_foldable(const detail::MatDesc& a, const RowNorm& norm) {
+  return math_mode() == MathMode::Fast && a.cols % 8 == 0 && a.cs == 1 &&
+         norm.weight.is_contiguous();
+}
+
+}  // namespace
+
+Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                     const Tensor& bias) {
+  const char* op = "normed_linear";
+  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
+              "{}: x must be a non-empty f32 [..., in] tensor", op);
+  check_row_norm(norm, x.dim(-1), op);
+  VKF_REQUIRE(weight.defined() && weight.rank() == 2 && weight.dim(1) == x.dim(-1),
+              "{}: weight must be [out, {}], got {}", op, x.dim(-1),
+              weight.defined() ? shape_str(weight.shape()) : "undefined");
+  const Tensor xc = x.is_contiguous() ? x : x.contiguous();
+  const detail::MatDesc a = detail::describe_rows(xc);
+  constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
+  if (weight.dtype() != DType::F16 || a.rows > kMaxRows || !weight.is_contiguous() ||
+      !norm_foldable(a, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
+    return linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.dim(0);
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  autograd::NoGradScope no_grad;
+  detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
+                            detail::describe_rows(out), bias, norm);
+  return out;
+}
+
+Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
+                    const RowNorm* norm) {
   const char* op = "gated_linear";
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
@@ -129,11 +177,15 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   }
   VKF_REQUIRE(static_cast<uint32_t>(act) <= static_cast<uint32_t>(Activation::QuickGELU),
               "{}: unknown Activation value {}", op, static_cast<uint32_t>(act));
+  if (norm) check_row_norm(*norm, x.dim(-1), op);
   const detail::MatDesc a = detail::describe_rows(x);
   const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
   constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
   if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() ||
-      !w_up.is_contiguous() || div_up(n, detail::kSkinnyF16Cols) > kMaxGroups || a.cs != 1) {
+      !w_up.is_contiguous() || div_up(n, detail::kSkinnyF16Cols) > kMaxGroups || a.cs != 1 ||
+      (norm && !norm_foldable(a, *norm))) {
+    if (norm)
+      return gated_linear(rms_norm(x, norm->weight, norm->eps, norm->one_plus), w_gate, w_up, act);
     return gated_act(linear(x, w_gate), linear(x, w_up), act);
   }
   Shape out_shape = x.shape();
@@ -145,9 +197,13 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
                     w_gate.address() % 16 == 0 && w_up.address() % 16 == 0;
   checked_u32((m - 1) * a.rs + k, "gated_linear x extent");
   checked_u32(n * k, "gated_linear weight elements");
+  const RowNorm sn = norm ? *norm : RowNorm{};
   struct {
     uint64_t a, gate, up, c;
     uint32_t m, n, k, lda, ldb, c_rs, sa, sb;
+    uint64_t norm_w;
+    float norm_eps;
+    uint32_t norm_tpr_log2;
   } push{a.t.address(),
          w_gate.address(),
          w_up.address(),
@@ -159,12 +215,16 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          static_cast<uint32_t>(k),
          static_cast<uint32_t>(n),
          0,
-         0};
+         0,
+         norm ? sn.weight.address() : 0,
+         sn.eps,
+         norm ? detail::norm_threads_per_row_log2(k) : 0u};
   const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, n, vec8);
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), 0u, vec8 ? 1u : 0u,
-                                      static_cast<uint32_t>(act), rpt};
+  const std::vector<uint32_t> spec = {
+      static_cast<uint32_t>(m),   0u,  vec8 ? 1u : 0u,
+      static_cast<uint32_t>(act), rpt, detail::skinny_norm_mode(norm ? &sn : nullptr)};
   launch("matmul_skinny_f16_gated", push, Grid{div_up(n, detail::kSkinnyF16Cols * rpt), 1, 1},
-         {&a.t, &w_gate, &w_up}, {&out}, spec,
+         {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec,
          {4.0 * static_cast<double>(m * n * k),
           4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))});
   return out;

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/norm.h"
 #include "ops/rope.h"
 
 namespace vkf::ops {
@@ -41,12 +42,23 @@ Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& out);
 
+// linear(rms_norm(x, ...), weight, bias) with the norm folded into the product: weights in f16, at
+// most 8 rows of x, Fast math and in % 8 == 0 take one dispatch (every workgroup normalizes the
+// rows it reads, with rms_norm's sums in rms_norm's order: the same values rms_norm would have
+// stored); otherwise it is rms_norm, then linear. x: f32 [..., in]; weight [out, in]; bias f32
+// [out] or undefined. Not differentiable (inference).
+Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                     const Tensor& bias = {});
+
 // act(x Wg^T) * (x Wu^T): the first half of a gated MLP (SwiGLU, GeGLU; Llama's gate_proj and
 // up_proj), without biases. x: f32 [..., in]; w_gate, w_up: [inner, in], f32 or f16 alike; returns
 // f32 [..., inner]. Weights in f16 and at most 8 rows of x take one dispatch (both products and the
 // activation, each activation read once); otherwise it is linear(), linear() and gated_act(),
 // which the fused kernel matches sum for sum. Not differentiable (inference).
-Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act);
+// With `norm`, x's rows are normalized first as normed_linear does (folded into the same dispatch
+// where the fused kernel runs).
+Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
+                    const RowNorm* norm = nullptr);
 
 // Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
 // filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32

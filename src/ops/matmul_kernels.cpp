@@ -15,6 +15,7 @@
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_workgroup.h"
+#include "ops/norm.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -502,22 +503,31 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
 // the [N, K] Hugging Face layout read as K x N); bias indexed by column.
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                          float beta, const Tensor& bias, int64_t bias_stride,
-                         const vk::DispatchCost& cost) {
+                         const vk::DispatchCost& cost, const RowNorm* norm = nullptr) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
   const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8, 0u, rpt};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8, 0u, rpt,
+                                      skinny_norm_mode(norm)};
+  const Tensor norm_w = norm ? norm->weight : Tensor();
   const int64_t zstep = g_max_groups, nstep = g_max_groups * kSkinnyF16Cols * rpt;
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
       const int64_t zc = std::min(zstep, c.batch - z0), nc = std::min(nstep, n - n0);
-      const GemmPush push = make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride);
+      struct {
+        GemmPush gemm;
+        uint64_t norm_w;
+        float norm_eps;
+        uint32_t norm_tpr_log2;
+      } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
+             norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
+             norm ? norm_threads_per_row_log2(k) : 0u};
       const Grid grid{div_up(nc, kSkinnyF16Cols * rpt), 1, static_cast<uint32_t>(zc)};
-      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
+      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
     }
@@ -536,6 +546,28 @@ bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
 }
 
 }  // namespace
+
+uint32_t skinny_norm_mode(const RowNorm* norm) {
+  return norm == nullptr ? 0u : norm->one_plus ? 2u : 1u;
+}
+
+void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in,
+                       const Tensor& bias, const RowNorm& norm) {
+  VKF_REQUIRE(a_in.batch == 1 && b_in.batch == 1 && c_in.batch == 1 && a_in.cs == 1 &&
+                  c_in.rows <= kSkinnyMaxRows && b_in.t.dtype() == DType::F16 &&
+                  kernel_layout(b_in).trans && norm.weight.is_contiguous() &&
+                  norm.weight.numel() == a_in.cols,
+              "matmul: internal: skinny_f16_normed needs one [<= {} rows, K] product against an "
+              "f16 [N, K] weight and a norm weight of K elements",
+              kSkinnyMaxRows);
+  MatDesc a = a_in, b = b_in, c = c_in;
+  a.bs = b.bs = c.bs = 0;
+  check_extent(a, "matmul operand a extent");
+  check_extent(b, "matmul operand b extent");
+  check_extent(c, "matmul output extent");
+  const int64_t bias_stride = bias.defined() ? bias.strides()[0] : 0;
+  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, {}, &norm);
+}
 
 void set_skinny_f16_rows_per_thread(uint32_t rows) {
   VKF_REQUIRE(rows == 0 || rows == 1 || rows == 2 || rows == 4,

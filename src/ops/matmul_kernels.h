@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/norm.h"
 
 namespace vkf::ops::detail {
 
@@ -106,5 +107,16 @@ constexpr int64_t kSkinnyF16Cols = 8;
 uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8);
 // Forces that choice (1, 2 or 4; 0 restores the rule), for tests and benchmarks.
 void set_skinny_f16_rows_per_thread(uint32_t rows);
+
+// matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
+// weight w, 2: weight 1 + w); the gated variant's host uses it too.
+uint32_t skinny_norm_mode(const RowNorm* norm);
+
+// c = a b (+ bias) by matmul_skinny_f16 with its NORM prologue: opA's rows are read as
+// rms_norm(a, norm...) would store them. a is [M <= 8, K] f32 with contiguous rows, b a weight
+// stored in f16 with contiguous rows (the [N, K] layout, transposed), norm.weight f32 [K]
+// contiguous; the caller checks those conditions (ops::normed_linear).
+void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
+                       const RowNorm& norm);
 
 }  // namespace vkf::ops::detail

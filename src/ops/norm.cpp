@@ -29,12 +29,6 @@ struct NormSpec {
   bool one_plus;
 };
 
-// Threads per row: about 8 elements per thread, a power of two from 1 to 256.
-uint32_t threads_per_row_log2(int64_t h) {
-  const uint64_t want = std::bit_ceil(static_cast<uint64_t>((h + 7) / 8));
-  return static_cast<uint32_t>(std::min<int>(std::countr_zero(want), 8));
-}
-
 // Enough workgroups for `rows` rows at 256 >> tpr_log2 rows per group (folded past 65535).
 Grid row_grid(int64_t rows, uint32_t tpr_log2) {
   const int64_t rows_per_group = kLocal >> tpr_log2;
@@ -136,7 +130,7 @@ Tensor norm_forward(const NormSpec& s, const Tensor& x, const Tensor& weight, co
   VKF_REQUIRE(h <= int64_t{65535} * kLocal,
               "{}: rows of {} elements are not supported (at most {})", s.op, h,
               int64_t{65535} * kLocal);
-  const uint32_t tpr_log2 = threads_per_row_log2(h);
+  const uint32_t tpr_log2 = detail::norm_threads_per_row_log2(h);
   const bool save = autograd::should_record({&xc, &w, &b});
 
   Tensor y = Tensor::empty(x.shape(), DType::F32);
@@ -210,5 +204,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool one_plus_
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   return norm_forward({"layer_norm", true, false}, x, weight, bias, eps);
 }
+
+namespace detail {
+uint32_t norm_threads_per_row_log2(int64_t h) {
+  const uint64_t want = std::bit_ceil(static_cast<uint64_t>((h + 7) / 8));
+  return static_cast<uint32_t>(std::min<int>(std::countr_zero(want), 8));
+}
+}  // namespace detail
 
 }  // namespace vkf::ops

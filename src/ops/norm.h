@@ -21,4 +21,20 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool one_plus_
 // Differentiable w.r.t. x, weight and bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
 
+// An RMSNorm of x's rows taken on the way into a product: rms_norm(x, weight, eps, one_plus)
+// (Llama's input_layernorm before q, k and v; post_attention_layernorm before gate and up), as
+// ops::normed_linear and ops::gated_linear (ops/decode.h) fold it in.
+struct RowNorm {
+  Tensor weight;  // f32 [in]
+  float eps = 1e-6f;
+  bool one_plus = false;  // weight 1 + w (Gemma)
+};
+
+namespace detail {
+// Threads per row of the norm kernels (norm_rows.glsl's TPR, log2) for rows of h elements: about
+// 8 elements per thread, a power of two from 1 to 256. Kernels that fold a norm into their own
+// work (matmul_skinny_f16's NORM) reduce with the same threads, so their sums match.
+uint32_t norm_threads_per_row_log2(int64_t h);
+}  // namespace detail
+
 }  // namespace vkf::ops

@@ -16,6 +16,9 @@ layout(push_constant, std430) uniform Push {
   uint sa, sb, sc;
   uint bias_rs, bias_cs;
   float alpha, beta;
+#ifdef MATMUL_PUSH_EXTRA
+  MATMUL_PUSH_EXTRA  // fields of the includer's own, after GemmPush's (matmul_skinny_f16)
+#endif
 } p;
 
 // The epilogue every GEMM kernel ends with, for one in-range output element.

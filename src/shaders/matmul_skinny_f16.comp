@@ -19,6 +19,13 @@
 // for both: the same sums in the same order and the same final formula as two products followed
 // by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
 // ACT (id 3) picks the activation of activation.glsl.
+//
+// NORM (both variants) folds an RMSNorm of opA's rows into the product (decode's input norms,
+// ops::normed_linear): every workgroup first takes each row's sum of squares exactly as
+// norm_fwd.comp does (the same threads per row, element order and tree: norm_rows.glsl), then
+// reads opA(m, k) as norm_fwd would have stored it, (opA(m, k) * rstd(m)) * w'(k) rounded to
+// fp32, w' = w (NORM 1) or 1 + w (NORM 2). One dispatch and one dependent stage fewer than the
+// norm followed by the product.
 //!variant gated -DGATED=1
 //!precise
 #version 460
@@ -44,6 +51,9 @@ layout(constant_id = 2) const bool VEC8 = false;
 // Weight rows per thread, 1..RMAX (VEC8 only; UNROLL a multiple of it). Id 4: id 3 is the gated
 // variant's activation.
 layout(constant_id = 4) const uint RPT = 1;
+// RMSNorm of opA's rows first: 0 none, 1 weight w, 2 weight 1 + w (push: norm_w, norm_eps, and
+// norm_tpr_log2, norm_fwd's threads per row for K).
+layout(constant_id = 5) const uint NORM = 0;
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
@@ -62,16 +72,63 @@ layout(push_constant, std430) uniform Push {
   uint lda, ldb;
   uint c_rs;
   uint sa, sb;    // 0: one batch entry
+  uint64_t norm_w;  // NORM: the norm's weight, f32 [K]
+  float norm_eps;
+  uint norm_tpr_log2;
 } p;
 #else
+#define MATMUL_PUSH_EXTRA \
+  uint64_t norm_w;        \
+  float norm_eps;         \
+  uint norm_tpr_log2;
 #include "matmul_push.glsl"
 #endif
+#include "norm_rows.glsl"
+
+shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
 
 VACC acc[RMAX][MMAX];
 VACC acc2[RMAX][MMAX];  // the up product (gated)
 
-float load_a(uint abase, uint m, uint k) {
+float load_a_raw(uint abase, uint m, uint k) {
   return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
+}
+
+// What norm_fwd.comp stores for x at column k of row m: (x * rstd) * w', rounded to fp32.
+float normed(float x, uint m, uint k) {
+  const VACC w = VACC(F32Buf(p.norm_w).v[k]);
+  VACC v = VACC(x) * norm_rstd[m];
+  v *= NORM == 2 ? VACC(1.0) + w : w;
+  return float(v);
+}
+
+float load_a(uint abase, uint m, uint k) {
+  const float x = load_a_raw(abase, m, k);
+  return NORM != 0 ? normed(x, m, k) : x;
+}
+
+// norm_rstd[m] for every row m < MROWS, with norm_fwd.comp's reduction: TPR threads per row
+// summing their strided elements in index order, then norm_rows.glsl's tree. All threads call it.
+void compute_norm_rstd(uint tid, uint abase) {
+  const uint tpr_log2 = p.norm_tpr_log2, tpr = 1u << tpr_log2;
+  const uint lane = tid & (tpr - 1u), rows_per_pass = LOCAL_SIZE >> tpr_log2;
+  for (uint m0 = 0; m0 < MROWS; m0 += rows_per_pass) {
+    const uint m = m0 + (tid >> tpr_log2);
+    const uint n = m < MROWS ? p.K : 0u;
+    VACC q = VACC(0.0);
+    for (uint i = lane; i < n; i += tpr) {
+      const VACC v = VACC(load_a_raw(abase, m, i));
+      q += v * v;
+    }
+    const VACC var = row_sum(q, lane, tpr) / VACC(p.K);
+#if VKF_PRECISE
+    const double r = 1.0LF / sqrt(var + double(p.norm_eps));
+#else
+    const float r = inversesqrt(var + p.norm_eps);
+#endif
+    if (m < MROWS && lane == 0u) norm_rstd[m] = r;
+  }
+  barrier();
 }
 
 // Adds the products of k = 8g..8g+7 (w: the weight row's 8 halves there) to s[m].
@@ -97,7 +154,13 @@ void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
   Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
   [[unroll]] for (uint m = 0; m < MROWS; ++m) {
     const uint ai = (abase + m * p.lda) / 4 + 2 * g;
-    const vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
+    vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
+    if (NORM != 0) {
+      [[unroll]] for (uint e = 0; e < 4u; ++e) {
+        a0[e] = normed(a0[e], m, 8u * g + e);
+        a1[e] = normed(a1[e], m, 8u * g + 4u + e);
+      }
+    }
     [[unroll]] for (uint r = 0; r < RPT; ++r) {
       DOT8(acc[r][m], wg[r], a0, a1);
 #if GATED
@@ -127,6 +190,7 @@ void main() {
   // KS threads, as with RPT = 1).
   const uint n0 = gl_WorkGroupID.x * COLS * RPT + col;
   const uint abase = z * p.sa, bbase = z * p.sb;
+  if (NORM != 0) compute_norm_rstd(tid, abase);
   [[unroll]] for (uint r = 0; r < RMAX; ++r) {
     [[unroll]] for (uint m = 0; m < MMAX; ++m) {
       acc[r][m] = 0.0;

@@ -8,7 +8,10 @@
 // attention_decode, and close to ref::rope_apply then ref::attention; every layout, partial
 // rotary, splits, the precise build and the plain path), linear_accumulate (f32 and f16 weights)
 // and gated_linear (fused kernel with 16-byte and scalar loads, and the composed fallback) against
-// ref::linear / ref::gated; determinism; bad input.
+// ref::linear / ref::gated; normed_linear and gated_linear with a folded RMSNorm (bit for bit
+// rms_norm then the product, and close to ref::rms_norm then ref::linear / ref::gated; 16-byte
+// and scalar loads, 1 to 8 rows, norm rows of 8 to 256 threads, 1 + w, bias, several weight rows
+// per thread, the precise fallback); determinism; bad input.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -26,6 +29,8 @@
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
+#include "ops/norm.h"
+#include "ops/norm_ref.h"
 #include "ops/rope_ref.h"
 #include "test_util.h"
 
@@ -526,6 +531,92 @@ TEST(DecodeOps, GatedLinear) {
                           ops::Activation::SiLU);
       },
       {"gated_linear", "one shape"});
+}
+
+// x [rows, 1, in] on the GPU, optionally starting one element into its buffer (4 bytes: the rows
+// are then not 16-byte aligned and the kernels read scalars).
+Tensor rows_on_gpu(const std::vector<double>& x, int64_t rows, int64_t in, bool misaligned) {
+  if (!misaligned) return test::to_gpu(x, {rows, 1, in});
+  std::vector<double> padded(x.size() + 1, 0.0);
+  std::copy(x.begin(), x.end(), padded.begin() + 1);
+  return test::to_gpu(padded, {static_cast<int64_t>(padded.size())})
+      .slice(0, 1, static_cast<int64_t>(padded.size()))
+      .reshape({rows, 1, in});
+}
+
+TEST(DecodeOps, NormedLinear) {
+  Rng rng(27);
+  // (rows, in, one_plus, bias, misaligned): in 48 sums each norm row over 8 threads, 2048 over 256.
+  const std::tuple<int64_t, int64_t, bool, bool, bool> cases[] = {
+      {1, 48, false, false, false},   {3, 64, true, true, false}, {8, 48, false, true, false},
+      {1, 2048, false, false, false}, {2, 40, true, false, true}, {5, 2048, true, true, true}};
+  for (const auto& [rows, in, one_plus, with_bias, misaligned] : cases) {
+    const int64_t out = 37;
+    const std::string what = "rows " + std::to_string(rows) + " in " + std::to_string(in) +
+                             (one_plus ? " 1+w" : "") + (with_bias ? " bias" : "") +
+                             (misaligned ? " misaligned" : "");
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -3, 3));
+    const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+    const auto b =
+        with_bias ? test::as_f32(rng.uniform(static_cast<size_t>(out))) : std::vector<double>{};
+    const auto [w, wt] = half_weights(rng, out, in);
+    const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-5f, one_plus};
+    const Tensor xt = rows_on_gpu(x, rows, in, misaligned);
+    const Tensor bt = with_bias ? test::to_gpu(b, {out}) : Tensor();
+    const auto [u, ut] = half_weights(rng, out, in);
+    const auto xn = ref::rms_norm(x, nw, rows, in, 1e-5, one_plus);
+    // f32 sums over `in` terms: the error bound scales with sum_k |xn w| (at most `in` here,
+    // |xn| <~ 3 and |w| <= 1) and the activation's slope (below 1.1).
+    const double atol = 4.0 * 3.0 * static_cast<double>(in) * std::ldexp(1.0, -24) + 1e-6;
+    const Tensor got = ops::normed_linear(xt, norm, wt, bt);
+    const Tensor gated = ops::gated_linear(xt, wt, ut, ops::Activation::SiLU, &norm);
+    EXPECT_EQ(got.shape(), (Shape{rows, 1, out})) << what;
+    test::expect_close(got, ref::linear(xn, w, b, rows, in, out), atol, 1e-5, what);
+    test::expect_close(gated,
+                       ref::gated(ops::Activation::SiLU, ref::linear(xn, w, {}, rows, in, out),
+                                  ref::linear(xn, u, {}, rows, in, out)),
+                       atol, 1e-5, what + " gated");
+    // Aligned, the kernel reads 16 bytes at a time as it does after rms_norm's aligned output, so
+    // the same normalized values give the same bits. (Misaligned rows take the scalar loads,
+    // whose sums run in another order.)
+    if (!misaligned) {
+      const Tensor normed = ops::rms_norm(xt, norm.weight, norm.eps, one_plus);
+      test::expect_bitwise_equal(got, ops::linear(normed, wt, bt), what + " vs rms_norm, linear");
+      test::expect_bitwise_equal(gated, ops::gated_linear(normed, wt, ut, ops::Activation::SiLU),
+                                 what + " gated vs rms_norm, gated_linear");
+    }
+  }
+  // Several weight rows per thread, and the precise math mode (the norm's own kernel first): the
+  // same bits as rms_norm then the product.
+  const int64_t rows = 8, in = 64, out = 70;
+  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -3, 3));
+  const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+  const auto [w, wt] = half_weights(rng, out, in);
+  const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-6f, false};
+  const Tensor xt = test::to_gpu(x, {rows, 1, in});
+  for (const uint32_t rpt : {1u, 2u, 4u}) {
+    ops::detail::set_skinny_f16_rows_per_thread(rpt);
+    test::expect_bitwise_equal(ops::normed_linear(xt, norm, wt),
+                               ops::linear(ops::rms_norm(xt, norm.weight, norm.eps), wt),
+                               std::to_string(rpt) + " rows per thread");
+  }
+  ops::detail::set_skinny_f16_rows_per_thread(0);
+  set_math_mode(MathMode::Precise);
+  const Tensor precise = ops::normed_linear(xt, norm, wt);
+  const Tensor precise_composed = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps), wt);
+  set_math_mode(MathMode::Fast);
+  test::expect_bitwise_equal(precise, precise_composed, "precise math");
+  test::expect_error(
+      [&] {
+        ops::normed_linear(xt, ops::RowNorm{Tensor::zeros({in + 1}), 1e-6f, false}, wt);
+      },
+      {"normed_linear", "norm weight", "[64]"});
+  test::expect_error(
+      [&] {
+        const ops::RowNorm flat{Tensor::zeros({2, in}), 1e-6f, false};
+        ops::gated_linear(xt, wt, wt, ops::Activation::SiLU, &flat);
+      },
+      {"gated_linear", "norm weight"});
 }
 
 }  // namespace
