@@ -435,7 +435,8 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   const bool fold = step.decode && !trace && !nn::active_adapter() &&
                     !dropout_rng::active_stream() && res_mult == 1.0f &&
                     (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
-  if (fold && s.placement == NormPlacement::Pre && s.norm == NormKind::RMS) {
+  if (fold && s.placement == NormPlacement::Pre && s.norm == NormKind::RMS && !s.fused_qkv &&
+      ops::norm_folds(x, param(L(n.q + ".weight")), row_norm(L(n.norm1)))) {
     // Each RMSNorm folds into the products that read it (ops::normed_linear): x itself goes in.
     const ops::RowNorm norm1 = row_norm(L(n.norm1)), norm2 = row_norm(L(n.norm2));
     attention_block(l, x, step, trace, &x, &norm1);

@@ -129,14 +129,20 @@ void check_row_norm(const RowNorm& norm, int64_t in, const char* op) {
                   : "undefined");
 }
 
-// Whether the skinny f16 kernel can fold the norm in: Fast math (the precise path keeps the
-// norm's own kernel), 16-byte-readable rows of x, K a multiple of 8.
-bool norm_foldable(const detail::MatDesc& a, const RowNorm& norm) {
-  return math_mode() == MathMode::Fast && a.cols % 8 == 0 && a.cs == 1 &&
-         norm.weight.is_contiguous();
+bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& norm) {
+  return weight.dtype() == DType::F16 && weight.is_contiguous() && a.rows == 1 &&
+         math_mode() == MathMode::Fast && a.cols % 8 == 0 && a.cs == 1 &&
+         norm.weight.is_contiguous() && norm.weight.address() % 16 == 0;
 }
 
 }  // namespace
+
+bool norm_folds(const Tensor& x, const Tensor& weight, const RowNorm& norm) {
+  if (!x.defined() || x.dtype() != DType::F32 || x.rank() < 1 || !x.is_contiguous() ||
+      !weight.defined() || !norm.weight.defined())
+    return false;
+  return foldable(detail::describe_rows(x), weight, norm);
+}
 
 Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                      const Tensor& bias) {
@@ -149,11 +155,8 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
               weight.defined() ? shape_str(weight.shape()) : "undefined");
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const detail::MatDesc a = detail::describe_rows(xc);
-  constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
-  if (weight.dtype() != DType::F16 || a.rows > kMaxRows || !weight.is_contiguous() ||
-      !norm_foldable(a, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
+  if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32))
     return linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
-  }
   Shape out_shape = x.shape();
   out_shape.back() = weight.dim(0);
   Tensor out = Tensor::empty(out_shape, DType::F32);
@@ -183,7 +186,7 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
   if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() ||
       !w_up.is_contiguous() || div_up(n, detail::kSkinnyF16Cols) > kMaxGroups || a.cs != 1 ||
-      (norm && !norm_foldable(a, *norm))) {
+      (norm && !foldable(a, w_gate, *norm))) {
     if (norm)
       return gated_linear(rms_norm(x, norm->weight, norm->eps, norm->one_plus), w_gate, w_up, act);
     return gated_act(linear(x, w_gate), linear(x, w_up), act);

@@ -42,13 +42,20 @@ Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& out);
 
-// linear(rms_norm(x, ...), weight, bias) with the norm folded into the product: weights in f16, at
-// most 8 rows of x, Fast math and in % 8 == 0 take one dispatch (every workgroup normalizes the
-// rows it reads, with rms_norm's sums in rms_norm's order: the same values rms_norm would have
-// stored); otherwise it is rms_norm, then linear. x: f32 [..., in]; weight [out, in]; bias f32
-// [out] or undefined. Not differentiable (inference).
+// linear(rms_norm(x, ...), weight, bias) with the norm folded into the product where norm_folds()
+// says so: one dispatch, every workgroup normalizing the row it reads with rms_norm's sums in
+// rms_norm's order (the same values rms_norm would have stored); otherwise rms_norm, then linear.
+// x: f32 [..., in]; weight [out, in]; bias f32 [out] or undefined. Not differentiable (inference).
 Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                      const Tensor& bias = {});
+
+// Whether normed_linear and gated_linear fold `norm` into their product for this x and weight:
+// f16 weights, one row of x (decode at batch 1), Fast math, in % 8 == 0, x's rows and the norm
+// weight contiguous and 16-byte aligned. Measured on the H200 (bench/RESULTS.md): a 1B decode
+// step at batch 1 1.499 -> 1.458 ms, but 3.03 -> 3.67 ms at batch 8, where every workgroup
+// normalizing 8 rows costs more than the norm's own dispatch. Callers with several products over
+// one normalized x take rms_norm once where this is false.
+bool norm_folds(const Tensor& x, const Tensor& weight, const RowNorm& norm);
 
 // act(x Wg^T) * (x Wu^T): the first half of a gated MLP (SwiGLU, GeGLU; Llama's gate_proj and
 // up_proj), without biases. x: f32 [..., in]; w_gate, w_up: [inner, in], f32 or f16 alike; returns

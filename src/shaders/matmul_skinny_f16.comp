@@ -22,10 +22,11 @@
 //
 // NORM (both variants) folds an RMSNorm of opA's rows into the product (decode's input norms,
 // ops::normed_linear): every workgroup first takes each row's sum of squares exactly as
-// norm_fwd.comp does (the same threads per row, element order and tree: norm_rows.glsl), then
-// reads opA(m, k) as norm_fwd would have stored it, (opA(m, k) * rstd(m)) * w'(k) rounded to
-// fp32, w' = w (NORM 1) or 1 + w (NORM 2). One dispatch and one dependent stage fewer than the
-// norm followed by the product.
+// norm_fwd.comp does (the same threads per row, element order and tree as norm_rows.glsl, all
+// rows' trees at once), then reads opA(m, k) as norm_fwd would have stored it,
+// (opA(m, k) * rstd(m)) * w'(k) rounded to fp32, w' = w (NORM 1) or 1 + w (NORM 2). The first
+// weight loads are issued before that prologue, so its latency hides behind theirs. One dispatch
+// and one dependent stage fewer than the norm followed by the product.
 //!variant gated -DGATED=1
 //!precise
 #version 460
@@ -83,8 +84,6 @@ layout(push_constant, std430) uniform Push {
   uint norm_tpr_log2;
 #include "matmul_push.glsl"
 #endif
-#include "norm_rows.glsl"
-
 shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
 
 VACC acc[RMAX][MMAX];
@@ -94,39 +93,46 @@ float load_a_raw(uint abase, uint m, uint k) {
   return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
 }
 
-// What norm_fwd.comp stores for x at column k of row m: (x * rstd) * w', rounded to fp32.
-float normed(float x, uint m, uint k) {
-  const VACC w = VACC(F32Buf(p.norm_w).v[k]);
+// What norm_fwd.comp stores for x of row m with norm weight w: (x * rstd) * w', rounded to fp32.
+float normed(float x, uint m, float w) {
   VACC v = VACC(x) * norm_rstd[m];
-  v *= NORM == 2 ? VACC(1.0) + w : w;
+  v *= NORM == 2 ? VACC(1.0) + VACC(w) : VACC(w);
   return float(v);
 }
 
 float load_a(uint abase, uint m, uint k) {
   const float x = load_a_raw(abase, m, k);
-  return NORM != 0 ? normed(x, m, k) : x;
+  return NORM != 0 ? normed(x, m, F32Buf(p.norm_w).v[k]) : x;
 }
 
-// norm_rstd[m] for every row m < MROWS, with norm_fwd.comp's reduction: TPR threads per row
-// summing their strided elements in index order, then norm_rows.glsl's tree. All threads call it.
+// norm_rstd[m] for every row m < MROWS with norm_fwd.comp's sums: TPR threads per row, each
+// summing its strided elements in index order, then a tree of the same shape as norm_rows.glsl's
+// (partial i += partial i + s), every row's tree at once in `red` (free until the epilogue).
+// All threads call it.
 void compute_norm_rstd(uint tid, uint abase) {
   const uint tpr_log2 = p.norm_tpr_log2, tpr = 1u << tpr_log2;
-  const uint lane = tid & (tpr - 1u), rows_per_pass = LOCAL_SIZE >> tpr_log2;
-  for (uint m0 = 0; m0 < MROWS; m0 += rows_per_pass) {
-    const uint m = m0 + (tid >> tpr_log2);
-    const uint n = m < MROWS ? p.K : 0u;
+  const uint lane = tid & (tpr - 1u), slot = tid >> tpr_log2, slots = LOCAL_SIZE >> tpr_log2;
+  for (uint m = slot; m < MROWS; m += slots) {
     VACC q = VACC(0.0);
-    for (uint i = lane; i < n; i += tpr) {
+    for (uint i = lane; i < p.K; i += tpr) {
       const VACC v = VACC(load_a_raw(abase, m, i));
       q += v * v;
     }
-    const VACC var = row_sum(q, lane, tpr) / VACC(p.K);
+    red[m * tpr + lane] = q;
+  }
+  barrier();
+  for (uint s = tpr >> 1; s > 0; s >>= 1) {
+    for (uint m = slot; m < MROWS; m += slots)
+      if (lane < s) red[m * tpr + lane] += red[m * tpr + lane + s];
+    barrier();
+  }
+  if (tid < MROWS) {
+    const VACC var = red[tid * tpr] / VACC(p.K);
 #if VKF_PRECISE
-    const double r = 1.0LF / sqrt(var + double(p.norm_eps));
+    norm_rstd[tid] = 1.0LF / sqrt(var + double(p.norm_eps));
 #else
-    const float r = inversesqrt(var + p.norm_eps);
+    norm_rstd[tid] = inversesqrt(var + p.norm_eps);
 #endif
-    if (m < MROWS && lane == 0u) norm_rstd[m] = r;
   }
   barrier();
 }
@@ -152,13 +158,19 @@ void compute_norm_rstd(uint tid, uint abase) {
 // halves there), each activation read once for all of them.
 void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
   Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
+  // NORM: the norm weights of k = 8g..8g+7 (the host checks their 16-byte alignment).
+  vec4 nw0 = vec4(0.0), nw1 = vec4(0.0);
+  if (NORM != 0) {
+    nw0 = Vec4Buf(p.norm_w).v[2 * g];
+    nw1 = Vec4Buf(p.norm_w).v[2 * g + 1];
+  }
   [[unroll]] for (uint m = 0; m < MROWS; ++m) {
     const uint ai = (abase + m * p.lda) / 4 + 2 * g;
     vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
     if (NORM != 0) {
       [[unroll]] for (uint e = 0; e < 4u; ++e) {
-        a0[e] = normed(a0[e], m, 8u * g + e);
-        a1[e] = normed(a1[e], m, 8u * g + 4u + e);
+        a0[e] = normed(a0[e], m, nw0[e]);
+        a1[e] = normed(a1[e], m, nw1[e]);
       }
     }
     [[unroll]] for (uint r = 0; r < RPT; ++r) {
@@ -190,7 +202,6 @@ void main() {
   // KS threads, as with RPT = 1).
   const uint n0 = gl_WorkGroupID.x * COLS * RPT + col;
   const uint abase = z * p.sa, bbase = z * p.sb;
-  if (NORM != 0) compute_norm_rstd(tid, abase);
   [[unroll]] for (uint r = 0; r < RMAX; ++r) {
     [[unroll]] for (uint m = 0; m < MMAX; ++m) {
       acc[r][m] = 0.0;
@@ -207,22 +218,34 @@ void main() {
     UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
     const uint groups = p.K / 8;
     // UNROLL_R loads per row issued together (those past the row, or of rows past N, are skipped,
-    // not issued). Each row's k is walked in increasing order, as with RPT = 1.
-    for (uint g = lane; g < groups; g += UNROLL_R * KS) {
-      uvec4 wv[UNROLL_R][RMAX], uv[UNROLL_R][RMAX];
-      [[unroll]] for (uint u = 0; u < UNROLL_R; ++u) {
-        [[unroll]] for (uint r = 0; r < RPT; ++r) {
-          const uint n = n0 + r * COLS;
-          const uint row = (bbase + n * p.ldb) / 8;  // in 8-half groups
-          const bool ok = n < p.N && g + u * KS < groups;
-          wv[u][r] = ok ? w.v[row + g + u * KS] : uvec4(0);
-          uv[u][r] = GATED != 0 && ok ? wu.v[row + g + u * KS] : uvec4(0);
-        }
-      }
+    // not issued). Each row's k is walked in increasing order, as with RPT = 1. The first batch
+    // is issued before the NORM prologue.
+    uvec4 wv[UNROLL_R][RMAX], uv[UNROLL_R][RMAX];
+#define LOAD_BATCH(g)                                                    \
+  [[unroll]] for (uint u = 0; u < UNROLL_R; ++u) {                       \
+    [[unroll]] for (uint r = 0; r < RPT; ++r) {                          \
+      const uint n = n0 + r * COLS;                                      \
+      const uint row = (bbase + n * p.ldb) / 8; /* in 8-half groups */   \
+      const bool ok = n < p.N && (g) + u * KS < groups;                  \
+      wv[u][r] = ok ? w.v[row + (g) + u * KS] : uvec4(0);                \
+      uv[u][r] = GATED != 0 && ok ? wu.v[row + (g) + u * KS] : uvec4(0); \
+    }                                                                    \
+  }
+    uint g = lane;
+    LOAD_BATCH(g)
+    if (NORM != 0) compute_norm_rstd(tid, abase);
+    while (g < groups) {
       [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
         if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
+      g += UNROLL_R * KS;
+      if (g < groups) {
+        LOAD_BATCH(g)
+      }
     }
-  } else if (n0 < p.N) {  // RPT = 1 (the host's rule)
+  } else {
+    if (NORM != 0) compute_norm_rstd(tid, abase);
+  }
+  if (!VEC8 && n0 < p.N) {  // RPT = 1 (the host's rule)
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
     const uint row = bbase + n0 * p.ldb;
     for (uint k = lane; k < p.K; k += KS) {

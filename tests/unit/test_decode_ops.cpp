@@ -11,7 +11,8 @@
 // ref::linear / ref::gated; normed_linear and gated_linear with a folded RMSNorm (bit for bit
 // rms_norm then the product, and close to ref::rms_norm then ref::linear / ref::gated; 16-byte
 // and scalar loads, 1 to 8 rows, norm rows of 8 to 256 threads, 1 + w, bias, several weight rows
-// per thread, the precise fallback); determinism; bad input.
+// per thread, one row folded and several composed, the precise fallback); determinism; bad
+// input.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -546,10 +547,12 @@ Tensor rows_on_gpu(const std::vector<double>& x, int64_t rows, int64_t in, bool 
 
 TEST(DecodeOps, NormedLinear) {
   Rng rng(27);
-  // (rows, in, one_plus, bias, misaligned): in 48 sums each norm row over 8 threads, 2048 over 256.
+  // (rows, in, one_plus, bias, misaligned): in 48 sums each norm row over 8 threads, 2048 over 256;
+  // one row folds the norm in (norm_folds), several take rms_norm and then the product.
   const std::tuple<int64_t, int64_t, bool, bool, bool> cases[] = {
-      {1, 48, false, false, false},   {3, 64, true, true, false}, {8, 48, false, true, false},
-      {1, 2048, false, false, false}, {2, 40, true, false, true}, {5, 2048, true, true, true}};
+      {1, 48, false, false, false}, {1, 64, true, true, false},  {1, 2048, false, false, false},
+      {1, 40, true, false, true},   {1, 2048, true, true, true}, {3, 64, true, true, false},
+      {8, 48, false, true, false}};
   for (const auto& [rows, in, one_plus, with_bias, misaligned] : cases) {
     const int64_t out = 37;
     const std::string what = "rows " + std::to_string(rows) + " in " + std::to_string(in) +
@@ -560,13 +563,14 @@ TEST(DecodeOps, NormedLinear) {
     const auto b =
         with_bias ? test::as_f32(rng.uniform(static_cast<size_t>(out))) : std::vector<double>{};
     const auto [w, wt] = half_weights(rng, out, in);
+    const auto [u, ut] = half_weights(rng, out, in);
     const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-5f, one_plus};
     const Tensor xt = rows_on_gpu(x, rows, in, misaligned);
     const Tensor bt = with_bias ? test::to_gpu(b, {out}) : Tensor();
-    const auto [u, ut] = half_weights(rng, out, in);
+    EXPECT_EQ(ops::norm_folds(xt, wt, norm), rows == 1) << what;
     const auto xn = ref::rms_norm(x, nw, rows, in, 1e-5, one_plus);
-    // f32 sums over `in` terms: the error bound scales with sum_k |xn w| (at most `in` here,
-    // |xn| <~ 3 and |w| <= 1) and the activation's slope (below 1.1).
+    // f32 sums over `in` terms: the error bound scales with sum_k |xn w| (at most 3 in here) and
+    // the activation's slope (below 1.1).
     const double atol = 4.0 * 3.0 * static_cast<double>(in) * std::ldexp(1.0, -24) + 1e-6;
     const Tensor got = ops::normed_linear(xt, norm, wt, bt);
     const Tensor gated = ops::gated_linear(xt, wt, ut, ops::Activation::SiLU, &norm);
@@ -586,22 +590,36 @@ TEST(DecodeOps, NormedLinear) {
                                  what + " gated vs rms_norm, gated_linear");
     }
   }
-  // Several weight rows per thread, and the precise math mode (the norm's own kernel first): the
-  // same bits as rms_norm then the product.
-  const int64_t rows = 8, in = 64, out = 70;
-  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -3, 3));
+  // The kernel's prologue itself serves up to 8 rows and several weight rows per thread (the
+  // host folds one row only): the same bits as rms_norm then the product.
+  const int64_t in = 64, out = 70;
+  for (const int64_t rows : {5, 8}) {
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -3, 3));
+    const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+    const auto [w, wt] = half_weights(rng, out, in);
+    const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-6f, rows == 5};
+    const Tensor xt = test::to_gpu(x, {rows, in});
+    const Tensor want = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps, norm.one_plus), wt);
+    for (const uint32_t rpt : {1u, 2u, 4u}) {
+      ops::detail::set_skinny_f16_rows_per_thread(rpt);
+      const Tensor got = Tensor::empty({rows, out});
+      ops::detail::skinny_f16_normed(ops::detail::describe_rows(xt),
+                                     ops::detail::describe_readable(wt).transposed(),
+                                     ops::detail::describe_rows(got), Tensor(), norm);
+      test::expect_bitwise_equal(
+          got, want,
+          std::to_string(rows) + " rows, " + std::to_string(rpt) + " weight rows per thread");
+    }
+    ops::detail::set_skinny_f16_rows_per_thread(0);
+  }
+  // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
+  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));
   const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
   const auto [w, wt] = half_weights(rng, out, in);
   const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-6f, false};
-  const Tensor xt = test::to_gpu(x, {rows, 1, in});
-  for (const uint32_t rpt : {1u, 2u, 4u}) {
-    ops::detail::set_skinny_f16_rows_per_thread(rpt);
-    test::expect_bitwise_equal(ops::normed_linear(xt, norm, wt),
-                               ops::linear(ops::rms_norm(xt, norm.weight, norm.eps), wt),
-                               std::to_string(rpt) + " rows per thread");
-  }
-  ops::detail::set_skinny_f16_rows_per_thread(0);
+  const Tensor xt = test::to_gpu(x, {1, 1, in});
   set_math_mode(MathMode::Precise);
+  EXPECT_FALSE(ops::norm_folds(xt, wt, norm));
   const Tensor precise = ops::normed_linear(xt, norm, wt);
   const Tensor precise_composed = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps), wt);
   set_math_mode(MathMode::Fast);
