@@ -244,7 +244,8 @@ void main() {
                            position_visible(p.a, sg_pos_first + ROWS_SG - 1, j0);
 
     // 1. Scores of this subgroup's rows against the tile's keys, masked and transformed, and
-    // 2a. their maximum over the tile's fragments per component, stored per 16 rows.
+    // 2a. their maximum over the tile's fragments per component (then, with ROW_SHUFFLE, over
+    // each of the invocation's two rows; otherwise stored per 16 rows).
     FRAG_F s[QF][KF];
     float tile_max[QF][2];  // ROW_SHUFFLE: this invocation's part of its rows' maxima
     if (sees_tile) {
