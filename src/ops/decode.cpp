@@ -1,6 +1,7 @@
 // The decode ops of decode.h other than attention (ops/decode_attention.cpp): validation and
 // dispatch of argmax_rows.comp and kv_cache_write.comp; linear_accumulate through the GEMM entry
-// point; gated_linear through matmul_skinny_f16.comp's gated variant.
+// point; gated_linear through matmul_skinny_f16.comp's gated variant and normed_linear through
+// its NORM prologue.
 #include "ops/decode.h"
 
 #include <cmath>
@@ -18,6 +19,22 @@ namespace {
 
 using detail::check_caches;
 constexpr int64_t kMaxGroups = 65535;
+
+void check_row_norm(const RowNorm& norm, int64_t in, const char* op) {
+  VKF_REQUIRE(norm.weight.defined() && norm.weight.dtype() == DType::F32 &&
+                  norm.weight.rank() == 1 && norm.weight.dim(0) == in,
+              "{}: the norm weight must be f32 [{}], got {}", op, in,
+              norm.weight.defined()
+                  ? shape_str(norm.weight.shape()) + " " + dtype_name(norm.weight.dtype())
+                  : "undefined");
+}
+
+// norm_folds()'s conditions (decode.h) on x described as rows.
+bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& norm) {
+  return weight.dtype() == DType::F16 && weight.is_contiguous() && a.rows == 1 &&
+         math_mode() == MathMode::Fast && a.cols % 8 == 0 && a.cs == 1 &&
+         norm.weight.is_contiguous() && norm.weight.address() % 16 == 0;
+}
 
 }  // namespace
 
@@ -117,25 +134,6 @@ void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias
   detail::gemm(detail::describe_rows(x), detail::describe_readable(weight).transposed(),
                detail::describe_rows(out), 1.0f, 1.0f, bias);
 }
-
-namespace {
-
-void check_row_norm(const RowNorm& norm, int64_t in, const char* op) {
-  VKF_REQUIRE(norm.weight.defined() && norm.weight.dtype() == DType::F32 &&
-                  norm.weight.rank() == 1 && norm.weight.dim(0) == in,
-              "{}: the norm weight must be f32 [{}], got {}", op, in,
-              norm.weight.defined()
-                  ? shape_str(norm.weight.shape()) + " " + dtype_name(norm.weight.dtype())
-                  : "undefined");
-}
-
-bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& norm) {
-  return weight.dtype() == DType::F16 && weight.is_contiguous() && a.rows == 1 &&
-         math_mode() == MathMode::Fast && a.cols % 8 == 0 && a.cs == 1 &&
-         norm.weight.is_contiguous() && norm.weight.address() % 16 == 0;
-}
-
-}  // namespace
 
 bool norm_folds(const Tensor& x, const Tensor& weight, const RowNorm& norm) {
   if (!x.defined() || x.dtype() != DType::F32 || x.rank() < 1 || !x.is_contiguous() ||

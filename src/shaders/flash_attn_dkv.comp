@@ -82,11 +82,11 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-// The logsumexp and delta of query i0 + tid of head h (zeros from `rows` on): this invocation's
-// share of a query tile's row statistics, fetched with the tile.
-void fetch_row_stats(uint h, uint i0, uint rows, out float lse, out float delta) {
+// The logsumexp and delta of query i0 + tid of batch entry b, head h (zeros from `rows` on): this
+// invocation's share of a query tile's row statistics, fetched with the tile.
+void fetch_row_stats(uint b, uint h, uint i0, uint rows, out float lse, out float delta) {
   const uint r = gl_LocalInvocationIndex;
-  const uint row = (gl_WorkGroupID.z * p.a.hq + h) * p.a.tq + i0 + r;
+  const uint row = (b * p.a.hq + h) * p.a.tq + i0 + r;
   lse = r < BQT && r < rows ? p.lse.v[row] : 0.0;
   delta = r < BQT && r < rows ? p.delta.v[row] : 0.0;
 }
@@ -146,7 +146,7 @@ void main() {
     const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
     q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
     do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
-    fetch_row_stats(hk * group, uint(i_lo), rows, lse_next, delta_next);
+    fetch_row_stats(b, hk * group, uint(i_lo), rows, lse_next, delta_next);
   }
   for (uint hg = 0; hg < group; ++hg) {
     const uint h = hk * group + hg;
@@ -171,7 +171,7 @@ void main() {
           const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
           q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
           do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
-          fetch_row_stats(next_h, uint(next_i0), rows, lse_next, delta_next);
+          fetch_row_stats(b, next_h, uint(next_i0), rows, lse_next, delta_next);
         }
       }
       barrier();

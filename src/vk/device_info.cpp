@@ -129,8 +129,6 @@ struct FlexibleDimensionsProperties {
   VkScopeKHR scope;
   uint32_t workgroupInvocations;
 };
-using PFN_FlexibleDimensionsProperties = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*,
-                                                              FlexibleDimensionsProperties*);
 
 constexpr auto kCoopmatKhrFeaturesType = static_cast<VkStructureType>(
     1000506000);  // ..._PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
@@ -156,42 +154,47 @@ CoopMatShape shape_of(uint32_t m, uint32_t n, uint32_t k, Component a, Component
       m, n, k, name(a), name(b), name(c), name(result), scope_name(static_cast<VkScopeKHR>(scope))};
 }
 
+// The shapes one of the cooperative-matrix properties queries lists (the NV, KHR and NV-2 flexible
+// queries share the two-call form), each converted by to_shape; none where the driver lacks it.
+template <class Props, class ToShape>
+std::vector<CoopMatShape> listed_shapes(VkInstance instance, VkPhysicalDevice device,
+                                        const char* query_name, VkStructureType type,
+                                        ToShape&& to_shape) {
+  using Query = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*, Props*);
+  const auto query = reinterpret_cast<Query>(vkGetInstanceProcAddr(instance, query_name));
+  std::vector<CoopMatShape> shapes;
+  if (!query) return shapes;
+  for (const Props& p : enumerate_structs<Props>(
+           type, [&](uint32_t*n, Props*data) { return query(device, n, data); }))
+    shapes.push_back(to_shape(p));
+  return shapes;
+}
+
 void query_coopmat(VkInstance instance, DeviceInfo& info) {
-  auto proc = [&](const char* name) { return vkGetInstanceProcAddr(instance, name); };
   if (info.coopmat_nv) {
-    if (auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
-            proc("vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"))) {
-      for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesNV>(
-               VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV,
-               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        info.coopmat_nv_shapes.push_back(
-            shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.DType, p.scope));
-      }
-    }
+    info.coopmat_nv_shapes = listed_shapes<VkCooperativeMatrixPropertiesNV>(
+        instance, info.handle, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+        VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV, [](const auto& p) {
+          return shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.DType, p.scope);
+        });
   }
   if (info.coopmat_khr) {
-    if (auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
-            proc("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))) {
-      for (const auto& p : enumerate_structs<VkCooperativeMatrixPropertiesKHR>(
-               VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR,
-               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        info.coopmat_khr_shapes.push_back(
-            shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.ResultType, p.scope));
-      }
-    }
+    info.coopmat_khr_shapes = listed_shapes<VkCooperativeMatrixPropertiesKHR>(
+        instance, info.handle, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+        VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR, [](const auto& p) {
+          return shape_of(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.ResultType,
+                          p.scope);
+        });
   }
   if (info.coopmat2_nv) {
-    if (auto fn = reinterpret_cast<PFN_FlexibleDimensionsProperties>(
-            proc("vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"))) {
-      for (const auto& p : enumerate_structs<FlexibleDimensionsProperties>(
-               kFlexibleDimensionsPropertiesType,
-               [&](uint32_t*n, auto*data) { return fn(info.handle, n, data); })) {
-        CoopMatShape shape = shape_of(p.MGranularity, p.NGranularity, p.KGranularity, p.AType,
-                                      p.BType, p.CType, p.ResultType, p.scope);
-        shape.workgroup_invocations = p.workgroupInvocations;
-        info.coopmat2_flexible_shapes.push_back(shape);
-      }
-    }
+    info.coopmat2_flexible_shapes = listed_shapes<FlexibleDimensionsProperties>(
+        instance, info.handle, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV",
+        kFlexibleDimensionsPropertiesType, [](const auto& p) {
+          CoopMatShape shape = shape_of(p.MGranularity, p.NGranularity, p.KGranularity, p.AType,
+                                        p.BType, p.CType, p.ResultType, p.scope);
+          shape.workgroup_invocations = p.workgroupInvocations;
+          return shape;
+        });
     Coopmat2Properties props{kCoopmat2PropertiesType, nullptr, 0, 0, 0};
     VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     p2.pNext = &props;
