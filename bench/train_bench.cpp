@@ -15,7 +15,8 @@
 //               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
 //               [--split-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
-//               [--device N]
+//               [--eager] [--device N]
+// Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -41,7 +42,6 @@
 #include <vector>
 
 #include "bench_models.h"
-#include "profile_table.h"
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "models/decoder.h"
@@ -52,8 +52,10 @@
 #include "ops/matmul_kernels.h"
 #include "ops/optim.h"
 #include "ops/reduce.h"
+#include "profile_table.h"
 #include "train/causal_lm.h"
 #include "train/optimizer_step.h"
+#include "train/step_runner.h"
 #include "train/trainer.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -67,6 +69,7 @@ struct Args {
   int64_t batch = 8, seq = 1024;
   int steps = 10, warmup = 3, top = 20;
   bool profile = false;
+  bool replay = true;  // steps captured once and replayed (train/step_runner.h)
   double peak_tflops = 67, peak_tflops_f16 = 990, peak_gbps = 4300;
   int device = -1;
   std::string loss_path = "fused";
@@ -172,8 +175,12 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(spec.vocab_size));
   }
   const Tensor input = Tensor::from_host_i32(ids, {batch, seq});
-  const Tensor labels = Tensor::from_host_i32(next_token_labels(ids, batch, seq), {batch * seq});
+  const std::vector<int32_t> shifted = next_token_labels(ids, batch, seq);
+  const Tensor labels = Tensor::from_host_i32(shifted, {batch * seq});
   const double counted = static_cast<double>(batch * (seq - 1));
+  const std::vector<train::MicroBatch> micro{{batch, seq, ids, {}, shifted, batch * (seq - 1)}};
+  // GPU timestamps time eager dispatches only (a replayed graph is one submission).
+  const bool replay = a.replay && !a.profile;
   auto& stream = vk::stream();
   int64_t step_number = 0;
   if (a.check && !check_fused_loss(model, opt, update, input, labels, a)) return 2;
@@ -187,10 +194,8 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     // The step's figures (loss, norm, overflow flag) are read every step, as vkformer train does:
     // it bounds how far the host runs ahead of the GPU (and so the memory that freed-but-queued
     // tensors hold).
-    auto step = [&] {
-      update.record(++step_number, forward_backward(model, input, labels, batch, seq, update, how));
-      return update.finish();
-    };
+    train::StepRunner runner(model, update, how, replay);
+    auto step = [&] { return runner.run(++step_number, micro, nullptr); };
     for (int i = 0; i < a.warmup; ++i) step();
     stream.synchronize();
     alloc.reset_peak();
@@ -208,11 +213,16 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     const double tps = static_cast<double>(batch * seq) / sec;
     const double peak_gib = static_cast<double>(alloc.stats().peak_device_bytes_in_use) / (1ull << 30);
     const double live_gib = static_cast<double>(vk::memory_stats().peak_live_bytes) / (1ull << 30);
-    fmt::print("{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"{}\",\"head_loss\":\"{}\",\"batch\":{},"
-               "\"seq\":{},\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},"
-               "\"peak_live_gib\":{:.2f},\"loss\":{:.4f},\"skipped_steps\":{},\"device\":\"{}\"}}\n",
-               a.shape, pname, names[path], batch, seq, n_params, sec * 1e3, tps, peak_gib, live_gib, loss, skipped,
-               info.name);
+    fmt::print(
+        "{{\"tool\":\"vkformer\",\"shape\":\"{}\",\"precision\":\"{}\",\"head_loss\":\"{}\","
+        "\"batch\":{},"
+        "\"seq\":{},\"params\":{},\"step_ms\":{:.2f},\"tokens_per_s\":{:.1f},\"peak_gib\":{:.2f},"
+        "\"peak_live_gib\":{:.2f},\"loss\":{:.4f},\"skipped_steps\":{},\"replayed_steps\":{},"
+        "\"graph_dispatches\":{},\"arena_gib\":{:.2f},\"device\":\"{}\"}}\n",
+        a.shape, pname, names[path], batch, seq, n_params, sec * 1e3, tps, peak_gib, live_gib, loss,
+        skipped, runner.replayed_steps(), runner.graph_dispatches(),
+        static_cast<double>(runner.arena_bytes()) / (1ull << 30), info.name);
+    std::fprintf(stderr, "%s\n", runner.summary().c_str());
     std::fprintf(stderr,
                  "vkformer %s %s %s loss params=%.1fM B=%lld T=%lld step=%.1fms tok/s=%.0f peak=%.2fGiB "
                  "(live tensors %.2fGiB) loss=%.3f\n",
@@ -266,6 +276,7 @@ int run_loss_curve(const Args& a, MatmulPrecision precision) {
   sc.warmup_steps = a.lr_warmup_steps;
   const train::LrSchedule schedule(sc);
   train::OptimizerStep update(opt, schedule, a.max_grad_norm, loss_scaling(precision));
+  train::StepRunner runner(model, update, train::HeadLoss::Fused, a.replay);
   std::ofstream log(a.loss_log, std::ios::trunc);
   VKF_REQUIRE(log, "--loss-log {}: cannot write", a.loss_log);
   const size_t per_batch = static_cast<size_t>(a.batch * a.seq);
@@ -276,10 +287,13 @@ int run_loss_curve(const Args& a, MatmulPrecision precision) {
   for (int64_t step = 1; step <= a.steps; ++step) {
     const std::vector<int32_t> batch_ids(ids.begin() + static_cast<std::ptrdiff_t>((step - 1) * per_batch),
                                          ids.begin() + static_cast<std::ptrdiff_t>(step * per_batch));
-    const Tensor input = Tensor::from_host_i32(batch_ids, {a.batch, a.seq});
-    const Tensor labels = Tensor::from_host_i32(next_token_labels(batch_ids, a.batch, a.seq), {a.batch * a.seq});
-    update.record(step, forward_backward(model, input, labels, a.batch, a.seq, update));
-    const train::StepOutcome out = update.finish();
+    const std::vector<train::MicroBatch> micro{{a.batch,
+                                                a.seq,
+                                                batch_ids,
+                                                {},
+                                                next_token_labels(batch_ids, a.batch, a.seq),
+                                                a.batch * (a.seq - 1)}};
+    const train::StepOutcome out = runner.run(step, micro, nullptr);
     loss = out.loss_sum / counted;
     skipped += out.skipped;
     nlohmann::json line{{"step", step}, {"loss", loss}, {"lr", out.lr}, {"grad_norm", out.grad_norm}};
@@ -296,6 +310,7 @@ int run_loss_curve(const Args& a, MatmulPrecision precision) {
   log.flush();
   VKF_REQUIRE(log, "--loss-log {}: write failed", a.loss_log);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "%s\n", runner.summary().c_str());
   fmt::print("{{\"tool\":\"vkformer\",\"mode\":\"loss_curve\",\"precision\":\"{}\",\"steps\":{},\"final_loss\":{:.5f},"
              "\"skipped_steps\":{},\"seconds\":{:.1f},\"device\":\"{}\"}}\n",
              train::precision_name(precision), a.steps, loss, skipped, sec, vk::Context::get().info().name);
@@ -319,7 +334,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--check", a.check, "compare one step's loss and gradients of the fused and unfused loss first");
   app.add_option("--loss-chunk-mib", a.chunk_mib, "fused loss: logits chunk budget in MiB (0: default 256)");
-  app.add_flag("--profile", a.profile, "per-kernel GPU time of the timed steps");
+  app.add_flag("--profile", a.profile,
+               "per-kernel GPU time of the timed steps (eager steps: a replay is not timed)");
+  app.add_flag("--replay,!--eager", a.replay,
+               "steps recorded once and replayed (the default, as vkformer train), or --eager: "
+               "recorded every step")
+      ->capture_default_str();
   app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
   app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
   app.add_option("--peak-tflops-f16", a.peak_tflops_f16,

@@ -268,6 +268,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   c->add_option("--seed", a.opt.seed, "seed of shuffling, initialization and dropout masks")->capture_default_str();
   c->add_flag("--gradient-checkpointing", a.opt.gradient_checkpointing,
               "recompute each layer's activations in the backward pass (less memory, about one more forward of compute)");
+  c->add_flag("!--eager-steps", a.opt.replay_steps,
+              "record every step anew instead of replaying one recording of it (steps replay by "
+              "default once their "
+              "shapes repeat: the same arithmetic without per-step host work)");
   c->add_option("--save-steps", a.opt.save_steps, "write a checkpoint every N steps and at the end (0: none)")->capture_default_str();
   c->add_option("--save-total-limit", a.opt.save_total_limit, "keep only the newest N checkpoints (0: all)")->capture_default_str();
   c->add_option("--resume-from-checkpoint", a.opt.resume_from, "a checkpoint folder, or auto (the newest in --out)");

@@ -570,9 +570,15 @@ Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attent
   step.T = T;
   step.cache = cache;
   if (positions.empty()) {
-    std::vector<int32_t> pos(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(past + t);
-    step.positions = Tensor::from_host_i32(pos, {1, T});
+    // Without a cache the positions are 0..T-1, kept per length: a training step then uploads
+    // nothing (and so can be captured and replayed, train/step_runner.h).
+    Tensor& kept = past == 0 ? arange_positions_[T] : step.positions;
+    if (!kept.defined()) {
+      std::vector<int32_t> pos(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(past + t);
+      kept = Tensor::from_host_i32(pos, {1, T});
+    }
+    step.positions = kept;
     step.table_positions = past + T;
   } else {
     VKF_REQUIRE(static_cast<int64_t>(positions.size()) == B * T,

@@ -163,6 +163,7 @@ class DecoderModel {
     Tensor cos, sin;  // [positions, rotary_dim / 2]
   };
   std::map<std::string, RopeTable> rope_cache_;  // key: the rotary parameters
+  std::map<int64_t, Tensor> arange_positions_;   // I32 [1, T] of 0..T-1, key T
   std::map<std::string, std::shared_ptr<nn::ModuleAdapter>> adapters_;
   std::string active_;
   DType matrix_dtype_ = DType::F32;

@@ -85,9 +85,18 @@ std::vector<double> check_params(const char* op, const std::vector<Tensor>& para
 
 }  // namespace
 
+AdamWStepScalars adamw_step_scalars(const AdamWConfig& config, int64_t t) {
+  // Python's arithmetic in double: bias corrections, step size, sqrt(bc2), 1 - lr * wd.
+  const double bc1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+  const double step_size = config.lr / bc1;
+  return {static_cast<float>(1.0 - config.lr * config.weight_decay),
+          static_cast<float>(std::sqrt(bc2)), static_cast<float>(-step_size)};
+}
+
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t,
-                  const StepGate& gate) {
+                  const StepGate& gate, const DeviceStepScalars& device_scalars) {
   const char* op = "adamw_update";
   check_config(config);
   VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
@@ -105,13 +114,17 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
   VKF_REQUIRE(std::isfinite(gate.grad_multiplier) && gate.grad_multiplier > 0.0f,
               "{}: the gradient multiplier must be finite and positive, got {}", op,
               gate.grad_multiplier);
+  const Tensor* table = device_scalars.table.defined() ? &device_scalars.table : nullptr;
+  if (table) {
+    VKF_REQUIRE(table->dtype() == DType::F32 && table->is_contiguous() &&
+                    3 * (device_scalars.index + 1) <= table->numel(),
+                "{}: the step-scalar table needs 3 f32 values for entry {}, it is {} of shape {}",
+                op, device_scalars.index, dtype_name(table->dtype()), shape_str(table->shape()));
+  }
   const int64_t n = param.numel();
   if (n == 0) return;
 
-  // Python's arithmetic in double: bias corrections, step size, sqrt(bc2), 1 - lr * wd.
-  const double bc1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
-  const double step_size = config.lr / bc1;
+  const AdamWStepScalars scalars = adamw_step_scalars(config, t);
   // torch's lerp(weight): start + weight * (end - start) for |weight| < 0.5, else
   // end + (weight - 1) * (end - start), the weight and weight - 1 in f32.
   const float lerp_weight = static_cast<float>(1.0 - config.beta1);
@@ -123,26 +136,18 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
     uint32_t lerp_from_grad;
     float beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, grad_multiplier;
     uint32_t gated;
-  } push{param.address(),
-         g.address(),
-         exp_avg.address(),
-         exp_avg_sq.address(),
+    uint64_t scalars;  // 0: the three step scalars above
+  } push{param.address(), g.address(), exp_avg.address(), exp_avg_sq.address(),
          // Ungated, the kernel never reads it; a valid address all the same.
-         gated ? gate.found_inf.address() : g.address(),
-         static_cast<uint32_t>(n),
-         static_cast<float>(1.0 - config.lr * config.weight_decay),
-         from_grad ? lerp_weight - 1.0f : lerp_weight,
-         from_grad ? 1u : 0u,
-         static_cast<float>(config.beta2),
-         static_cast<float>(1.0 - config.beta2),
-         static_cast<float>(std::sqrt(bc2)),
-         static_cast<float>(config.eps),
-         static_cast<float>(-step_size),
-         gate.grad_multiplier,
-         gated ? 1u : 0u};
+         gated ? gate.found_inf.address() : g.address(), static_cast<uint32_t>(n), scalars.decay,
+         from_grad ? lerp_weight - 1.0f : lerp_weight, from_grad ? 1u : 0u,
+         static_cast<float>(config.beta2), static_cast<float>(1.0 - config.beta2), scalars.bc2_sqrt,
+         static_cast<float>(config.eps), scalars.neg_step_size, gate.grad_multiplier,
+         gated ? 1u : 0u,
+         table ? table->address() + 12ull * static_cast<uint64_t>(device_scalars.index) : 0ull};
   const double elems = static_cast<double>(n);
   launch("adamw", push, grid_1d(n, kLocal),
-         {&param, &g, &exp_avg, &exp_avg_sq, gated ? &gate.found_inf : nullptr},
+         {&param, &g, &exp_avg, &exp_avg_sq, gated ? &gate.found_inf : nullptr, table},
          {&param, &exp_avg, &exp_avg_sq}, {}, {12.0 * elems, 28.0 * elems});
 }
 
@@ -160,7 +165,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double>
   }
 }
 
-void AdamW::step(const StepGate& gate) {
+void AdamW::step(const StepGate& gate, const Tensor& device_scalars) {
   autograd::NoGradScope no_grad;
   VKF_REQUIRE(param_steps_.size() == params_.size() && exp_avg_.size() == params_.size() &&
                   exp_avg_sq_.size() == params_.size(),
@@ -173,10 +178,35 @@ void AdamW::step(const StepGate& gate) {
     if (!grad.defined()) continue;
     AdamWConfig c = config_;
     c.weight_decay = weight_decay_[i];
-    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1, gate);
+    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1, gate,
+                 {device_scalars, static_cast<int64_t>(i)});
     ++param_steps_[i];
     last_stepped_.push_back(i);
   }
+  ++steps_;
+  last_step_countable_ = true;
+}
+
+void AdamW::next_step_scalars(std::span<float> out) const {
+  VKF_REQUIRE(out.size() == 3 * params_.size(), "AdamW: {} step scalars for {} parameters",
+              out.size(), params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    AdamWConfig c = config_;
+    c.weight_decay = weight_decay_[i];
+    const AdamWStepScalars s = adamw_step_scalars(c, param_steps_[i] + 1);
+    out[3 * i] = s.decay;
+    out[3 * i + 1] = s.bc2_sqrt;
+    out[3 * i + 2] = s.neg_step_size;
+  }
+}
+
+void AdamW::count_replayed_step(const std::vector<size_t>& stepped) {
+  for (size_t i : stepped) {
+    VKF_REQUIRE(i < params_.size(), "AdamW: replayed step of parameter {} of {}", i,
+                params_.size());
+    ++param_steps_[i];
+  }
+  last_stepped_ = stepped;
   ++steps_;
   last_step_countable_ = true;
 }

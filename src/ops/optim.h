@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,11 +34,29 @@ struct StepGate {
   float grad_multiplier = 1.0f;
 };
 
+// The scalars of one AdamW step that change from step to step (with the learning rate and the
+// step number t), computed in double and rounded to f32 as torch does.
+struct AdamWStepScalars {
+  float decay;          // 1 - lr * weight_decay
+  float bc2_sqrt;       // sqrt(1 - beta2^t)
+  float neg_step_size;  // -lr / (1 - beta1^t)
+};
+AdamWStepScalars adamw_step_scalars(const AdamWConfig& config, int64_t t);
+
+// Where a replayed step (train/step_runner.h) takes those scalars: from device memory, entry
+// `index` of `table` (contiguous f32, 3 values per entry in AdamWStepScalars order), which the
+// host refreshes before each replay, instead of push constants baked into the recording. An
+// undefined table: the push constants.
+struct DeviceStepScalars {
+  Tensor table;
+  int64_t index = 0;
+};
+
 // One AdamW step of one tensor, in place: param, exp_avg and exp_avg_sq (contiguous f32, same
 // shape as grad) are updated for step number t >= 1 (1 on the first step).
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t,
-                  const StepGate& gate = {});
+                  const StepGate& gate = {}, const DeviceStepScalars& device_scalars = {});
 
 // AdamW over a list of parameters (contiguous f32 tensors, each listed once), with zero-initialized
 // moments. step() updates each parameter that has a gradient and skips the others, as torch does;
@@ -49,7 +68,15 @@ class AdamW {
   AdamW(std::vector<Tensor> params, AdamWConfig config);
   AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<double> weight_decay);
 
-  void step(const StepGate& gate = {});
+  // With `device_scalars` ([3 * parameters] f32, see DeviceStepScalars; entry i for parameter i)
+  // the kernels read their step scalars from it: a step captured for replay.
+  void step(const StepGate& gate = {}, const Tensor& device_scalars = {});
+  // Replay support: the step scalars each parameter's next step would use (its step number + 1,
+  // the current learning rate), 3 per parameter, for the table of a captured step(); and the host
+  // side of a replayed step that updated `stepped` (as the captured step() did: last_stepped()).
+  void next_step_scalars(std::span<float> out) const;
+  void count_replayed_step(const std::vector<size_t>& stepped);
+  const std::vector<size_t>& last_stepped() const { return last_stepped_; }
   // For a gated step() that the device skipped (its found_inf was set): puts the step numbers
   // back as they were before it, as torch's GradScaler never calls optimizer.step() on overflow.
   void uncount_last_step();

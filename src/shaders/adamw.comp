@@ -13,6 +13,8 @@
 // and sum separately rounded. What can still differ is sqrt and division: Vulkan does not require
 // them correctly rounded (lavapipe rounds them correctly; torch's CPU sqrt, MKL's, is itself off
 // by an ulp now and then).
+// A replayed step (train/step_runner.h) reads decay, bc2_sqrt and neg_step_size from `scalars` in
+// device memory, refreshed by the host before each replay, instead of from the push constants.
 // Mixed precision (train/optimizer_step.h): the gradient is first multiplied by grad_multiplier
 // (GradScaler's 1 / scale when nothing unscaled it before; exactly 1 otherwise, which changes no
 // bit), and with `gated` set, a nonzero found_inf (written by grad_overflow_norm.comp) makes the
@@ -41,23 +43,30 @@ layout(push_constant, std430) uniform Push {
   float neg_step_size;   // -lr / (1 - beta1^t)
   float grad_multiplier; // 1, or 1 / loss scale
   uint gated;            // 1: skip the update when found_inf.v[0] != 0
+  F32Buf scalars;        // 0, or [decay, bc2_sqrt, neg_step_size] in device memory (a replayed step)
 } p;
 
 void main() {
   uint i = flat_invocation(LOCAL_SIZE);
   if (i >= p.n) return;
   if (p.gated != 0u && p.found_inf.v[0] != 0.0) return;
+  float decay = p.decay, bc2_sqrt = p.bc2_sqrt, neg_step_size = p.neg_step_size;
+  if (uint64_t(p.scalars) != 0ul) {
+    decay = p.scalars.v[0];
+    bc2_sqrt = p.scalars.v[1];
+    neg_step_size = p.scalars.v[2];
+  }
   precise float g = p.grad.v[i] * p.grad_multiplier;
   float m = p.exp_avg.v[i];
   float v = p.exp_avg_sq.v[i];
-  precise float param = p.param.v[i] * p.decay;
+  precise float param = p.param.v[i] * decay;
   precise float diff = g - m;
   precise float m_new = fma_exact(p.lerp_coeff, diff, p.lerp_from_grad != 0u ? g : m);
   precise float v_scaled = v * p.beta2;
   precise float g_scaled = p.one_minus_beta2 * g;
   precise float v_new = fma_exact(g_scaled, g, v_scaled);
-  precise float denom = sqrt(v_new) / p.bc2_sqrt + p.eps;
-  precise float update = (p.neg_step_size * m_new) / denom;
+  precise float denom = sqrt(v_new) / bc2_sqrt + p.eps;
+  precise float update = (neg_step_size * m_new) / denom;
   p.param.v[i] = param + update;
   p.exp_avg.v[i] = m_new;
   p.exp_avg_sq.v[i] = v_new;

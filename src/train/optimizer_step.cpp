@@ -31,7 +31,23 @@ Tensor OptimizerStep::backward_seed() const {
 
 double OptimizerStep::lr_for(int64_t step) const { return schedule_.lr_at(step - skipped_steps_); }
 
-void OptimizerStep::record(int64_t step, const Tensor& loss_sum) {
+void OptimizerStep::step_scalars(int64_t step, std::span<float> out) {
+  lr_ = lr_for(step);
+  opt_.set_lr(lr_);
+  opt_.next_step_scalars(out);
+}
+
+void OptimizerStep::replayed(int64_t step, const Tensor& figures) {
+  VKF_REQUIRE(figures.defined() && figures.numel() == 3,
+              "training step {}: a replayed step needs the captured step's figures", step);
+  lr_ = lr_for(step);
+  opt_.set_lr(lr_);
+  opt_.count_replayed_step(captured_stepped_);
+  figures_ = figures;
+  scale_used_ = scaler_ ? scaler_->scale() : 0.0f;
+}
+
+void OptimizerStep::record(int64_t step, const Tensor& loss_sum, const Tensor& step_scalars) {
   VKF_REQUIRE(loss_sum.defined() && loss_sum.numel() == 1, "training step {}: no loss to record", step);
   autograd::NoGradScope no_grad;
   std::vector<Tensor> grads;  // clipping and the check cover exactly the trained tensors
@@ -48,7 +64,7 @@ void OptimizerStep::record(int64_t step, const Tensor& loss_sum) {
     if (clip) figures_.slice(0, 1, 2).copy_(ops::clip_grad_norm_(grads, static_cast<float>(max_grad_norm_)).reshape({1}));
     else figures_.slice(0, 1, 2).fill_(0.0f);
     figures_.slice(0, 2, 3).fill_(0.0f);
-    opt_.step();
+    opt_.step({}, step_scalars);
     scale_used_ = 0;
   } else {
     const float inv = scaler_->inv_scale();
@@ -57,10 +73,11 @@ void OptimizerStep::record(int64_t step, const Tensor& loss_sum) {
     ops::StepGate gate{found_inf, 1.0f};
     if (clip) ops::unscale_and_clip_(grads, inv, norm, static_cast<float>(max_grad_norm_));
     else gate.grad_multiplier = inv;
-    opt_.step(gate);
+    opt_.step(gate, step_scalars);
     figures_.slice(0, 1, 3).copy_(check);
     scale_used_ = scaler_->scale();
   }
+  if (step_scalars.defined()) captured_stepped_ = opt_.last_stepped();
   opt_.zero_grad();
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,10 +63,28 @@ class OptimizerStep {
   // updated the model.
   double lr_for(int64_t step) const;
 
+  // S in mixed precision, 1 in fp32: what backward_seed() holds, as a host value.
+  float seed_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
+
   // Records the update of global step `step` after its backward passes (the gradients are
   // those of the optimizer's parameters), then drops the gradients. loss_sum: a device scalar
-  // read back with the rest.
-  void record(int64_t step, const Tensor& loss_sum);
+  // read back with the rest. With `step_scalars` (a step captured for replay, StepRunner) AdamW
+  // reads its per-step scalars from that device table (ops::AdamW::step), filled by
+  // step_scalars() before every run of the recording.
+  void record(int64_t step, const Tensor& loss_sum, const Tensor& step_scalars = {});
+
+  // Replay support (train/step_runner.h). What a recorded step bakes into its commands besides
+  // the table is fixed while the loss scale S is (the unscaling factor 1/S); the rest is here.
+  // step_scalars(): the learning rate of global step `step` and AdamW's scalars for it, 3 per
+  // parameter (ops::AdamW::next_step_scalars), into `out`.
+  void step_scalars(int64_t step, std::span<float> out);
+  size_t step_scalar_count() const { return 3 * opt_.params().size(); }
+  // The host side of record() for a replay of the step captured last as global step `step`
+  // (after step_scalars(step, ...)): AdamW's step numbers advance for the parameters the capture
+  // updated, and finish() reads `figures` (the capture's figures()).
+  void replayed(int64_t step, const Tensor& figures);
+  const Tensor& figures() const { return figures_; }  // of the recorded step, until finish()
+  bool injects_overflow_at(int64_t step) const { return inject_at_.count(step) > 0; }
   // Reads the recorded step's figures (waits for the GPU) and settles the host side.
   StepOutcome finish();
 
@@ -86,6 +105,7 @@ class OptimizerStep {
   int64_t skipped_steps_ = 0;
   std::set<int64_t> inject_at_;
   Tensor figures_;  // [3]: loss sum, grad norm, found_inf (of the recorded step)
+  std::vector<size_t> captured_stepped_;  // parameters the last record() with a table updated
   double lr_ = 0;
   float scale_used_ = 0;
 };

@@ -4,11 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -20,6 +20,7 @@
 #include "ops/optim.h"
 #include "train/causal_lm.h"
 #include "train/optimizer_step.h"
+#include "train/step_runner.h"
 #include "vk/error.h"
 #include "vk/memory.h"
 
@@ -27,9 +28,8 @@ namespace vkf::train {
 namespace {
 
 struct Batch {
-  Tensor ids, mask;
+  MicroBatch micro;             // ids, mask and shifted labels on the host
   std::vector<int64_t> labels;  // [B*T], HF convention (not shifted)
-  int64_t counted = 0;          // labels the shifted loss counts
   int64_t tokens = 0;           // real (non-padding) tokens
 };
 
@@ -38,21 +38,23 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
   size_t T = 0;
   for (size_t i = 0; i < n; ++i) T = std::max(T, set[order[first + i]].ids.size());
   Batch b;
-  std::vector<int32_t> ids(n * T, 0), mask(n * T, 0);
+  MicroBatch& m = b.micro;
+  m.batch = static_cast<int64_t>(n);
+  m.seq = static_cast<int64_t>(T);
+  m.ids.assign(n * T, 0);
+  m.mask.assign(n * T, 0);
   b.labels.assign(n * T, -100);
   for (size_t i = 0; i < n; ++i) {
     const Example& e = set[order[first + i]];
     for (size_t t = 0; t < e.ids.size(); ++t) {
-      ids[i * T + t] = e.ids[t];
-      mask[i * T + t] = 1;
+      m.ids[i * T + t] = e.ids[t];
+      m.mask[i * T + t] = 1;
       b.labels[i * T + t] = e.labels[t];
     }
-    for (size_t t = 1; t < e.ids.size(); ++t) b.counted += e.labels[t] != -100;
+    for (size_t t = 1; t < e.ids.size(); ++t) m.counted += e.labels[t] != -100;
     b.tokens += static_cast<int64_t>(e.ids.size());
   }
-  const int64_t B = static_cast<int64_t>(n), TT = static_cast<int64_t>(T);
-  b.ids = Tensor::from_host_i32(ids, {B, TT});
-  b.mask = Tensor::from_host_i32(mask, {B, TT});
+  m.shifted_labels = shift_labels(b.labels, m.batch, m.seq);
   return b;
 }
 
@@ -104,20 +106,13 @@ Tensor backward_micro_batch(models::DecoderModel& model, const Tensor& ids, cons
   VKF_REQUIRE(step_count > 0, "backward_micro_batch: the step counts {} tokens; it needs some", step_count);
   const int64_t B = ids.dim(0), T = ids.dim(1);
   const auto shifted = shift_labels(labels, B, T);
-  autograd::Tape tape;
-  Tensor scaled;
-  Tensor part_sum;
-  {
-    autograd::TapeScope scope(tape);
-    dropout_rng::StreamScope dropout_scope(dropout);
-    part_sum = causal_lm_loss_parts(model, ids, mask, Tensor::from_host_i32(shifted, {B * T}),
-                                    fused_loss ? HeadLoss::Fused : HeadLoss::Unfused)
-                   .loss_sum;
-    // Mean over every counted token of the whole accumulated step.
-    scaled = ops::scale(part_sum, static_cast<float>(1.0 / static_cast<double>(step_count)));
-  }
-  tape.backward(scaled, seed);
-  return part_sum;
+  // The mean over every counted token of the whole accumulated step, folded into the seed as
+  // StepRunner does it (the same f32 product ops::scale's backward would form).
+  const float inv_count = static_cast<float>(1.0 / static_cast<double>(step_count));
+  const Tensor mean_seed =
+      seed.defined() ? ops::scale(seed, inv_count) : Tensor::full({}, inv_count);
+  return backward_from_device(model, ids, mask, Tensor::from_host_i32(shifted, {B * T}),
+                              fused_loss ? HeadLoss::Fused : HeadLoss::Unfused, dropout, mean_seed);
 }
 
 double evaluate(models::DecoderModel& model, const std::vector<Example>& set, int64_t batch_size) {
@@ -128,12 +123,14 @@ double evaluate(models::DecoderModel& model, const std::vector<Example>& set, in
   for (size_t first = 0; first < set.size(); first += static_cast<size_t>(batch_size)) {
     const size_t n = std::min(static_cast<size_t>(batch_size), set.size() - first);
     const Batch b = make_batch(set, order, first, n);
-    if (b.counted == 0) continue;
-    const int64_t B = b.ids.dim(0), T = b.ids.dim(1);
-    const auto shifted = shift_labels(b.labels, B, T);
-    const auto parts = causal_lm_loss_parts(model, b.ids, b.mask, Tensor::from_host_i32(shifted, {B * T}));
+    const MicroBatch& m = b.micro;
+    if (m.counted == 0) continue;
+    const auto parts =
+        causal_lm_loss_parts(model, Tensor::from_host_i32(m.ids, {m.batch, m.seq}),
+                             Tensor::from_host_i32(m.mask, {m.batch, m.seq}),
+                             Tensor::from_host_i32(m.shifted_labels, {m.batch * m.seq}));
     sum += parts.loss_sum.item();
-    count += static_cast<double>(b.counted);
+    count += static_cast<double>(m.counted);
   }
   VKF_REQUIRE(count > 0, "evaluation set has no tokens to predict");
   return sum / count;
@@ -182,6 +179,8 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   OptimizerStep update(opt, schedule, o.max_grad_norm,
                        mixed ? std::optional<GradScalerConfig>(o.loss_scaling) : std::nullopt);
   update.inject_overflow_at(o.inject_overflow_at);
+  StepRunner runner(model, update, o.fused_loss ? HeadLoss::Fused : HeadLoss::Unfused,
+                    o.replay_steps);
   if (log && mixed) {
     log(fmt::format("mixed precision: f16 matrix products with fp32 accumulation, f32 weights and AdamW state; "
                     "dynamic loss scaling from {:g} (growth x{:g} every {} clean steps, x{:g} on inf/nan)",
@@ -253,24 +252,16 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
   const auto t_start = std::chrono::steady_clock::now();
   int64_t tokens_seen = 0;
   for (int64_t step = first_step; step <= total; ++step) {
-    std::vector<Batch> micro;
+    std::vector<MicroBatch> micro;
     int64_t counted = 0;
     for (int64_t m = 0; m < o.grad_accum; ++m) {
-      micro.push_back(next_micro());
-      counted += micro.back().counted;
-      tokens_seen += micro.back().tokens;
+      Batch b = next_micro();
+      counted += b.micro.counted;
+      tokens_seen += b.tokens;
+      micro.push_back(std::move(b.micro));
     }
     VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
-    Tensor loss_sum;  // summed on the GPU; read once per step
-    const Tensor seed = update.backward_seed();  // the loss scale in mixed precision
-    for (const Batch& b : micro) {
-      if (b.counted == 0) continue;
-      const Tensor part_sum = backward_micro_batch(model, b.ids, b.mask, b.labels, counted, o.fused_loss,
-                                                   &dropout_stream, seed);
-      loss_sum = loss_sum.defined() ? ops::add(loss_sum, part_sum) : part_sum;
-    }
-    update.record(step, loss_sum);
-    const StepOutcome out = update.finish();
+    const StepOutcome out = runner.run(step, micro, &dropout_stream);
     const double loss = out.loss_sum / static_cast<double>(counted);
     const double lr = out.lr, grad_norm = out.grad_norm;
     result.log.push_back({step, loss, lr, grad_norm, out.loss_scale, out.skipped});
@@ -303,12 +294,15 @@ TrainResult train(models::DecoderModel& model, const std::vector<Example>& train
       break;
     }
     if (!eval_set.empty() && o.eval_steps > 0 && step % o.eval_steps == 0 && step != total) {
+      runner.release();  // the graph's activation memory, which evaluation needs
       const double el = evaluate(model, eval_set, o.batch_size);
       result.eval.push_back({step, el});
       if (metrics) metrics << nlohmann::json{{"step", step}, {"eval_loss", el}}.dump() << "\n" << std::flush;
       if (log) log(fmt::format("step {}  eval_loss {:.4f}  perplexity {:.3f}", step, el, std::exp(el)));
     }
   }
+  runner.release();
+  if (log) log(runner.summary());
   model.set_requires_grad(false);
   if (o.adapter) o.adapter->set_requires_grad(false);
   model.set_gradient_checkpointing(checkpointing_before);

@@ -70,6 +70,9 @@ struct TrainOptions {
   // dynamic loss scaling configured by loss_scaling (torch.amp.GradScaler's defaults).
   MatmulPrecision precision = MatmulPrecision::F32;
   GradScalerConfig loss_scaling;
+  // Replay each step from one recording once its shapes repeat (train/step_runner.h): the same
+  // arithmetic with no recording, allocation or upload per step. false: every step eager.
+  bool replay_steps = true;
   // Tests only: global steps whose gradients get an inf injected after the backward pass.
   std::set<int64_t> inject_overflow_at;
   // Set (e.g. by a SIGINT handler) to stop after the current step with a checkpoint written.

@@ -166,7 +166,7 @@ Block* Allocator::reuse_cached(uint64_t size) {
 }
 
 uint64_t Allocator::release_cached() {
-  if (cached_dedicated_.empty()) return 0;
+  if (cached_dedicated_.empty() || hold_cached_) return 0;
   // Freed device memory is reusable at once (Stream::release), so commands recorded or in flight
   // may still reference a kept block: let them finish before the block goes.
   Context::get().stream().synchronize();
@@ -212,13 +212,56 @@ Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
   chosen->free_ranges.erase(it);
   if (range > size) chosen->free_ranges[offset + size] = range - size;
   chosen->used += size;
-  if (kind == MemoryKind::Device) {
-    stats_.device_bytes_in_use += size;
-    stats_.peak_device_bytes_in_use =
-        std::max(stats_.peak_device_bytes_in_use, stats_.device_bytes_in_use);
-    account(static_cast<int64_t>(size), static_cast<int64_t>(size), 0);
-  }
+  if (kind == MemoryKind::Device) count_in_use(size);
   return Allocation{chosen, offset, size};
+}
+
+void Allocator::count_in_use(uint64_t size) {
+  stats_.device_bytes_in_use += size;
+  stats_.peak_device_bytes_in_use =
+      std::max(stats_.peak_device_bytes_in_use, stats_.device_bytes_in_use);
+  account(static_cast<int64_t>(size), static_cast<int64_t>(size), 0);
+}
+
+std::vector<Allocation> Allocator::claim_free(uint32_t block_id, uint64_t offset, uint64_t size) {
+  std::vector<Allocation> claimed;
+  auto found = std::find_if(blocks_.begin(), blocks_.end(),
+                            [&](const auto& b) { return b->id == block_id; });
+  if (found == blocks_.end() || (*found)->kind != MemoryKind::Device) return claimed;
+  Block* b = found->get();
+  if (b->dedicated) {
+    // Free only while kept for reuse; then the whole block is one allocation.
+    for (auto it = cached_dedicated_.begin(); it != cached_dedicated_.end(); ++it) {
+      if (it->second != b) continue;
+      cached_dedicated_.erase(it);
+      accounting_.cached_bytes -= b->size;
+      b->free_ranges.clear();
+      b->used = b->size;
+      count_in_use(b->size);
+      claimed.push_back(Allocation{b, 0, b->size});
+      break;
+    }
+    return claimed;
+  }
+  const uint64_t end = offset + size;
+  // The free range that starts at or before `offset` may reach into it; later ones start inside.
+  auto it = b->free_ranges.upper_bound(offset);
+  if (it != b->free_ranges.begin()) --it;
+  while (it != b->free_ranges.end() && it->first < end) {
+    const uint64_t free_start = it->first, free_end = it->first + it->second;
+    if (free_end <= offset) {
+      ++it;
+      continue;
+    }
+    const uint64_t start = std::max(free_start, offset), stop = std::min(free_end, end);
+    it = b->free_ranges.erase(it);
+    if (free_start < start) b->free_ranges[free_start] = start - free_start;
+    if (stop < free_end) it = b->free_ranges.emplace(stop, free_end - stop).first;
+    b->used += stop - start;
+    count_in_use(stop - start);
+    claimed.push_back(Allocation{b, start, stop - start});
+  }
+  return claimed;
 }
 
 void Allocator::free(const Allocation& a) {

@@ -111,6 +111,15 @@ class Allocator {
   // Gives every kept (freed, unused) dedicated block back to the driver; returns the bytes.
   uint64_t release_cached();
 
+  // Capture arenas (vk::Stream::begin_capture): memory freed while a graph is being recorded is
+  // reused by the recording, so kept blocks may already be referenced by its commands. While
+  // held, release_cached() gives nothing back (a block may still be referenced by the capture).
+  void hold_cached_blocks(bool hold) { hold_cached_ = hold; }
+  // The free parts of device block `block_id`'s bytes [offset, offset + size), allocated as they
+  // are (a kept dedicated block whole): what a graph claims at the end of its capture so that its
+  // recorded addresses stay its own. Counted as live and in use, like allocate().
+  std::vector<Allocation> claim_free(uint32_t block_id, uint64_t offset, uint64_t size);
+
  private:
   Block* new_block(uint64_t size, MemoryKind kind, bool dedicated);
   // new_block, and when the driver is out of memory, release_cached() and one more try.
@@ -129,9 +138,11 @@ class Allocator {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::multimap<uint64_t, Block*> cached_dedicated_;  // size -> freed dedicated device block
   uint32_t next_block_id_ = 1;
+  bool hold_cached_ = false;
   MemoryStats stats_;
   DeviceMemoryStats accounting_;
   void account(int64_t live, int64_t held, int64_t reserved);
+  void count_in_use(uint64_t size);  // a device allocation handed out: in use, live and held
 };
 
 // The current context's figures (creates the context when none exists).

@@ -302,6 +302,8 @@ void Stream::free_after_use(const Allocation& a) {
   // A live graph's commands may use it at every replay: the graph frees it when destroyed.
   const BufferRange r = range_of(a);
   for (Graph* g : graphs_) {
+    // Device memory released during a capture is the capture's arena (end_capture claims it).
+    if (g == capture_ && a.block->kind == MemoryKind::Device) continue;
     if (g->touches(r)) {
       g->owned_.push_back(a);
       return;
@@ -361,6 +363,7 @@ void Stream::begin_capture() {
   read_since_barrier_.clear();
   capture_ = &g;
   graphs_.push_back(&g);
+  ctx_.allocator().hold_cached_blocks(true);  // kept blocks may become part of the recording
   full_barrier();  // a replay starts after everything submitted before it
 }
 
@@ -381,6 +384,13 @@ std::unique_ptr<Graph> Stream::end_capture() {
   g.touched_.erase(std::unique(g.touched_.begin(), g.touched_.end(),
                                [&](const auto& x, const auto& y) { return key(x) == key(y); }),
                    g.touched_.end());
+  // The arena: what the recording touched and is free now was released inside it; nothing else
+  // may be given that memory while the graph can still be replayed.
+  for (const BufferRange& r : g.touched_) {
+    for (const Allocation& a : ctx_.allocator().claim_free(r.block, r.offset, r.size))
+      g.arena_.push_back(a);
+  }
+  ctx_.allocator().hold_cached_blocks(false);
   return std::move(capture_owner_);
 }
 
@@ -437,6 +447,17 @@ void Stream::destroy(Graph& g) {
   // Normal deferral now (another graph may still use some of them).
   for (const Allocation& a : g.owned_) free_after_use(a);
   g.owned_.clear();
+  for (const Allocation& a : g.arena_) {
+    ctx_.allocator().released(a);  // claimed as live
+    free_after_use(a);
+  }
+  g.arena_.clear();
+}
+
+uint64_t Graph::arena_bytes() const {
+  uint64_t bytes = 0;
+  for (const Allocation& a : arena_) bytes += a.size;
+  return bytes;
 }
 
 std::vector<KernelProfile> Stream::profile() {

@@ -10,9 +10,12 @@
 // replay must vary, its kernels read from device memory (the caller refreshes it, typically with
 // a copy from host-visible memory recorded first in the graph). A graph keeps every allocation its
 // commands touch: one whose owner releases it is freed only when the graph is destroyed, so the
-// addresses baked into the recording stay valid. Host transfers (upload, download) cannot be
-// captured; read_back() records a copy into host-visible memory that can. Profiling does not
-// time the dispatches of a graph.
+// addresses baked into the recording stay valid. Device memory released while the capture records
+// is its arena: it goes back to the allocator at once, so the recording's later allocations reuse
+// it as an eager run's would (a captured training step needs no more memory than an eager one),
+// and at end_capture() the graph claims the free parts of every range its commands touched. Host
+// transfers (upload, download) cannot be captured; read_back() records a copy into host-visible
+// memory that can. Profiling does not time the dispatches of a graph.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -65,6 +68,8 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   uint64_t dispatch_count() const { return dispatches_; }
+  // Device bytes the graph claimed at the end of its capture (its arena).
+  uint64_t arena_bytes() const;
 
  private:
   friend class Stream;
@@ -77,6 +82,7 @@ class Graph {
   bool pending_ = false;              // submitted and not yet waited for
   std::vector<BufferRange> touched_;  // every range its commands read or write
   std::vector<Allocation> owned_;     // released by their owners while the graph lives
+  std::vector<Allocation> arena_;     // claimed at end_capture: freed inside the capture
   uint64_t dispatches_ = 0;
 };
 

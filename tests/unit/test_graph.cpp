@@ -2,7 +2,8 @@
 // with values it reads from device memory refreshed by a copy from host-visible memory recorded
 // at its head; its results come back through read_back(); tensors its commands use stay valid
 // after their owners drop them (and are freed with the graph); synchronize() waits for replays;
-// work recorded before and after a replay is ordered with it; host transfers cannot be captured.
+// work recorded before and after a replay is ordered with it; memory released inside a capture is
+// reused by it and then claimed by the graph (its arena); host transfers cannot be captured.
 #include <cstring>
 #include <vector>
 
@@ -86,6 +87,50 @@ TEST(Graph, ReplaysWithDeviceInputs) {
   stream.synchronize();
   EXPECT_EQ(vk::memory_stats().held_bytes, held_before)
       << "destroying the graph frees what it kept";
+}
+
+TEST(Graph, MemoryFreedInsideACaptureIsItsArena) {
+  Rng rng(32);
+  auto& stream = vk::Context::get().stream();
+  const int64_t n = 1000;
+  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(n)));
+  const Tensor xt = test::to_gpu(x, {n});
+  const Tensor out = Tensor::zeros({n});
+  stream.synchronize();
+  const uint64_t live_before = vk::memory_stats().live_bytes;
+  stream.begin_capture();
+  {
+    Tensor a = ops::scale(xt, 2.0f);
+    const Tensor b = ops::scale(a, 3.0f);
+    a = Tensor();  // released inside: the next temporary may take its memory
+    const Tensor c = ops::scale(b, 5.0f);
+    out.copy_(c);
+  }
+  const uint64_t live_inside = vk::memory_stats().live_bytes;
+  auto graph = stream.end_capture();
+  EXPECT_EQ(live_inside, live_before) << "every temporary was released inside the capture";
+  EXPECT_GE(graph->arena_bytes(), 2 * static_cast<uint64_t>(n) * 4) << "at least two of them";
+  EXPECT_EQ(vk::memory_stats().live_bytes, live_before + graph->arena_bytes())
+      << "the arena counts as live while the graph can replay";
+  // Tensors made now get other memory (first fit would hand them the temporaries' addresses
+  // if the graph had not claimed them): a replay leaves them alone.
+  std::vector<Tensor> later;
+  for (int i = 0; i < 4; ++i) later.push_back(Tensor::full({n}, 7.0f));
+  for (int r = 0; r < 2; ++r) {
+    stream.replay(*graph);
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      want[i] =
+          static_cast<double>(static_cast<float>(static_cast<float>(x[i] * 2.0f) * 3.0f) * 5.0f);
+    test::expect_close(out.to_double(), want, 0, 0, "the graph's result");
+    for (const Tensor& t : later)
+      test::expect_close(t.to_double(), std::vector<double>(static_cast<size_t>(n), 7.0), 0, 0,
+                         "a tensor made after the capture");
+  }
+  later.clear();
+  graph.reset();
+  stream.synchronize();
+  EXPECT_EQ(vk::memory_stats().live_bytes, live_before) << "destroying the graph frees its arena";
 }
 
 TEST(Graph, HostTransfersAreRefused) {
