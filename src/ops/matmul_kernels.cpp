@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_relayout.h"
 #include "ops/matmul_tiling.h"
 #include "ops/matmul_workgroup.h"
 #include "ops/norm.h"
@@ -267,7 +268,10 @@ void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
     if (dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
     dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
   } else {
-    dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
+    // The fp32 tiled kernel, with its operands in its fastest layout where that pays.
+    MatDesc ta = a, tb = b;
+    relayout_for_tiled(ta, tb, c);
+    dispatch_tiled(ta, tb, c, alpha, beta, bias, bias_stride, cost);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -19,6 +20,7 @@
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
+#include "ops/matmul_relayout.h"
 #include "test_util.h"
 #include "vk/context.h"
 #include "vk/error.h"
@@ -284,6 +286,59 @@ TEST(MatmulTiled, SameBitsAsOldRoundedAndPrecise) {
   }
   set_math_mode(MathMode::Precise);
   check_product(rng, 69, 131, 37, false, false, Pitch::Aligned, Pitch::Aligned, {{}}, "precise");
+}
+
+// Operand relayout (ops/matmul_relayout.h): transposing a row-major A or a column-major B into
+// temporaries first changes no bit of any product -- nn, nt and tt, ragged sizes, odd pitches,
+// a batch against a shared B, split-K -- and the transpose kernel does run (one or two more
+// dispatches).
+TEST(MatmulTiled, RelayoutToTnChangesNoBit) {
+  Rng rng(7);
+  Restore restore;
+  struct Guard {
+    ~Guard() { ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Auto); }
+  } guard;
+  auto& stream = vk::Context::get().stream();
+  auto both = [&](const std::function<Tensor()>& product, int transposes, const std::string& what) {
+    ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Off);
+    const uint64_t d0 = stream.dispatch_count();
+    const Tensor plain = product();
+    const uint64_t plain_dispatches = stream.dispatch_count() - d0;
+    ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Always);
+    const uint64_t d1 = stream.dispatch_count();
+    const Tensor relaid = product();
+    EXPECT_EQ(stream.dispatch_count() - d1, plain_dispatches + static_cast<uint64_t>(transposes))
+        << what;
+    test::expect_bitwise_equal(relaid, plain, what);
+  };
+  const Pitch al = Pitch::Aligned, odd = Pitch::Odd, c = Pitch::Contiguous;
+  for (const auto& [ta, tb, pa, pb, transposes, name] :
+       std::vector<std::tuple<bool, bool, Pitch, Pitch, int, std::string>>{
+           {false, false, al, odd, 1, "nn"},
+           {false, true, odd, al, 2, "nt"},
+           {true, true, c, c, 1, "tt"},
+           {true, false, al, al, 0, "tn"}}) {
+    const Operand a = operand(rng, ta ? 37 : 69, ta ? 69 : 37, pa);
+    const Operand b = operand(rng, tb ? 131 : 37, tb ? 37 : 131, pb);
+    for (const TileChoice tile : {TileChoice::Medium, TileChoice::Large}) {
+      ops::detail::set_tile_choice(tile);
+      both([&] { return ops::matmul(a.view, b.view, ta, tb); }, transposes,
+           name + (tile == TileChoice::Large ? " 128x128" : " 64x64"));
+    }
+  }
+  ops::detail::set_tile_choice(TileChoice::Auto);
+  // A batch of 3 against one B (merged into one taller product) and against a batch of B^T.
+  const auto av = test::as_f32(rng.uniform(3 * 40 * 24)),
+             bv = test::as_f32(rng.uniform(3 * 24 * 33));
+  const Tensor ta = test::to_gpu(av, {3, 40, 24}), tb = test::to_gpu(bv, {3, 33, 24});
+  const Tensor shared =
+      test::to_gpu(std::vector<double>(bv.begin(), bv.begin() + 24 * 33), {24, 33});
+  both([&] { return ops::matmul(ta, shared, false, false); }, 1, "batch, shared B");
+  both([&] { return ops::matmul(ta, tb, false, true); }, 2, "batch nt");
+  // Split-K: the chunks are batch entries of the tiled product.
+  ops::detail::set_split_k(3);
+  const Operand a = operand(rng, 40, 96, c), b = operand(rng, 68, 96, c);
+  both([&] { return ops::matmul(a.view, b.view, false, true); }, 2, "split-K 3 nt");
 }
 
 TEST(MatmulTiled, VariantNamesAndPlans) {

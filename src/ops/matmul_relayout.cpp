@@ -1,0 +1,120 @@
+// Operand relayout for the fp32 tiled GEMM (see matmul_relayout.h).
+#include "ops/matmul_relayout.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/launch.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace vkf::ops::detail {
+namespace {
+
+std::optional<RelayoutChoice> g_choice;  // unset: VKF_GEMM_RELAYOUT, else Auto
+
+RelayoutChoice relayout_choice() {
+  if (!g_choice) {
+    const char* env = std::getenv("VKF_GEMM_RELAYOUT");
+    const std::string v = env ? env : "auto";
+    VKF_REQUIRE(v == "auto" || v == "always" || v == "off",
+                "VKF_GEMM_RELAYOUT='{}': use auto (NVIDIA devices, large products), always or off",
+                v);
+    g_choice = v == "always" ? RelayoutChoice::Always
+               : v == "off"  ? RelayoutChoice::Off
+                             : RelayoutChoice::Auto;
+  }
+  return *g_choice;
+}
+
+constexpr uint32_t kNvidiaVendor = 0x10DE;
+
+// The rule, from the H200's measurements of the large tile (matmul_bench, every layout of the
+// training shapes of the 135M and 1B models): "tn" is about 10% faster than "nt" and 7% faster
+// than "nn" or "tt" (not with K = 8192, where "nn" was as fast). A transposition moves 8 bytes
+// per element (read and write); the device does about 14 fp32 FLOPs in the time of a byte of
+// copy (42 TFLOP/s, 2.9 TB/s). A relayout is made where the FLOPs it saves are at least 1.5
+// times those its copies cost.
+constexpr double kGainNt = 0.10, kGainOne = 0.07;
+constexpr double kFlopsPerByte = 14.0, kMargin = 1.5;
+constexpr int64_t kMaxKForOne = 4096;
+
+struct Layout {
+  bool a_rows;  // A row-major (the slow way): transposing it makes A column-major
+  bool b_cols;  // B column-major: transposing it makes B row-major
+};
+
+// A matrix of `desc` (rows contiguous when !column_major, else columns) as a new contiguous
+// tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
+// (so the result is the same matrix, column-major), [batch, rows, cols] for a column-major one.
+Tensor transposed_copy(const MatDesc& d, bool column_major) {
+  // Source rows R of C contiguous elements at stride ld.
+  const int64_t R = column_major ? d.cols : d.rows, C = column_major ? d.rows : d.cols;
+  const int64_t ld = column_major ? d.cs : d.rs;
+  autograd::NoGradScope no_grad;
+  Tensor out = Tensor::empty({d.batch, C, R}, DType::F32);
+  struct {
+    uint64_t src, dst;
+    uint32_t rows, cols, ld, bs;
+  } push{d.t.address(),
+         out.address(),
+         static_cast<uint32_t>(R),
+         static_cast<uint32_t>(C),
+         static_cast<uint32_t>(R == 1 ? 0 : ld),
+         static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
+  const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
+  launch("matmul_transpose", push,
+         Grid{div_up(C, 32), div_up(R, 32), static_cast<uint32_t>(d.batch)}, {&d.t}, {&out}, {},
+         {0.0, 8.0 * elems});
+  return out;
+}
+
+}  // namespace
+
+void set_tiled_relayout(RelayoutChoice choice) {
+  g_choice = choice;
+}
+
+void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c) {
+  const RelayoutChoice choice = relayout_choice();
+  if (choice == RelayoutChoice::Off) return;
+  if (choice == RelayoutChoice::Auto && vk::Context::get().info().vendor_id != kNvidiaVendor)
+    return;
+  if (a.t.dtype() != DType::F32 || b.t.dtype() != DType::F32) return;
+  // As kernel_layout() reads them: A is row-major where its rows are contiguous (or it has one
+  // column), B column-major otherwise.
+  const Layout l{(a.cs == 1 || a.cols == 1) && a.cols > 1, !(b.cs == 1 || b.cols == 1)};
+  if (!l.a_rows && !l.b_cols) return;  // "tn" already
+  const double m = static_cast<double>(c.rows), n = static_cast<double>(c.cols);
+  const double k = static_cast<double>(a.cols);
+  const double flops = 2.0 * static_cast<double>(c.batch) * m * n * k;
+  const double a_bytes = 8.0 * static_cast<double>(a.batch) * m * k;
+  const double b_bytes = 8.0 * static_cast<double>(b.batch) * k * n;
+  double gain = 0, cost = 0;
+  if (l.a_rows && l.b_cols) {
+    gain = kGainNt * flops;
+    cost = kFlopsPerByte * (a_bytes + b_bytes);
+  } else if (a.cols <= kMaxKForOne) {
+    gain = kGainOne * flops;
+    cost = kFlopsPerByte * (l.a_rows ? a_bytes : b_bytes);
+  }
+  if (choice == RelayoutChoice::Auto && gain < kMargin * cost) return;
+  // The grid's 65535 workgroups per dimension (larger problems keep their layout).
+  // (and copies whose indices fit 32 bits) keep their layout.
+  const int64_t limit = 65535 * 32;
+  if (std::max(c.rows, c.cols) > limit || a.cols > limit || c.batch > 65535) return;
+  if (std::max(a.batch * c.rows, b.batch * c.cols) * a.cols > int64_t{0xffffffff}) return;
+  if (l.a_rows) {
+    const Tensor t = transposed_copy(a, false);  // [batch, K, M]
+    a = MatDesc{t, a.batch, a.rows, a.cols, a.batch == 1 ? 0 : a.rows * a.cols, 1, a.rows};
+  }
+  if (l.b_cols) {
+    const Tensor t = transposed_copy(b, true);  // [batch, K, N]
+    b = MatDesc{t, b.batch, b.rows, b.cols, b.batch == 1 ? 0 : b.rows * b.cols, b.cols, 1};
+  }
+}
+
+}  // namespace vkf::ops::detail

@@ -1,0 +1,25 @@
+// Operand layouts for the fp32 tiled GEMM. The tiled kernel computes the same sums in the same
+// order whatever the operands' layouts, but on NVIDIA's H200 it runs fastest with A stored
+// column-major ([K, M] in memory) and B row-major ([K, N]), the "tn" layout: measured at
+// 8192 x 2048 x 2048, 44.2 TFLOP/s against 41.1 with A row-major ("nn") and 39.7 with B
+// column-major as well ("nt", every forward product Y = X W^T); the row-major A's 32-byte
+// segments per 8-deep slice are the difference. Where the product is large enough that the
+// difference outweighs the copy, relayout_for_tiled() transposes the operands that are in the
+// slow layout into temporaries (matmul_transpose.comp, coalesced through shared memory) and the
+// product runs as "tn". Results are bitwise the same as without. Internal to src/ops.
+#pragma once
+
+#include "ops/matmul_kernels.h"
+
+namespace vkf::ops::detail {
+
+// Auto: on NVIDIA devices (where it was measured), by the size rule; Always: every product with
+// an operand in a slow layout, whatever its size, on any device (tests); Off: never. Default from
+// VKF_GEMM_RELAYOUT=auto|always|off (auto).
+enum class RelayoutChoice { Auto, Always, Off };
+void set_tiled_relayout(RelayoutChoice choice);
+
+// Rewrites a and b (f32 operands of a tiled product into c) to the "tn" layout where that pays.
+void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c);
+
+}  // namespace vkf::ops::detail
