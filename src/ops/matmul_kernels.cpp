@@ -210,10 +210,13 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 }
 
 // An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
-// when it is a whole contiguous tensor, the same view of an f16 copy; otherwise itself.
-MatDesc f16_operand(const MatDesc& d) {
-  if (!coopmat_f16_operands() || d.t.dtype() != DType::F32 || !d.t.is_contiguous() ||
-      d.batch * d.rows * d.cols != d.t.numel())
+// transposed into the kernel's faster layout where matmul_relayout.h says so, else, when it is a
+// whole contiguous tensor, the same view of an f16 copy; otherwise itself. `is_a`: the A operand.
+MatDesc f16_operand(const MatDesc& d, bool is_a) {
+  if (!coopmat_f16_operands()) return d;
+  // In the kernel's faster layout where the operand is not (matmul_relayout.h).
+  if (const auto relaid = f16_operand_relaid(d, is_a)) return *relaid;
+  if (d.t.dtype() != DType::F32 || !d.t.is_contiguous() || d.batch * d.rows * d.cols != d.t.numel())
     return d;
   autograd::NoGradScope no_grad;
   MatDesc h = d;
@@ -264,7 +267,7 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
-    const MatDesc ha = f16_operand(a), hb = f16_operand(b);
+    const MatDesc ha = f16_operand(a, true), hb = f16_operand(b, false);
     if (dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
     dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
   } else {

@@ -50,12 +50,13 @@ struct Layout {
 // A matrix of `desc` (rows contiguous when !column_major, else columns) as a new contiguous
 // tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
 // (so the result is the same matrix, column-major), [batch, rows, cols] for a column-major one.
-Tensor transposed_copy(const MatDesc& d, bool column_major) {
+// With to_f16 the copy holds the values rounded to f16.
+Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16 = false) {
   // Source rows R of C contiguous elements at stride ld.
   const int64_t R = column_major ? d.cols : d.rows, C = column_major ? d.rows : d.cols;
   const int64_t ld = column_major ? d.cs : d.rs;
   autograd::NoGradScope no_grad;
-  Tensor out = Tensor::empty({d.batch, C, R}, DType::F32);
+  Tensor out = Tensor::empty({d.batch, C, R}, to_f16 ? DType::F16 : DType::F32);
   struct {
     uint64_t src, dst;
     uint32_t rows, cols, ld, bs;
@@ -66,16 +67,42 @@ Tensor transposed_copy(const MatDesc& d, bool column_major) {
          static_cast<uint32_t>(R == 1 ? 0 : ld),
          static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
   const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
-  launch("matmul_transpose", push,
+  launch(to_f16 ? "matmul_transpose_f16" : "matmul_transpose", push,
          Grid{div_up(C, 32), div_up(R, 32), static_cast<uint32_t>(d.batch)}, {&d.t}, {&out}, {},
-         {0.0, 8.0 * elems});
+         {0.0, (to_f16 ? 6.0 : 8.0) * elems});
   return out;
+}
+
+// Whether a copy of d's transpose fits the transpose kernel's grid and 32-bit indices.
+bool copy_fits(const MatDesc& d) {
+  const int64_t limit = 65535 * 32;
+  return d.rows <= limit && d.cols <= limit && d.batch <= 65535 &&
+         d.batch * d.rows * d.cols <= int64_t{0xffffffff};
+}
+
+bool relayout_allowed() {
+  const RelayoutChoice choice = relayout_choice();
+  if (choice == RelayoutChoice::Off) return false;
+  return choice == RelayoutChoice::Always || vk::Context::get().info().vendor_id == kNvidiaVendor;
 }
 
 }  // namespace
 
 void set_tiled_relayout(RelayoutChoice choice) {
   g_choice = choice;
+}
+
+std::optional<MatDesc> f16_operand_relaid(const MatDesc& d, bool is_a) {
+  if (d.t.dtype() != DType::F32 || !relayout_allowed() || !copy_fits(d)) return std::nullopt;
+  const bool rows_contiguous = d.cs == 1 || d.cols == 1;  // kernel_layout(): not transposed
+  if (is_a) {
+    if (!rows_contiguous || d.cols == 1) return std::nullopt;  // column-major already
+    const Tensor t = transposed_copy(d, false, true);          // [batch, K, M]
+    return MatDesc{t, d.batch, d.rows, d.cols, d.batch == 1 ? 0 : d.rows * d.cols, 1, d.rows};
+  }
+  if (rows_contiguous) return std::nullopt;         // row-major already
+  const Tensor t = transposed_copy(d, true, true);  // [batch, K, N]
+  return MatDesc{t, d.batch, d.rows, d.cols, d.batch == 1 ? 0 : d.rows * d.cols, d.cols, 1};
 }
 
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c) {

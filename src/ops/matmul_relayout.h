@@ -9,6 +9,8 @@
 // product runs as "tn". Results are bitwise the same as without. Internal to src/ops.
 #pragma once
 
+#include <optional>
+
 #include "ops/matmul_kernels.h"
 
 namespace vkf::ops::detail {
@@ -21,5 +23,14 @@ void set_tiled_relayout(RelayoutChoice choice);
 
 // Rewrites a and b (f32 operands of a tiled product into c) to the "tn" layout where that pays.
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c);
+
+// The tensor-core kernel's f16 operand copies (set_coopmat_f16_operands): it too runs fastest on
+// "tn" (H200, f32 inputs converted in the call: 4096^3 170 TFLOP/s against 154 "nn" and 139 "nt";
+// 8192 x 2048 x 2048 167 / 147 / 131), and the copy reads and writes the operand once whichever
+// layout it writes, so on NVIDIA (the choice above, without the size rule) an operand in the slow
+// layout is converted transposed. f16_operand_relaid() returns nullopt where it is not: the
+// choice is off, the operand is f16 or in the fast layout already (`is_a`: the A operand), or too
+// large for the copy's grid and 32-bit indices.
+std::optional<MatDesc> f16_operand_relaid(const MatDesc& d, bool is_a);
 
 }  // namespace vkf::ops::detail

@@ -23,9 +23,10 @@
 #include "core/launch.h"
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
-#include "ops/matmul_workgroup.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
+#include "ops/matmul_relayout.h"
+#include "ops/matmul_workgroup.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -520,6 +521,67 @@ TEST(MatmulF16, EveryCoopmatTileAndConversion) {
     }
   }
   EXPECT_GT(variants_run, 0);
+}
+
+void relaid_f16_products(bool emulated);
+
+// The f16 operand copies made transposed into the tensor-core kernel's faster layout
+// (matmul_relayout.h, forced on): bitwise the product of the plain copies, on the emulated kernel
+// (every device) -- every transpose, ragged sizes, a strided operand, a batch -- and the
+// transposing conversion ran (seen in the kernel profile where the device has timestamps).
+TEST(MatmulF16, RelaidF16OperandsChangeNoBit) {
+  // Emulated everywhere; where the device has cooperative matrices, on them as well.
+  for (const bool emulated : {true, false}) {
+    if (!emulated && !coopmat_supported()) continue;
+    SCOPED_TRACE(emulated ? "emulated" : "tensor cores");
+    relaid_f16_products(emulated);
+  }
+}
+
+void relaid_f16_products(bool emulated) {
+  Rng rng(113);
+  F16Scope scope;
+  ops::detail::set_coopmat_emulation(emulated);
+  ASSERT_EQ(ops::detail::gemm_plan(1, 36, 52, 60).rfind("coopmat ", 0), 0u)
+      << ops::detail::gemm_plan(1, 36, 52, 60);
+  struct Guard {
+    ~Guard() { ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Auto); }
+  } guard;
+  auto& stream = vk::Context::get().stream();
+  const bool timestamps = vk::Context::get().info().timestamps;
+  auto both = [&](const std::function<Tensor()>& product, bool relaid, const std::string& what) {
+    ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Off);
+    const Tensor plain = product();
+    ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Always);
+    stream.set_profiling(false);
+    stream.set_profiling(true);
+    const Tensor fast = product();
+    bool transposed = false;
+    for (const auto& k : stream.profile())
+      transposed = transposed || k.label == "matmul_transpose_f16";
+    stream.set_profiling(false);
+    if (timestamps) {
+      EXPECT_EQ(transposed, relaid) << what;
+    }
+    test::expect_bitwise_equal(fast, plain, what);
+  };
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+    const ref::MatmulShape s{1, 36, 52, 60, ta, tb, false};
+    const Tensor a =
+        test::to_gpu(test::as_f32(rng.uniform(s.a_size())), ta ? Shape{60, 36} : Shape{36, 60});
+    const Tensor b =
+        test::to_gpu(test::as_f32(rng.uniform(s.b_size())), tb ? Shape{52, 60} : Shape{60, 52});
+    both([&] { return ops::matmul(a, b, ta, tb); }, !ta || tb,
+         std::string("layout ") + (ta ? "t" : "n") + (tb ? "t" : "n"));
+  }
+  // A strided window of a wider matrix, and a batch of 3 against a batch of B^T.
+  const Tensor wide = test::to_gpu(test::as_f32(rng.uniform(44 * 70)), {44, 70});
+  const Tensor w = test::to_gpu(test::as_f32(rng.uniform(28 * 64)), {28, 64});
+  both([&] { return ops::matmul(wide.slice(1, 3, 67), w, false, true); }, true, "strided nt");
+  const Tensor xa = test::to_gpu(test::as_f32(rng.uniform(3 * 20 * 28)), {3, 20, 28});
+  const Tensor xb = test::to_gpu(test::as_f32(rng.uniform(3 * 36 * 28)), {3, 36, 28});
+  both([&] { return ops::matmul(xa, xb, false, true); }, true, "batch nt");
 }
 
 // The tensor-core kernel with its cooperative-matrix operations emulated, on every device: the
