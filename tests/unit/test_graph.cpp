@@ -133,6 +133,34 @@ TEST(Graph, MemoryFreedInsideACaptureIsItsArena) {
   EXPECT_EQ(vk::memory_stats().live_bytes, live_before) << "destroying the graph frees its arena";
 }
 
+// The same for a tensor large enough for a device block of its own (kept for reuse when freed):
+// released inside the capture, the graph claims the whole block, and a tensor of the same size
+// made afterwards gets another.
+TEST(Graph, ArenaClaimsDedicatedBlocks) {
+  auto& stream = vk::Context::get().stream();
+  const int64_t n = static_cast<int64_t>(vk::kSharedAllocationMax / 4) + 1024;  // > 64 MiB
+  const Tensor x = Tensor::full({n}, 1.5f);
+  const Tensor out = Tensor::zeros({1});
+  stream.synchronize();
+  const uint64_t live_before = vk::memory_stats().live_bytes;
+  stream.begin_capture();
+  {
+    const Tensor doubled = ops::scale(x, 2.0f);  // a dedicated block, released inside
+    out.copy_(doubled.slice(0, n - 1, n));
+  }
+  auto graph = stream.end_capture();
+  EXPECT_GE(graph->arena_bytes(), static_cast<uint64_t>(n) * 4);
+  EXPECT_EQ(vk::memory_stats().live_bytes, live_before + graph->arena_bytes());
+  const Tensor later = Tensor::full({n}, 7.0f);  // would reuse the kept block if unclaimed
+  stream.replay(*graph);
+  EXPECT_EQ(out.to_double()[0], 3.0);
+  const std::vector<float> tail = later.slice(0, n - 4, n).to_float();
+  EXPECT_EQ(tail, std::vector<float>(4, 7.0f)) << "a replay wrote into a tensor made after it";
+  graph.reset();
+  stream.synchronize();
+  EXPECT_EQ(vk::memory_stats().live_bytes, live_before + later.allocation().size);
+}
+
 TEST(Graph, HostTransfersAreRefused) {
   auto& stream = vk::Context::get().stream();
   const Tensor t = Tensor::zeros({4});

@@ -343,11 +343,12 @@ TEST(MatmulTiled, RelayoutToTnChangesNoBit) {
 
 TEST(MatmulTiled, VariantNamesAndPlans) {
   Restore restore;
-  for (const char* bad : {"fast", "new/", "new/bk32", "newer", "old/single", ""})
+  for (const char* bad : {"fast", "new/", "new/bk32", "new/gm5", "newer", "old/single", ""})
     test::expect_error([&] { ops::detail::set_tiled_variant(bad); },
                        {"tiled GEMM variant", "old", "new", "/bk16"});
-  for (const char* good : {"old", "new", "new/bk16", "new/single", "new/scalar", "new/rowmajor",
-                           "new/warp16x2", "new/bk16/single/scalar/rowmajor/warp16x2"}) {
+  for (const char* good :
+       {"old", "new", "new/bk16", "new/single", "new/scalar", "new/rowmajor", "new/warp16x2",
+        "new/gm16", "new/bk16/single/scalar/rowmajor/warp16x2"}) {
     ops::detail::set_tiled_variant(good);
     EXPECT_EQ(ops::detail::tiled_variant(), good);
   }
