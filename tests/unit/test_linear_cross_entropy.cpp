@@ -22,6 +22,7 @@
 #include "ops/reduce.h"
 #include "ops/softcap.h"
 #include "peft/lora.h"
+#include "test_models.h"
 #include "test_util.h"
 #include "train/causal_lm.h"
 #include "train/trainer.h"
@@ -352,16 +353,7 @@ nlohmann::json model_config(const std::string& type, bool tied) {
 }
 
 models::DecoderModel random_model(const nlohmann::json& cfg) {
-  models::ArchSpec spec = models::spec_from_config(cfg, "config.json");
-  Rng rng(5);
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, shape] : models::DecoderModel::parameter_shapes(spec)) {
-    std::vector<double> v = rng.normal(static_cast<size_t>(shape_numel(shape)), 0.2);
-    if (name.find("norm") != std::string::npos && !spec.norm_one_plus)
-      for (auto& x : v) x += 1.0;
-    params[name] = test::to_gpu(test::as_f32(v), shape);
-  }
-  return models::DecoderModel(std::move(spec), std::move(params));
+  return test::random_decoder(cfg, 5, 0.2);
 }
 
 struct MicroBatch {

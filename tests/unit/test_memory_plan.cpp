@@ -25,6 +25,7 @@
 #include "models/registry.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
+#include "test_models.h"
 #include "test_util.h"
 #include "train/causal_lm.h"
 #include "train/memory_plan.h"
@@ -69,16 +70,7 @@ json config(const std::string& type, int64_t vocab, int64_t hidden, int64_t inte
 }
 
 models::DecoderModel random_model(const json& cfg) {
-  models::ArchSpec spec = models::spec_from_config(cfg, "config.json");
-  test::Rng rng(3);
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, shape] : models::DecoderModel::parameter_shapes(spec)) {
-    std::vector<double> v = rng.normal(static_cast<size_t>(shape_numel(shape)), 0.05);
-    if (name.find("norm") != std::string::npos && !spec.norm_one_plus)
-      for (auto& x : v) x += 1.0;
-    params[name] = test::to_gpu(test::as_f32(v), shape);
-  }
-  return models::DecoderModel(std::move(spec), std::move(params));
+  return test::random_decoder(cfg, 3, 0.05);
 }
 
 std::vector<train::Example> random_sequences(size_t count, int64_t length, int64_t vocab) {

@@ -29,6 +29,7 @@
 #include "ops/optim_ref.h"
 #include "ops/reduce.h"
 #include "ops/reduce_ref.h"
+#include "test_models.h"
 #include "test_util.h"
 #include "train/grad_scaler.h"
 #include "train/optimizer_step.h"
@@ -533,16 +534,7 @@ models::DecoderModel tiny_llama() {
   const nlohmann::json c = {{"model_type", "llama"},   {"vocab_size", 40},        {"hidden_size", 16},
                             {"intermediate_size", 24}, {"num_hidden_layers", 1},  {"num_attention_heads", 2},
                             {"num_key_value_heads", 1}, {"max_position_embeddings", 64}};
-  models::ArchSpec spec = models::spec_from_config(c, "config.json");
-  Rng rng(3);
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, shape] : models::DecoderModel::parameter_shapes(spec)) {
-    std::vector<double> v = rng.normal(static_cast<size_t>(shape_numel(shape)), 0.1);
-    if (name.find("norm") != std::string::npos)
-      for (auto& x : v) x += 1.0;
-    params[name] = test::to_gpu(test::as_f32(v), shape);
-  }
-  return models::DecoderModel(std::move(spec), std::move(params));
+  return test::random_decoder(c, 3, 0.1);
 }
 
 TEST(TrainMixedPrecision, SkippedStepsAreLoggedAndHoldTheScheduleBack) {

@@ -13,6 +13,7 @@
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "peft/lora.h"
+#include "test_models.h"
 #include "test_util.h"
 #include "train/trainer.h"
 #include "vk/memory.h"
@@ -32,16 +33,7 @@ models::DecoderModel tiny_llama(double attention_dropout = 0.0) {
                             {"num_key_value_heads", 1},
                             {"max_position_embeddings", 64},
                             {"attention_dropout", attention_dropout}};
-  models::ArchSpec spec = models::spec_from_config(c, "config.json");
-  Rng rng(3);
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, shape] : models::DecoderModel::parameter_shapes(spec)) {
-    std::vector<double> v = rng.normal(static_cast<size_t>(shape_numel(shape)), 0.1);
-    if (name.find("norm") != std::string::npos)
-      for (auto& x : v) x += 1.0;
-    params[name] = test::to_gpu(test::as_f32(v), shape);
-  }
-  return models::DecoderModel(std::move(spec), std::move(params));
+  return test::random_decoder(c, 3, 0.1);
 }
 
 // n sequences of random tokens; lengths cycle through `lengths`.

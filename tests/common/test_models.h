@@ -1,0 +1,17 @@
+// Decoder models with random weights, built in memory from a config.json as a JSON object: what
+// tests train, compare and plan for without a model folder on disk.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "models/decoder.h"
+
+namespace vkf::test {
+
+// Every parameter normal(0, stddev) from a generator seeded with `seed`; normalization weights
+// (names containing "norm") get 1 added, except where the architecture stores them as offsets
+// from 1 (norm_one_plus). The config is read as config.json would be.
+models::DecoderModel random_decoder(const nlohmann::json& config, uint64_t seed, double stddev);
+
+}  // namespace vkf::test
