@@ -93,6 +93,7 @@ StepOutcome StepRunner::run(int64_t step, const std::vector<MicroBatch>& micro,
     return eager(step, micro, dropout);
   }
   if (graph_ && key == graph_key_) {
+    stream().wait(*graph_);  // its last replay has read the inputs (finish() waited for it too)
     fill_host_inputs(step, micro);
     update_.replayed(step, figures_);
     return replay();
