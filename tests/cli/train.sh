@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `vkformer train` end to end on a tiny Llama (a parity fixture) with a WordLevel tokenizer: the
-# loss falls on a learnable pattern, evaluation runs, the output folder is a complete Hugging Face
+# loss falls on a learnable pattern, its steps replay one recording, evaluation runs, the output folder is a complete Hugging Face
 # folder that `vkformer generate` uses and that continues the pattern; JSONL prompt/completion and
 # chat "messages" data load; a malformed line is an error naming file and line.
 set -u
@@ -31,6 +31,9 @@ first=$(grep -o "^step 1/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
 last=$(grep -o "^step 40/40  loss [0-9.]*" <<<"$log" | awk '{print $4}')
 eval_loss=$(grep -o "final eval_loss [0-9.]*" <<<"$log" | awk '{print $3}')
 [ -n "$first" ] && [ -n "$last" ] && [ -n "$eval_loss" ] || fail "missing log lines: $log"
+# Text chunked to --max-length gives steps of one shape: after the first (eager) they replay.
+replayed=$(grep -o "^steps replayed: [0-9]* of 40" <<<"$log" | awk '{print $3}')
+[ -n "$replayed" ] && [ "$replayed" -ge 30 ] || fail "steps did not replay: $(grep '^steps replayed' <<<"$log")"
 python3 -c "import sys; f,l,e=map(float,sys.argv[1:]); sys.exit(0 if l < 0.2*f and e < 0.5 else 1)" "$first" "$last" "$eval_loss" ||
   fail "loss did not fall enough: first $first last $last eval $eval_loss"
 for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json \
