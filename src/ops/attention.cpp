@@ -262,17 +262,23 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     ctx.add_grad(0, dq);
   }
   if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
-    // The register-tiled dk/dv kernel runs one workgroup per query head; under GQA it writes
-    // per-head partials ([B, Tk, Hq, D], 16-byte aligned like every fresh tensor) that a second
-    // pass adds over each group in head order.
-    const bool partials = s.fast() && dims.hq != dims.hkv;
+    // The register-tiled dk/dv kernel runs one workgroup per query head, and so does the
+    // tensor-core one by default (flash_dkv_per_head); under GQA they write per-head partials
+    // ([B, Tk, Hq, D], 16-byte aligned like every fresh tensor) that a second pass adds over each
+    // group in head order.
+    const bool per_head = s.fast() || (s.coopmat() && detail::flash_dkv_per_head());
+    const bool partials = per_head && dims.hq != dims.hkv;
     const Tensor dk_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dk;
     const Tensor dv_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
-    const DkvPush push{s.q.address(),    s.k.address(),       s.v.address(),   s.mask_address(),
-                       dout.address(),   s.lse.address(),     delta.address(), dk_out.address(),
-                       dv_out.address(), s.dropout_address(), s.params,        flags};
+    const DkvPush push{
+        s.q.address(),    s.k.address(),
+        s.v.address(),    s.mask_address(),
+        dout.address(),   s.lse.address(),
+        delta.address(),  dk_out.address(),
+        dv_out.address(), s.dropout_address(),
+        s.params,         flags | (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
@@ -282,7 +288,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
         s.coopmat() ? detail::flash_module("dkv")
         : s.fast()  ? s.fast_modules.dkv
                     : variant_name("attention_bwd_dkv", vi),
-        push, block_grid(s.fast(), blocks, s.fast() ? dims.hq : dims.hkv, dims.b),
+        push, block_grid(s.fast(), blocks, per_head ? dims.hq : dims.hkv, dims.b),
         {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out}, {},
         pair_cost(dims, 4, 2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
     if (partials) {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "core/launch.h"
 #include "ops/coopmat_layout.h"
@@ -183,6 +185,25 @@ bool flash_row_shuffle() {
 
 void set_flash_row_shuffle(bool allowed) {
   g_row_shuffle_allowed = allowed;
+}
+
+namespace {
+std::optional<bool> g_dkv_per_head;  // unset: VKF_FLASH_DKV, else per head
+}  // namespace
+
+bool flash_dkv_per_head() {
+  if (!g_dkv_per_head) {
+    const char* env = std::getenv("VKF_FLASH_DKV");
+    const std::string v = env ? env : "";
+    VKF_REQUIRE(v.empty() || v == "heads" || v == "group",
+                "VKF_FLASH_DKV='{}': use heads (per-head partials) or group", v);
+    g_dkv_per_head = v != "group";
+  }
+  return *g_dkv_per_head;
+}
+
+void set_flash_dkv_per_head(bool on) {
+  g_dkv_per_head = on;
 }
 
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {

@@ -67,5 +67,13 @@ void set_flash_row_shuffle(bool allowed);
 // Bit of the kernels' `flags` beyond attention_common.glsl's (FLAG_VEC4 in flash_frag.glsl): the
 // operands start 16-byte aligned and head_dim is a multiple of 4, so rows are read as vec4.
 constexpr uint32_t kFlashFlagVec4 = 4;
+// The dk/dv kernel takes one query head per workgroup and writes per-head partials (GQA; see
+// flash_attn_dkv.comp), which a second pass adds over each group.
+constexpr uint32_t kFlashFlagHeadPartials = 8;
+// Whether the tensor-core dk/dv kernel splits a GQA group into per-head workgroups: by default
+// yes (measured on the H200: see bench/RESULTS.md); VKF_FLASH_DKV=group (read once) or
+// set_flash_dkv_per_head(false) keep one workgroup per key/value head (A/B timing, tests).
+bool flash_dkv_per_head();
+void set_flash_dkv_per_head(bool on);
 
 }  // namespace vkf::ops::detail

@@ -6,6 +6,13 @@
 // p = exp(score(s) - lse) and ds = p (dp - delta) d(score)/d(dot) in f32; p and ds rounded to f16
 // for dv += p^T do and dk += ds^T q (f32 accumulators); the scale applied to dk at the end.
 //
+// With FLAG_HEAD_PARTIALS (GQA; the host's choice) a workgroup takes one query head of the group
+// instead (grid y: query heads) and writes that head's contributions to dk and dv as partials,
+// [B, Tk, Hq, D], which attention_fast_bwd_dkv_group_sum.comp adds over the group in head order:
+// `group` times the workgroups, each `group` times shorter. With few key/value heads (3 in a 135M
+// Llama) the grid of one workgroup per key/value head fills less than one wave of the GPU, and
+// under a causal mask the workgroups of the first key blocks run long after the others are done.
+//
 // A workgroup of NUM_SG subgroups takes BK = NUM_SG * 16 keys; each subgroup holds its 16 keys'
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
@@ -75,8 +82,8 @@ layout(push_constant, std430) uniform Push {
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
-  F32Buf dk;     // [B, Tk, Hkv, D]
-  F32Buf dv;     // [B, Tk, Hkv, D]
+  F32Buf dk;     // [B, Tk, Hkv, D], or [B, Tk, Hq, D] partials (FLAG_HEAD_PARTIALS)
+  F32Buf dv;     // [B, Tk, Hkv, D], or [B, Tk, Hq, D] partials
   AttnDropoutBuf dropout;  // unused: these kernels run without dropout
   AttnParams a;
   uint flags;
@@ -91,14 +98,22 @@ void fetch_row_stats(uint b, uint h, uint i0, uint rows, out float lse, out floa
   delta = r < BQT && r < rows ? p.delta.v[row] : 0.0;
 }
 
+// Bit of flags beyond FLAG_VEC4: the grid's y is a query head, dk / dv are per-head partials.
+const uint FLAG_HEAD_PARTIALS = 8u;
+
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID;
   const uint k0 = gl_WorkGroupID.x * BK;
-  const uint hk = gl_WorkGroupID.y;
   const uint b = gl_WorkGroupID.z;
   const uint D = p.a.d;
   const uint group = p.a.hq / p.a.hkv;
+  const bool per_head = (p.flags & FLAG_HEAD_PARTIALS) != 0u;
+  const uint hk = per_head ? gl_WorkGroupID.y / group : gl_WorkGroupID.y;
+  // The query heads this workgroup walks, [h_first, h_end), and the output row's head.
+  const uint h_first = per_head ? gl_WorkGroupID.y : hk * group;
+  const uint h_end = per_head ? h_first + 1u : h_first + group;
+  const uint out_heads = per_head ? p.a.hq : p.a.hkv, out_head = per_head ? h_first : hk;
   const uint k_rows = min(uint(BK), p.a.tk - k0);
   const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
   const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
@@ -142,14 +157,13 @@ void main() {
   TileChunks q_next, do_next;
   float lse_next = 0.0, delta_next = 0.0;
   if (i_lo < i_hi) {
-    const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + hk * group) * D;
+    const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + h_first) * D;
     const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
     q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
     do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
-    fetch_row_stats(b, hk * group, uint(i_lo), rows, lse_next, delta_next);
+    fetch_row_stats(b, h_first, uint(i_lo), rows, lse_next, delta_next);
   }
-  for (uint hg = 0; hg < group; ++hg) {
-    const uint h = hk * group + hg;
+  for (uint h = h_first; h < h_end; ++h) {
     for (int i0 = i_lo; i0 < i_hi; i0 += BQT) {
       barrier();  // the previous tile (and, the first time, the v staging) is consumed
       const uint q_rows = min(uint(BQT), p.a.tq - uint(i0));
@@ -166,7 +180,7 @@ void main() {
           next_h = h + 1u;
           next_i0 = i_lo;
         }
-        if (next_h < (hk + 1u) * group) {
+        if (next_h < h_end) {
           const uint base = ((b * p.a.tq + uint(next_i0)) * p.a.hq + next_h) * D;
           const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
           q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
@@ -223,7 +237,7 @@ void main() {
   UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
     const uint kr = sg_key0 + uint(COMP(row_of, t));
     if (kr >= k_rows) continue;
-    const uint row = ((b * p.a.tk + k0 + kr) * p.a.hkv + hk) * D;
+    const uint row = ((b * p.a.tk + k0 + kr) * out_heads + out_head) * D;
     UNROLL for (uint f = 0; f < DF; ++f) {
       const uint d = f * 16u + uint(COMP(col_of, t));
       if (d < D) {

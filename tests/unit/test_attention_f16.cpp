@@ -346,6 +346,23 @@ TEST(AttentionF16, MatchesRoundedReference) {
   }
 }
 
+// The dk/dv kernel's two ways through a GQA group -- one workgroup per query head writing
+// partials that a second pass adds (the default), and one per key/value head walking the group --
+// both within the bounds, on every GQA case.
+TEST(AttentionF16, DkvPerHeadPartialsAndWholeGroups) {
+  CoopmatScope scope;
+  struct Restore {
+    ~Restore() { ops::detail::set_flash_dkv_per_head(true); }
+  } restore;
+  for (const bool per_head : {true, false}) {
+    ops::detail::set_flash_dkv_per_head(per_head);
+    SCOPED_TRACE(per_head ? "per-head partials" : "whole groups");
+    uint64_t seed = 800;
+    for (const Case& c : kCases)
+      if (c.hq != c.hkv) check_case(c, ++seed);
+  }
+}
+
 // The forward's row maxima by subgroup shuffles (the quad layout; the emulation has it) and
 // through shared memory give the same bits: a maximum is exact in any order.
 TEST(AttentionF16, RowShufflesGiveTheSharedMemoryBits) {
