@@ -1,7 +1,6 @@
 // Operand relayout for the fp32 tiled GEMM (see matmul_relayout.h).
 #include "ops/matmul_relayout.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -42,11 +41,6 @@ constexpr double kGainNt = 0.10, kGainOne = 0.07;
 constexpr double kFlopsPerByte = 14.0, kMargin = 1.5;
 constexpr int64_t kMaxKForOne = 4096;
 
-struct Layout {
-  bool a_rows;  // A row-major (the slow way): transposing it makes A column-major
-  bool b_cols;  // B column-major: transposing it makes B row-major
-};
-
 // A matrix of `desc` (rows contiguous when !column_major, else columns) as a new contiguous
 // tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
 // (so the result is the same matrix, column-major), [batch, rows, cols] for a column-major one.
@@ -86,6 +80,15 @@ bool relayout_allowed() {
   return choice == RelayoutChoice::Always || vk::Context::get().info().vendor_id == kNvidiaVendor;
 }
 
+// Operand d in the kernel's fast layout: the A operand (row-major now) made column-major, or the
+// B operand (column-major now) made row-major, as a copy (f32, or f16 with to_f16).
+MatDesc relaid(const MatDesc& d, bool is_a, bool to_f16) {
+  const Tensor t = transposed_copy(d, !is_a, to_f16);  // [batch, K, M] for A, [batch, K, N] for B
+  const int64_t bs = d.batch == 1 ? 0 : d.rows * d.cols;
+  return is_a ? MatDesc{t, d.batch, d.rows, d.cols, bs, 1, d.rows}
+              : MatDesc{t, d.batch, d.rows, d.cols, bs, d.cols, 1};
+}
+
 }  // namespace
 
 void set_tiled_relayout(RelayoutChoice choice) {
@@ -95,53 +98,36 @@ void set_tiled_relayout(RelayoutChoice choice) {
 std::optional<MatDesc> f16_operand_relaid(const MatDesc& d, bool is_a) {
   if (d.t.dtype() != DType::F32 || !relayout_allowed() || !copy_fits(d)) return std::nullopt;
   const bool rows_contiguous = d.cs == 1 || d.cols == 1;  // kernel_layout(): not transposed
-  if (is_a) {
-    if (!rows_contiguous || d.cols == 1) return std::nullopt;  // column-major already
-    const Tensor t = transposed_copy(d, false, true);          // [batch, K, M]
-    return MatDesc{t, d.batch, d.rows, d.cols, d.batch == 1 ? 0 : d.rows * d.cols, 1, d.rows};
-  }
-  if (rows_contiguous) return std::nullopt;         // row-major already
-  const Tensor t = transposed_copy(d, true, true);  // [batch, K, N]
-  return MatDesc{t, d.batch, d.rows, d.cols, d.batch == 1 ? 0 : d.rows * d.cols, d.cols, 1};
+  if (is_a && (!rows_contiguous || d.cols == 1)) return std::nullopt;  // column-major already
+  if (!is_a && rows_contiguous) return std::nullopt;                   // row-major already
+  return relaid(d, is_a, true);
+}
+
+bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_batch, int64_t b_batch,
+                   bool a_rows, bool b_cols) {
+  if (!a_rows && !b_cols) return false;
+  const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) *
+                       static_cast<double>(n) * static_cast<double>(k);
+  const double a_bytes = 8.0 * static_cast<double>(a_batch) * static_cast<double>(m * k);
+  const double b_bytes = 8.0 * static_cast<double>(b_batch) * static_cast<double>(k * n);
+  if (a_rows && b_cols) return kGainNt * flops >= kMargin * kFlopsPerByte * (a_bytes + b_bytes);
+  if (k > kMaxKForOne) return false;
+  return kGainOne * flops >= kMargin * kFlopsPerByte * (a_rows ? a_bytes : b_bytes);
 }
 
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c) {
-  const RelayoutChoice choice = relayout_choice();
-  if (choice == RelayoutChoice::Off) return;
-  if (choice == RelayoutChoice::Auto && vk::Context::get().info().vendor_id != kNvidiaVendor)
-    return;
-  if (a.t.dtype() != DType::F32 || b.t.dtype() != DType::F32) return;
+  if (!relayout_allowed() || a.t.dtype() != DType::F32 || b.t.dtype() != DType::F32) return;
   // As kernel_layout() reads them: A is row-major where its rows are contiguous (or it has one
   // column), B column-major otherwise.
-  const Layout l{(a.cs == 1 || a.cols == 1) && a.cols > 1, !(b.cs == 1 || b.cols == 1)};
-  if (!l.a_rows && !l.b_cols) return;  // "tn" already
-  const double m = static_cast<double>(c.rows), n = static_cast<double>(c.cols);
-  const double k = static_cast<double>(a.cols);
-  const double flops = 2.0 * static_cast<double>(c.batch) * m * n * k;
-  const double a_bytes = 8.0 * static_cast<double>(a.batch) * m * k;
-  const double b_bytes = 8.0 * static_cast<double>(b.batch) * k * n;
-  double gain = 0, cost = 0;
-  if (l.a_rows && l.b_cols) {
-    gain = kGainNt * flops;
-    cost = kFlopsPerByte * (a_bytes + b_bytes);
-  } else if (a.cols <= kMaxKForOne) {
-    gain = kGainOne * flops;
-    cost = kFlopsPerByte * (l.a_rows ? a_bytes : b_bytes);
-  }
-  if (choice == RelayoutChoice::Auto && gain < kMargin * cost) return;
-  // The grid's 65535 workgroups per dimension (larger problems keep their layout).
-  // (and copies whose indices fit 32 bits) keep their layout.
-  const int64_t limit = 65535 * 32;
-  if (std::max(c.rows, c.cols) > limit || a.cols > limit || c.batch > 65535) return;
-  if (std::max(a.batch * c.rows, b.batch * c.cols) * a.cols > int64_t{0xffffffff}) return;
-  if (l.a_rows) {
-    const Tensor t = transposed_copy(a, false);  // [batch, K, M]
-    a = MatDesc{t, a.batch, a.rows, a.cols, a.batch == 1 ? 0 : a.rows * a.cols, 1, a.rows};
-  }
-  if (l.b_cols) {
-    const Tensor t = transposed_copy(b, true);  // [batch, K, N]
-    b = MatDesc{t, b.batch, b.rows, b.cols, b.batch == 1 ? 0 : b.rows * b.cols, b.cols, 1};
-  }
+  const bool a_rows = (a.cs == 1 || a.cols == 1) && a.cols > 1,
+             b_cols = !(b.cs == 1 || b.cols == 1);
+  if (!a_rows && !b_cols) return;  // "tn" already
+  if (relayout_choice() == RelayoutChoice::Auto &&
+      !relayout_pays(c.batch, c.rows, c.cols, a.cols, a.batch, b.batch, a_rows, b_cols))
+    return;
+  if ((a_rows && !copy_fits(a)) || (b_cols && !copy_fits(b))) return;
+  if (a_rows) a = relaid(a, true, false);
+  if (b_cols) b = relaid(b, false, false);
 }
 
 }  // namespace vkf::ops::detail

@@ -1,4 +1,5 @@
-// Operand layouts for the fp32 tiled GEMM. The tiled kernel computes the same sums in the same
+// Operand layouts for the GEMM kernels (the fp32 tiled one, and the f16 operand copies of the
+// tensor-core one further down). The tiled kernel computes the same sums in the same
 // order whatever the operands' layouts, but on NVIDIA's H200 it runs fastest with A stored
 // column-major ([K, M] in memory) and B row-major ([K, N]), the "tn" layout: measured at
 // 8192 x 2048 x 2048, 44.2 TFLOP/s against 41.1 with A row-major ("nn") and 39.7 with B
@@ -9,6 +10,7 @@
 // product runs as "tn". Results are bitwise the same as without. Internal to src/ops.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "ops/matmul_kernels.h"
@@ -20,6 +22,11 @@ namespace vkf::ops::detail {
 // VKF_GEMM_RELAYOUT=auto|always|off (auto).
 enum class RelayoutChoice { Auto, Always, Off };
 void set_tiled_relayout(RelayoutChoice choice);
+
+// The size rule of Auto for a batch x m x n x k product whose A is row-major (a_rows) and/or
+// whose B is column-major (b_cols); a_batch / b_batch: the operands' own batch (1 when shared).
+bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_batch, int64_t b_batch,
+                   bool a_rows, bool b_cols);
 
 // Rewrites a and b (f32 operands of a tiled product into c) to the "tn" layout where that pays.
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c);

@@ -341,6 +341,24 @@ TEST(MatmulTiled, RelayoutToTnChangesNoBit) {
   both([&] { return ops::matmul(a.view, b.view, false, true); }, 2, "split-K 3 nt");
 }
 
+// The size rule on the training shapes it was measured on (bench/RESULTS.md, eighth session):
+// large forward products ("nt") and the input gradients up to K = 4096 ("nn") are relaid; the
+// k/v products (N = 512 at 1B, 192 at 135M), the 135M q/o products and K = 8192 "nn" are not.
+TEST(MatmulTiled, RelayoutRule) {
+  using ops::detail::relayout_pays;
+  EXPECT_TRUE(relayout_pays(1, 8192, 2048, 2048, 1, 1, true, true));
+  EXPECT_TRUE(relayout_pays(1, 8192, 8192, 2048, 1, 1, true, true));
+  EXPECT_TRUE(relayout_pays(1, 8192, 2048, 8192, 1, 1, true, true));
+  EXPECT_TRUE(relayout_pays(1, 8192, 1536, 576, 1, 1, true, true));
+  EXPECT_FALSE(relayout_pays(1, 8192, 512, 2048, 1, 1, true, true));
+  EXPECT_FALSE(relayout_pays(1, 8192, 576, 576, 1, 1, true, true));
+  EXPECT_FALSE(relayout_pays(1, 8192, 192, 576, 1, 1, true, true));
+  EXPECT_TRUE(relayout_pays(1, 4096, 4096, 4096, 1, 1, true, false));
+  EXPECT_TRUE(relayout_pays(1, 8192, 2048, 2048, 1, 1, true, false));
+  EXPECT_FALSE(relayout_pays(1, 8192, 2048, 8192, 1, 1, true, false));
+  EXPECT_FALSE(relayout_pays(1, 4096, 4096, 4096, 1, 1, false, false));  // "tn" already
+}
+
 TEST(MatmulTiled, VariantNamesAndPlans) {
   Restore restore;
   for (const char* bad : {"fast", "new/", "new/bk32", "new/gm5", "newer", "old/single", ""})
