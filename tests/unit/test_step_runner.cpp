@@ -2,19 +2,23 @@
 // gives bit for bit the eager run's losses, gradient norms, loss scales and weights -- in fp32 and
 // f16 (with an overflow that changes the loss scale), with gradient accumulation, padded batches
 // of changing shapes, activation checkpointing, a LoRA adapter and dropout (which goes eager) --
-// replays the steps the policy says it does, and needs no more memory than the eager run.
+// replays the steps the policy says it does, and needs no more memory than the eager run; a
+// replayed step the device skips settles the host side as an eager skip does.
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "models/decoder.h"
 #include "models/registry.h"
+#include "ops/optim.h"
 #include "peft/lora.h"
 #include "test_models.h"
 #include "test_util.h"
+#include "train/optimizer_step.h"
 #include "train/trainer.h"
 #include "vk/memory.h"
 
@@ -202,6 +206,40 @@ TEST(StepRunner, DropoutGoesEager) {
   EXPECT_EQ(lora_replayed.replayed, 1) << lora_replayed.summary;
   EXPECT_NE(lora_replayed.summary.find("dropout masks"), std::string::npos)
       << lora_replayed.summary;
+}
+
+// The host side of a replayed step that the device skipped (an overflow found while replaying):
+// AdamW's step numbers go back, the schedule holds, the scale halves -- as for an eager skip.
+TEST(StepRunner, ReplayedSkipSettlesTheHostAsAnEagerOne) {
+  const Tensor w = Tensor::full({4}, 0.5f), b = Tensor::full({2}, 0.25f);
+  ops::AdamW opt({w, b}, {1e-2, 0.9, 0.999, 1e-8, 0.0});
+  train::ScheduleConfig sc;
+  sc.type = "linear";
+  sc.learning_rate = 1e-2;
+  sc.total_steps = 10;
+  const train::LrSchedule schedule(sc);
+  train::OptimizerStep update(opt, schedule, 1.0, train::GradScalerConfig{});
+  std::vector<float> scalars(update.step_scalar_count());
+  const Tensor table = Tensor::zeros({static_cast<int64_t>(scalars.size())});
+  // Step 1, recorded with the table (as a capture records it), clean.
+  w.set_grad(Tensor::full({4}, 1.0f));
+  b.set_grad(Tensor::full({2}, 1.0f));
+  update.step_scalars(1, scalars);
+  table.copy_(Tensor::from_host(std::span<const float>(scalars), table.shape()));
+  update.record(1, Tensor::full({}, 3.0f), table);
+  EXPECT_FALSE(update.finish().skipped);
+  EXPECT_EQ(opt.param_steps(), (std::vector<int64_t>{1, 1}));
+  // Step 2, replayed: its figures say found_inf.
+  update.step_scalars(2, scalars);
+  update.replayed(2, Tensor::from_host(std::vector<float>{3.0f, 7.0f, 1.0f}, {3}));
+  EXPECT_EQ(opt.param_steps(), (std::vector<int64_t>{2, 2})) << "counted as the capture counted";
+  const train::StepOutcome out = update.finish();
+  EXPECT_TRUE(out.skipped);
+  EXPECT_EQ(out.loss_scale, 65536.0f);
+  EXPECT_EQ(opt.param_steps(), (std::vector<int64_t>{1, 1})) << "a skipped step is not counted";
+  EXPECT_EQ(update.skipped_steps(), 1);
+  EXPECT_EQ(update.scaler()->scale(), 32768.0f);
+  EXPECT_EQ(update.lr_for(3), schedule.lr_at(2)) << "the schedule holds back by the skip";
 }
 
 }  // namespace
