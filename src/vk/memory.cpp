@@ -212,15 +212,15 @@ Allocation Allocator::allocate(uint64_t bytes, MemoryKind kind) {
   chosen->free_ranges.erase(it);
   if (range > size) chosen->free_ranges[offset + size] = range - size;
   chosen->used += size;
-  if (kind == MemoryKind::Device) count_in_use(size);
+  if (kind == MemoryKind::Device) count_in_use(size, true);
   return Allocation{chosen, offset, size};
 }
 
-void Allocator::count_in_use(uint64_t size) {
+void Allocator::count_in_use(uint64_t size, bool live) {
   stats_.device_bytes_in_use += size;
   stats_.peak_device_bytes_in_use =
       std::max(stats_.peak_device_bytes_in_use, stats_.device_bytes_in_use);
-  account(static_cast<int64_t>(size), static_cast<int64_t>(size), 0);
+  account(live ? static_cast<int64_t>(size) : 0, static_cast<int64_t>(size), 0);
 }
 
 std::vector<Allocation> Allocator::claim_free(uint32_t block_id, uint64_t offset, uint64_t size) {
@@ -237,7 +237,7 @@ std::vector<Allocation> Allocator::claim_free(uint32_t block_id, uint64_t offset
       accounting_.cached_bytes -= b->size;
       b->free_ranges.clear();
       b->used = b->size;
-      count_in_use(b->size);
+      count_in_use(b->size, false);
       claimed.push_back(Allocation{b, 0, b->size});
       break;
     }
@@ -258,7 +258,7 @@ std::vector<Allocation> Allocator::claim_free(uint32_t block_id, uint64_t offset
     if (free_start < start) b->free_ranges[free_start] = start - free_start;
     if (stop < free_end) it = b->free_ranges.emplace(stop, free_end - stop).first;
     b->used += stop - start;
-    count_in_use(stop - start);
+    count_in_use(stop - start, false);
     claimed.push_back(Allocation{b, start, stop - start});
   }
   return claimed;

@@ -117,7 +117,8 @@ class Allocator {
   void hold_cached_blocks(bool hold) { hold_cached_ = hold; }
   // The free parts of device block `block_id`'s bytes [offset, offset + size), allocated as they
   // are (a kept dedicated block whole): what a graph claims at the end of its capture so that its
-  // recorded addresses stay its own. Counted as live and in use, like allocate().
+  // recorded addresses stay its own. In use and held, not live: like the tensors a graph keeps
+  // after their owners released them, they belong to the graph, not to a tensor of the program.
   std::vector<Allocation> claim_free(uint32_t block_id, uint64_t offset, uint64_t size);
 
  private:
@@ -142,7 +143,7 @@ class Allocator {
   MemoryStats stats_;
   DeviceMemoryStats accounting_;
   void account(int64_t live, int64_t held, int64_t reserved);
-  void count_in_use(uint64_t size);  // a device allocation handed out: in use, live and held
+  void count_in_use(uint64_t size, bool live);  // a device allocation handed out: in use, held
 };
 
 // The current context's figures (creates the context when none exists).

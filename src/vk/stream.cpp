@@ -447,10 +447,7 @@ void Stream::destroy(Graph& g) {
   // Normal deferral now (another graph may still use some of them).
   for (const Allocation& a : g.owned_) free_after_use(a);
   g.owned_.clear();
-  for (const Allocation& a : g.arena_) {
-    ctx_.allocator().released(a);  // claimed as live
-    free_after_use(a);
-  }
+  for (const Allocation& a : g.arena_) free_after_use(a);
   g.arena_.clear();
 }
 

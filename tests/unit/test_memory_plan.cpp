@@ -107,10 +107,6 @@ uint64_t measure_training(const Case& c, MatmulPrecision precision = MatmulPreci
     o.schedule.learning_rate = 1e-3;
     o.precision = precision;
     o.fused_loss = c.fused;
-    // Eager steps: the plan models the tensors a step holds at once. A replayed step holds the
-    // addresses every tensor of its recording used (its arena), which is the device memory an
-    // eager step occupies too, but a little more than its live peak (test_step_runner compares).
-    o.replay_steps = false;
     train::train(model, data, {}, o);
   }
   vk::stream().synchronize();

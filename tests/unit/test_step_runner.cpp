@@ -163,12 +163,13 @@ TEST(StepRunner, ReplayedTrainingIsBitwiseTheEagerRun) {
     EXPECT_EQ(replayed.steps, 7);
     EXPECT_EQ(replayed.replayed, replays) << replayed.summary;
     EXPECT_EQ(eager.replayed, 0) << eager.summary;
-    // The graph's arena is the addresses the eager step's tensors used: no more device memory
-    // than the eager run reserved, and live (arena included) within it.
+    // The recording allocates as an eager step does (plus its few small input tensors), and its
+    // arena -- the addresses the step's tensors used -- is the graph's, not live: the live peak
+    // is the eager run's, and no more device memory is reserved than the eager run reserved.
     EXPECT_LE(replayed.peak_reserved, eager.peak_reserved);
-    EXPECT_LE(replayed.peak_live, eager.peak_reserved);
-    EXPECT_GE(replayed.peak_live, eager.peak_live)
-        << "the recording allocates as the eager step does, and its arena stays claimed";
+    EXPECT_GE(replayed.peak_live, eager.peak_live);
+    EXPECT_LE(replayed.peak_live, eager.peak_live + (64u << 10))
+        << "replayed " << replayed.peak_live << " eager " << eager.peak_live;
   }
 }
 
