@@ -95,19 +95,13 @@ std::vector<int32_t> next_token_labels(const std::vector<int32_t>& ids, int64_t 
 }
 
 // Forward, mean causal-LM loss over batch * (seq - 1) tokens (the head fused with the loss or
-// not), backward seeded by `update` (the loss scale in f16); returns the loss sum on the device.
+// not), backward seeded by `update` (the loss scale in f16), as a training step's micro-batch
+// (train::backward_from_device); returns the loss sum on the device.
 Tensor forward_backward(models::DecoderModel& model, const Tensor& input, const Tensor& labels, int64_t batch,
                         int64_t seq, const train::OptimizerStep& update,
                         train::HeadLoss how = train::HeadLoss::Fused) {
-  autograd::Tape tape;
-  Tensor loss_sum, loss;
-  {
-    autograd::TapeScope scope(tape);
-    loss_sum = train::causal_lm_loss_parts(model, input, {}, labels, how).loss_sum;
-    loss = ops::scale(loss_sum, static_cast<float>(1.0 / static_cast<double>(batch * (seq - 1))));
-  }
-  tape.backward(loss, update.backward_seed());
-  return loss_sum;
+  const Tensor seed = Tensor::full({}, train::backward_seed_value(update, batch * (seq - 1)));
+  return train::backward_from_device(model, input, {}, labels, how, nullptr, seed);
 }
 
 // One batch through the fused and the unfused loss from the same weights: the loss and every

@@ -45,7 +45,7 @@ constexpr int64_t kMaxKForOne = 4096;
 // tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
 // (so the result is the same matrix, column-major), [batch, rows, cols] for a column-major one.
 // With to_f16 the copy holds the values rounded to f16.
-Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16 = false) {
+Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16) {
   // Source rows R of C contiguous elements at stride ld.
   const int64_t R = column_major ? d.cols : d.rows, C = column_major ? d.rows : d.cols;
   const int64_t ld = column_major ? d.cs : d.rs;
@@ -74,6 +74,13 @@ bool copy_fits(const MatDesc& d) {
          d.batch * d.rows * d.cols <= int64_t{0xffffffff};
 }
 
+// Whether operand d (A when is_a, else B) is in its slow layout as kernel_layout() reads it: A
+// row-major (rows contiguous, more than one column), B column-major.
+bool in_slow_layout(const MatDesc& d, bool is_a) {
+  const bool rows_contiguous = d.cs == 1 || d.cols == 1;
+  return is_a ? rows_contiguous && d.cols > 1 : !rows_contiguous;
+}
+
 bool relayout_allowed() {
   const RelayoutChoice choice = relayout_choice();
   if (choice == RelayoutChoice::Off) return false;
@@ -96,10 +103,8 @@ void set_tiled_relayout(RelayoutChoice choice) {
 }
 
 std::optional<MatDesc> f16_operand_relaid(const MatDesc& d, bool is_a) {
-  if (d.t.dtype() != DType::F32 || !relayout_allowed() || !copy_fits(d)) return std::nullopt;
-  const bool rows_contiguous = d.cs == 1 || d.cols == 1;  // kernel_layout(): not transposed
-  if (is_a && (!rows_contiguous || d.cols == 1)) return std::nullopt;  // column-major already
-  if (!is_a && rows_contiguous) return std::nullopt;                   // row-major already
+  if (d.t.dtype() != DType::F32 || !relayout_allowed() || !in_slow_layout(d, is_a) || !copy_fits(d))
+    return std::nullopt;
   return relaid(d, is_a, true);
 }
 
@@ -117,10 +122,7 @@ bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_bat
 
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c) {
   if (!relayout_allowed() || a.t.dtype() != DType::F32 || b.t.dtype() != DType::F32) return;
-  // As kernel_layout() reads them: A is row-major where its rows are contiguous (or it has one
-  // column), B column-major otherwise.
-  const bool a_rows = (a.cs == 1 || a.cols == 1) && a.cols > 1,
-             b_cols = !(b.cs == 1 || b.cols == 1);
+  const bool a_rows = in_slow_layout(a, true), b_cols = in_slow_layout(b, false);
   if (!a_rows && !b_cols) return;  // "tn" already
   if (relayout_choice() == RelayoutChoice::Auto &&
       !relayout_pays(c.batch, c.rows, c.cols, a.cols, a.batch, b.batch, a_rows, b_cols))

@@ -172,7 +172,7 @@ void AdamW::step(const StepGate& gate, const Tensor& device_scalars) {
               "AdamW: state lists ({} steps, {} exp_avg, {} exp_avg_sq) do not match the {} "
               "parameters",
               param_steps_.size(), exp_avg_.size(), exp_avg_sq_.size(), params_.size());
-  last_stepped_.clear();
+  std::vector<size_t> stepped;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor grad = params_[i].grad();
     if (!grad.defined()) continue;
@@ -180,11 +180,9 @@ void AdamW::step(const StepGate& gate, const Tensor& device_scalars) {
     c.weight_decay = weight_decay_[i];
     adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1, gate,
                  {device_scalars, static_cast<int64_t>(i)});
-    ++param_steps_[i];
-    last_stepped_.push_back(i);
+    stepped.push_back(i);
   }
-  ++steps_;
-  last_step_countable_ = true;
+  count_step(stepped);
 }
 
 void AdamW::next_step_scalars(std::span<float> out) const {
@@ -200,10 +198,9 @@ void AdamW::next_step_scalars(std::span<float> out) const {
   }
 }
 
-void AdamW::count_replayed_step(const std::vector<size_t>& stepped) {
+void AdamW::count_step(const std::vector<size_t>& stepped) {
   for (size_t i : stepped) {
-    VKF_REQUIRE(i < params_.size(), "AdamW: replayed step of parameter {} of {}", i,
-                params_.size());
+    VKF_REQUIRE(i < params_.size(), "AdamW: a step of parameter {} of {}", i, params_.size());
     ++param_steps_[i];
   }
   last_stepped_ = stepped;

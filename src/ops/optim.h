@@ -73,9 +73,10 @@ class AdamW {
   void step(const StepGate& gate = {}, const Tensor& device_scalars = {});
   // Replay support: the step scalars each parameter's next step would use (its step number + 1,
   // the current learning rate), 3 per parameter, for the table of a captured step(); and the host
-  // side of a replayed step that updated `stepped` (as the captured step() did: last_stepped()).
+  // side of a step that updated `stepped`, which step() itself does and a replay of a captured
+  // step() repeats with its last_stepped().
   void next_step_scalars(std::span<float> out) const;
-  void count_replayed_step(const std::vector<size_t>& stepped);
+  void count_step(const std::vector<size_t>& stepped);
   const std::vector<size_t>& last_stepped() const { return last_stepped_; }
   // For a gated step() that the device skipped (its found_inf was set): puts the step numbers
   // back as they were before it, as torch's GradScaler never calls optimizer.step() on overflow.

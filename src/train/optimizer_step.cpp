@@ -42,7 +42,7 @@ void OptimizerStep::replayed(int64_t step, const Tensor& figures) {
               "training step {}: a replayed step needs the captured step's figures", step);
   lr_ = lr_for(step);
   opt_.set_lr(lr_);
-  opt_.count_replayed_step(captured_stepped_);
+  opt_.count_step(captured_stepped_);
   figures_ = figures;
   scale_used_ = scaler_ ? scaler_->scale() : 0.0f;
 }

@@ -82,68 +82,78 @@ StepRunner::Key StepRunner::key_of(const std::vector<MicroBatch>& micro) const {
 
 StepOutcome StepRunner::run(int64_t step, const std::vector<MicroBatch>& micro,
                             dropout_rng::Stream* dropout) {
-  VKF_REQUIRE(counted_tokens(micro) > 0,
-              "train: step {} has no tokens to predict (all labels are -100)", step);
-  last_replayed_ = false;
+  const int64_t counted = counted_tokens(micro);
+  VKF_REQUIRE(counted > 0, "train: step {} has no tokens to predict (all labels are -100)", step);
   ++steps_;
   const Key key = key_of(micro);
   if (!eager_reason_.empty() || update_.injects_overflow_at(step)) {
     release();
     warm_key_.reset();  // an injected step's graph would carry the injection
-    return eager(step, micro, dropout);
+    return eager(step, micro, counted, dropout);
   }
   if (graph_ && key == graph_key_) {
     stream().wait(*graph_);  // its last replay has read the inputs (finish() waited for it too)
-    fill_host_inputs(step, micro);
+    fill_host_inputs(step, micro, counted);
     update_.replayed(step, figures_);
     return replay();
   }
   release();
   if (warm_key_ && *warm_key_ == key) {
-    if (capture(step, micro, dropout)) return replay();
-    return eager(step, micro, dropout);
+    if (capture(step, micro, counted, dropout)) return replay();
+    return eager(step, micro, counted, dropout);
   }
   warm_key_ = key;
-  return eager(step, micro, dropout);
+  return eager(step, micro, counted, dropout);
 }
 
-StepOutcome StepRunner::eager(int64_t step, const std::vector<MicroBatch>& micro,
-                              dropout_rng::Stream* dropout) {
-  const Tensor seed = Tensor::full({}, backward_seed_value(update_, counted_tokens(micro)));
+Tensor StepRunner::backward_micro_batches(const std::vector<MicroTensors>& inputs,
+                                          const Tensor& seed, dropout_rng::Stream* dropout) {
   Tensor loss_sum;
-  for (const MicroBatch& mb : micro) {
-    if (mb.counted == 0) continue;
-    const Tensor ids = Tensor::from_host_i32(mb.ids, {mb.batch, mb.seq});
-    const Tensor mask =
-        mb.mask.empty() ? Tensor{} : Tensor::from_host_i32(mb.mask, {mb.batch, mb.seq});
-    const Tensor labels = Tensor::from_host_i32(mb.shifted_labels, {mb.batch * mb.seq});
-    const Tensor part = backward_from_device(model_, ids, mask, labels, how_, dropout, seed);
+  for (const MicroTensors& t : inputs) {
+    if (!t.ids.defined()) continue;  // nothing counted
+    const Tensor part = backward_from_device(model_, t.ids, t.mask, t.labels, how_, dropout, seed);
     loss_sum = loss_sum.defined() ? ops::add(loss_sum, part) : part;
   }
-  update_.record(step, loss_sum);
+  return loss_sum;
+}
+
+StepOutcome StepRunner::eager(int64_t step, const std::vector<MicroBatch>& micro, int64_t counted,
+                              dropout_rng::Stream* dropout) {
+  std::vector<MicroTensors> inputs(micro.size());
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const MicroBatch& mb = micro[i];
+    if (mb.counted == 0) continue;
+    inputs[i].ids = Tensor::from_host_i32(mb.ids, {mb.batch, mb.seq});
+    if (!mb.mask.empty()) inputs[i].mask = Tensor::from_host_i32(mb.mask, {mb.batch, mb.seq});
+    inputs[i].labels = Tensor::from_host_i32(mb.shifted_labels, {mb.batch * mb.seq});
+  }
+  const Tensor seed = Tensor::full({}, backward_seed_value(update_, counted));
+  update_.record(step, backward_micro_batches(inputs, seed, dropout));
   return update_.finish();
 }
 
-void StepRunner::fill_host_inputs(int64_t step, const std::vector<MicroBatch>& micro) {
+void StepRunner::fill_host_inputs(int64_t step, const std::vector<MicroBatch>& micro,
+                                  int64_t counted) {
   char* base = static_cast<char*>(host_in_.mapped());
   auto put = [&](uint64_t at, const void* data, size_t bytes) {
     std::memcpy(base + at, data, bytes);
   };
   for (size_t i = 0; i < micro.size(); ++i) {
     const MicroBatch& mb = micro[i];
-    const DeviceInputs& d = inputs_[i];
+    const MicroTensors& d = inputs_[i];
+    const InputOffsets& at = input_at_[i];
     if (!d.ids.defined()) continue;  // nothing counted: not in the recording
-    put(d.ids_at, mb.ids.data(), mb.ids.size() * 4);
-    if (d.mask.defined()) put(d.mask_at, mb.mask.data(), mb.mask.size() * 4);
-    put(d.labels_at, mb.shifted_labels.data(), mb.shifted_labels.size() * 4);
+    put(at.ids, mb.ids.data(), mb.ids.size() * 4);
+    if (d.mask.defined()) put(at.mask, mb.mask.data(), mb.mask.size() * 4);
+    put(at.labels, mb.shifted_labels.data(), mb.shifted_labels.size() * 4);
   }
-  const float seed = backward_seed_value(update_, counted_tokens(micro));
+  const float seed = backward_seed_value(update_, counted);
   put(seed_at_, &seed, 4);
   update_.step_scalars(step, scalars_);
   put(scalars_at_, scalars_.data(), scalars_.size() * 4);
 }
 
-bool StepRunner::capture(int64_t step, const std::vector<MicroBatch>& micro,
+bool StepRunner::capture(int64_t step, const std::vector<MicroBatch>& micro, int64_t counted,
                          dropout_rng::Stream* dropout) {
   // The recording's inputs: device tensors, and the host-visible buffer they are copied from.
   uint64_t bytes = 0;
@@ -153,18 +163,20 @@ bool StepRunner::capture(int64_t step, const std::vector<MicroBatch>& micro,
     return at;
   };
   inputs_.assign(micro.size(), {});
+  input_at_.assign(micro.size(), {});
   for (size_t i = 0; i < micro.size(); ++i) {
     const MicroBatch& mb = micro[i];
     if (mb.counted == 0) continue;
-    DeviceInputs& d = inputs_[i];
+    MicroTensors& d = inputs_[i];
+    InputOffsets& at = input_at_[i];
     d.ids = Tensor::empty({mb.batch, mb.seq}, DType::I32);
-    d.ids_at = place(d.ids.nbytes());
+    at.ids = place(d.ids.nbytes());
     if (!mb.mask.empty()) {
       d.mask = Tensor::empty({mb.batch, mb.seq}, DType::I32);
-      d.mask_at = place(d.mask.nbytes());
+      at.mask = place(d.mask.nbytes());
     }
     d.labels = Tensor::empty({mb.batch * mb.seq}, DType::I32);
-    d.labels_at = place(d.labels.nbytes());
+    at.labels = place(d.labels.nbytes());
   }
   seed_ = Tensor::empty({}, DType::F32);
   seed_at_ = place(4);
@@ -173,7 +185,7 @@ bool StepRunner::capture(int64_t step, const std::vector<MicroBatch>& micro,
   scalars_at_ = place(scalars_.size() * 4);
   if (host_in_) stream().release(host_in_);
   host_in_ = vk::Context::get().allocator().allocate(bytes, vk::MemoryKind::Staging);
-  fill_host_inputs(step, micro);
+  fill_host_inputs(step, micro, counted);
 
   auto copy_in = [&](const Tensor& t, uint64_t at) {
     stream().copy(host_in_, at, t.allocation(), 0, t.nbytes());
@@ -182,21 +194,16 @@ bool StepRunner::capture(int64_t step, const std::vector<MicroBatch>& micro,
   bool recorded_update = false;
   stream().begin_capture();
   try {
-    for (const DeviceInputs& d : inputs_) {
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const MicroTensors& d = inputs_[i];
       if (!d.ids.defined()) continue;
-      copy_in(d.ids, d.ids_at);
-      if (d.mask.defined()) copy_in(d.mask, d.mask_at);
-      copy_in(d.labels, d.labels_at);
+      copy_in(d.ids, input_at_[i].ids);
+      if (d.mask.defined()) copy_in(d.mask, input_at_[i].mask);
+      copy_in(d.labels, input_at_[i].labels);
     }
     copy_in(seed_, seed_at_);
     copy_in(step_scalars_, scalars_at_);
-    Tensor loss_sum;
-    for (const DeviceInputs& d : inputs_) {
-      if (!d.ids.defined()) continue;
-      const Tensor part =
-          backward_from_device(model_, d.ids, d.mask, d.labels, how_, dropout, seed_);
-      loss_sum = loss_sum.defined() ? ops::add(loss_sum, part) : part;
-    }
+    const Tensor loss_sum = backward_micro_batches(inputs_, seed_, dropout);
     recorded_update = true;
     update_.record(step, loss_sum, step_scalars_);
     figures_ = update_.figures();
@@ -238,7 +245,6 @@ std::string StepRunner::summary() const {
 StepOutcome StepRunner::replay() {
   stream().replay(*graph_);
   ++replayed_steps_;
-  last_replayed_ = true;
   if (!eager_reason_.empty()) graph_.reset();  // replayed once (see capture())
   return update_.finish();
 }

@@ -71,8 +71,7 @@ class StepRunner {
   // Destroys the graph (and frees its arena); the next step runs eagerly.
   void release();
 
-  bool last_replayed() const { return last_replayed_; }  // the last run() replayed a graph
-  int64_t steps() const { return steps_; }               // run() calls
+  int64_t steps() const { return steps_; }  // run() calls
   int64_t replayed_steps() const { return replayed_steps_; }
   int64_t captures() const { return captures_; }
   // Of the last capture: dispatches recorded, and device bytes of its arena.
@@ -89,17 +88,24 @@ class StepRunner {
     float scale = 0;
     bool operator==(const Key&) const = default;
   };
-  struct DeviceInputs {  // one micro-batch's tensors, refreshed from host_in_
+  struct MicroTensors {  // one micro-batch on the device (undefined ids: nothing counted)
     Tensor ids, mask, labels;
-    uint64_t ids_at = 0, mask_at = 0, labels_at = 0;  // byte offsets in host_in_
+  };
+  struct InputOffsets {  // where a recorded micro-batch's inputs lie in host_in_, in bytes
+    uint64_t ids = 0, mask = 0, labels = 0;
   };
   Key key_of(const std::vector<MicroBatch>& micro) const;
-  StepOutcome eager(int64_t step, const std::vector<MicroBatch>& micro,
+  // The backward of every micro-batch that counts, seeded with `seed`; the summed loss ([]).
+  Tensor backward_micro_batches(const std::vector<MicroTensors>& inputs, const Tensor& seed,
+                                dropout_rng::Stream* dropout);
+  // `counted`: the step's counted tokens (every micro-batch's).
+  StepOutcome eager(int64_t step, const std::vector<MicroBatch>& micro, int64_t counted,
                     dropout_rng::Stream* dropout);
   // Records the step into graph_ (true), or finds that it cannot be recorded (false: eager from
   // now on, eager_reason_ says why, nothing of the step has run).
-  bool capture(int64_t step, const std::vector<MicroBatch>& micro, dropout_rng::Stream* dropout);
-  void fill_host_inputs(int64_t step, const std::vector<MicroBatch>& micro);
+  bool capture(int64_t step, const std::vector<MicroBatch>& micro, int64_t counted,
+               dropout_rng::Stream* dropout);
+  void fill_host_inputs(int64_t step, const std::vector<MicroBatch>& micro, int64_t counted);
   StepOutcome replay();  // the graph, then the figures
 
   models::DecoderModel& model_;
@@ -110,12 +116,12 @@ class StepRunner {
   std::optional<Key> warm_key_;  // the key of the last eager step (captured if the next repeats it)
   Key graph_key_;
   std::unique_ptr<vk::Graph> graph_;
-  std::vector<DeviceInputs> inputs_;
+  std::vector<MicroTensors> inputs_;  // the recording's inputs, refreshed from host_in_
+  std::vector<InputOffsets> input_at_;
   Tensor seed_, step_scalars_, figures_;
   uint64_t seed_at_ = 0, scalars_at_ = 0;
   vk::Allocation host_in_;
   std::vector<float> scalars_;
-  bool last_replayed_ = false;
   int64_t steps_ = 0, replayed_steps_ = 0, captures_ = 0;
   uint64_t graph_dispatches_ = 0, arena_bytes_ = 0;
 };

@@ -28,9 +28,8 @@ namespace vkf::train {
 namespace {
 
 struct Batch {
-  MicroBatch micro;             // ids, mask and shifted labels on the host
-  std::vector<int64_t> labels;  // [B*T], HF convention (not shifted)
-  int64_t tokens = 0;           // real (non-padding) tokens
+  MicroBatch micro;    // ids, mask and shifted labels on the host
+  int64_t tokens = 0;  // real (non-padding) tokens
 };
 
 // Right-padded batch of examples[first, first + n).
@@ -43,18 +42,18 @@ Batch make_batch(const std::vector<Example>& set, const std::vector<size_t>& ord
   m.seq = static_cast<int64_t>(T);
   m.ids.assign(n * T, 0);
   m.mask.assign(n * T, 0);
-  b.labels.assign(n * T, -100);
+  std::vector<int64_t> labels(n * T, -100);  // HF convention (not shifted)
   for (size_t i = 0; i < n; ++i) {
     const Example& e = set[order[first + i]];
     for (size_t t = 0; t < e.ids.size(); ++t) {
       m.ids[i * T + t] = e.ids[t];
       m.mask[i * T + t] = 1;
-      b.labels[i * T + t] = e.labels[t];
+      labels[i * T + t] = e.labels[t];
     }
     for (size_t t = 1; t < e.ids.size(); ++t) m.counted += e.labels[t] != -100;
     b.tokens += static_cast<int64_t>(e.ids.size());
   }
-  m.shifted_labels = shift_labels(b.labels, m.batch, m.seq);
+  m.shifted_labels = shift_labels(labels, m.batch, m.seq);
   return b;
 }
 
