@@ -12,7 +12,7 @@
 //
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
-//               [--loss-chunk-mib 256] [--profile] [--top 20] [--peak-tflops 67]
+//               [--loss-chunk-mib 256] [--profile [--profile-shapes]] [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
 //               [--split-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
@@ -69,6 +69,7 @@ struct Args {
   int64_t batch = 8, seq = 1024;
   int steps = 10, warmup = 3, top = 20;
   bool profile = false;
+  bool profile_shapes = false;
   bool replay = true;  // steps captured once and replayed (train/step_runner.h)
   double peak_tflops = 67, peak_tflops_f16 = 990, peak_gbps = 4300;
   int device = -1;
@@ -194,7 +195,7 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     stream.synchronize();
     alloc.reset_peak();
     vk::reset_memory_peak();
-    if (a.profile) stream.set_profiling(true);
+    if (a.profile) stream.set_profiling(true, a.profile_shapes);
     double loss = 0;
     int skipped = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -334,6 +335,8 @@ int main(int argc, char** argv) {
                "steps recorded once and replayed (the default, as vkformer train), or --eager: "
                "recorded every step")
       ->capture_default_str();
+  app.add_flag("--profile-shapes", a.profile_shapes,
+               "with --profile: list products per shape and layout (kernel MxNxK ab)");
   app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
   app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
   app.add_option("--peak-tflops-f16", a.peak_tflops_f16,

@@ -7,6 +7,8 @@
 // round their operands to f16 (a specialization constant).
 #include "ops/matmul_kernels.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -529,6 +531,12 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
       a = *am;
       c = *cm;
     }
+  }
+  // Profiling by detail: the product as asked for (before any relayout), e.g. "8192x576x576 nt".
+  if (vk::Context::get().stream().profiling_detail()) {
+    cost.detail = fmt::format("{}{}x{}x{} {}{}", c.batch > 1 ? fmt::format("{}*", c.batch) : "",
+                              c.rows, c.cols, a.cols, kernel_layout(a).trans ? 't' : 'n',
+                              kernel_layout(b).trans ? 't' : 'n');
   }
   // An f16 a (an operand converted once for several products, see f16_operands_active) is read
   // as it is by the tensor-core kernel; every other kernel gets it widened back to f32, exactly.

@@ -57,6 +57,9 @@ struct KernelProfile {
 struct DispatchCost {
   double flops = 0;
   double bytes = 0;
+  // What distinguishes this call within its kernel (a product's shape and layout), appended to
+  // the profile label when profiling by detail; ops fill it only then (Stream::profiling_detail).
+  std::string detail = {};
 };
 
 class Stream;
@@ -125,8 +128,11 @@ class Stream {
   // Frees `a` once every command recorded so far has completed.
   void release(const Allocation& a);
 
-  void set_profiling(bool on);
+  // `by_detail`: calls are aggregated per kernel and DispatchCost::detail (e.g. per product
+  // shape) instead of per kernel.
+  void set_profiling(bool on, bool by_detail = false);
   bool profiling() const { return profiling_; }
+  bool profiling_detail() const { return profiling_ && profile_detail_; }
   // Per-label totals since profiling was turned on (synchronizes first).
   std::vector<KernelProfile> profile();
   uint64_t dispatch_count() const { return dispatches_total_; }
@@ -172,6 +178,7 @@ class Stream {
   std::vector<BufferRange> saved_written_, saved_read_;  // the stream's hazards across a capture
   std::vector<Graph*> graphs_;                           // every live graph
   bool profiling_ = false;
+  bool profile_detail_ = false;
   std::map<std::string, KernelProfile> profile_;
   uint64_t dispatches_total_ = 0;
   uint64_t barriers_total_ = 0;
