@@ -10,7 +10,8 @@
 // Results go in bench/RESULTS.md by hand.
 //
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
-//                [--tile auto|medium|large] [--tiled-variant V,...] [--precision fp32|f16]
+//                [--tile auto|medium|large] [--split-k 0|-1|N] [--tiled-variant V,...]
+//                [--precision fp32|f16]
 //                [--check]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
 //                [--coopmat-operands f16|f32|all]
@@ -196,6 +197,9 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--tile", tile, "tile of the tiled kernel")
       ->check(CLI::IsMember({"auto", "medium", "large"}));
+  int64_t split_k = 0;
+  app.add_option("--split-k", split_k,
+                 "K-splitting: 0 by heuristic, -1 never, N forced where N divides K");
   std::string precision = "fp32", coopmat_tiles = "auto", coopmat_convert = "auto";
   bool check = false;
   app.add_option("--precision", precision,
@@ -231,6 +235,7 @@ int run(int argc, char** argv) {
     cases = quick ? quick_cases() : default_cases();
   }
   using vkf::ops::detail::TileChoice;
+  vkf::ops::detail::set_split_k(split_k);
   vkf::ops::detail::set_tile_choice(tile == "medium"  ? TileChoice::Medium
                                     : tile == "large" ? TileChoice::Large
                                                       : TileChoice::Auto);

@@ -12,7 +12,8 @@
 //
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
-//               [--loss-chunk-mib 256] [--profile [--profile-shapes]] [--top 20] [--peak-tflops 67]
+//               [--loss-chunk-mib 256] [--loss-group-chunks 0] [--profile [--profile-shapes]]
+//               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
 //               [--split-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
@@ -76,6 +77,7 @@ struct Args {
   std::string loss_path = "fused";
   bool check = false;
   uint64_t chunk_mib = 0;
+  int64_t group_chunks = 0;
   std::string coopmat_tile = "auto";
   int64_t split_k = 0;
   std::string coopmat_operands = "f16";
@@ -329,6 +331,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--check", a.check, "compare one step's loss and gradients of the fused and unfused loss first");
   app.add_option("--loss-chunk-mib", a.chunk_mib, "fused loss: logits chunk budget in MiB (0: default 256)");
+  app.add_option("--loss-group-chunks", a.group_chunks,
+                 "fused loss in f16: chunks per gradient group (0: by rule, 1: per chunk)");
   app.add_flag("--profile", a.profile,
                "per-kernel GPU time of the timed steps (eager steps: a replay is not timed)");
   app.add_flag("--replay,!--eager", a.replay,
@@ -375,6 +379,7 @@ int main(int argc, char** argv) {
     const MatmulPrecision precision = train::parse_precision(a.precision, "--precision");
     set_matmul_precision(precision);
     ops::set_linear_cross_entropy_chunk_bytes(a.chunk_mib << 20);
+    ops::set_linear_cross_entropy_group_chunks(a.group_chunks);
     ops::detail::set_coopmat_choice(a.coopmat_tile);
     ops::detail::set_split_k(a.split_k);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");

@@ -31,7 +31,9 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "core/tensor_kernels.h"
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 #include "ops/reduce.h"
 #include "ops/token_ids.h"
 #include "vk/error.h"
@@ -41,7 +43,7 @@ namespace {
 
 constexpr uint64_t kDefaultChunkBytes = uint64_t{256} << 20;
 uint64_t g_chunk_bytes = 0;  // 0: kDefaultChunkBytes
-
+int64_t g_group_chunks = 0;  // 0: the rule of linear_cross_entropy_group_chunks
 
 void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                   const LinearCrossEntropyOptions& o) {
@@ -68,6 +70,8 @@ void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labe
               "{}: softcap must be 0 (none) or a positive number, got {}", op, o.softcap);
   VKF_REQUIRE(o.chunk_rows >= 0, "{}: chunk_rows must be >= 0 (0: automatic), got {}", op,
               o.chunk_rows);
+  VKF_REQUIRE(o.group_chunks >= 0, "{}: group_chunks must be >= 0 (0: automatic), got {}", op,
+              o.group_chunks);
   checked_u32(hidden.numel(), "linear_cross_entropy hidden element count");
   checked_u32(weight.numel(), "linear_cross_entropy weight element count");
   checked_u32(2 * hidden.dim(0), "linear_cross_entropy row count");
@@ -99,6 +103,23 @@ int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab) {
   return std::max<int64_t>(chunk, 1);
 }
 
+void set_linear_cross_entropy_group_chunks(int64_t chunks) {
+  VKF_REQUIRE(chunks >= 0, "linear_cross_entropy group chunks must be >= 0, got {}", chunks);
+  g_group_chunks = chunks;
+}
+
+int64_t linear_cross_entropy_group_chunks(int64_t rows, int64_t vocab, int64_t chunk_rows) {
+  VKF_REQUIRE(rows >= 0 && vocab >= 1 && chunk_rows >= 1,
+              "linear_cross_entropy_group_chunks: rows {}, vocab {}, chunk_rows {}", rows, vocab,
+              chunk_rows);
+  constexpr int64_t kDepth = 2048;
+  if (g_group_chunks > 0) return g_group_chunks;
+  const int64_t chunks = std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1);
+  const int64_t budget = 2 * static_cast<int64_t>(linear_cross_entropy_chunk_bytes());
+  const int64_t fit = std::max<int64_t>(budget / (chunk_rows * vocab * 2), 1);
+  return std::min({(kDepth + chunk_rows - 1) / chunk_rows, fit, chunks});
+}
+
 CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in,
                                        const Tensor& labels_in,
                                        const LinearCrossEntropyOptions& o) {
@@ -127,11 +148,44 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
   Tensor row_loss = Tensor::empty({2 * rows});
   if (rows > 0) {
     const Tensor chunk = Tensor::empty({chunk_rows, vocab});  // [chunk, V]: z, then dz
+    // With f16 operand copies, each chunk's dz is converted once into a group of chunks, and the
+    // gradient products run per group: dh for the group's rows, and dW over the group's rows in
+    // one product (at 512-row chunks, a K = 512 product re-reading and re-writing all of dW each
+    // time ran at half the speed of the others). The logits products of a group's chunks reuse
+    // one f16 copy of W (F16OperandReuse), freed before the group's products so that it and
+    // their own copy of W are not held at once. The same f16 operands as per-chunk products; dW
+    // sums in another order.
+    const bool grouped = (want_dh || want_dw) && detail::f16_operands_active();
+    const int64_t group_chunks = !grouped ? 1
+                                 : o.group_chunks > 0
+                                     ? o.group_chunks
+                                     : linear_cross_entropy_group_chunks(rows, vocab, chunk_rows);
+    const Tensor dz16 =
+        grouped ? Tensor::empty({std::min(group_chunks * chunk_rows, rows), vocab}, DType::F16)
+                : Tensor();
+    detail::F16OperandReuse head_weight;
+    int64_t group_first = 0, group_rows = 0;
+    const auto group_products = [&] {
+      head_weight.clear();
+      const detail::MatDesc dz = detail::describe_rows(dz16.slice(0, 0, group_rows));
+      const int64_t end = group_first + group_rows;
+      if (want_dh)  // dh = dz W
+        detail::gemm(dz, detail::describe_rows(w),
+                     detail::describe_rows(pending->dh.slice(0, group_first, end)), 1.0f, 0.0f);
+      if (want_dw)  // dW (+)= dz^T h
+        detail::gemm(dz.transposed(), detail::describe_rows(h.slice(0, group_first, end)),
+                     detail::describe_rows(pending->dw), 1.0f, group_first == 0 ? 0.0f : 1.0f);
+      group_first = end;
+      group_rows = 0;
+    };
     for (int64_t first = 0; first < rows; first += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - first);
       const Tensor z = chunk.slice(0, 0, n);
       const Tensor h_chunk = h.slice(0, first, first + n);
-      matmul_into(h_chunk, w, false, true, z);
+      {
+        const detail::F16OperandReuse::Use reuse(head_weight);
+        matmul_into(h_chunk, w, false, true, z);
+      }
       struct {
         uint64_t logits, labels, row_loss;
         uint32_t rows, first_row, total_rows, vocab;
@@ -153,6 +207,13 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
       const double elements = static_cast<double>(n * vocab);
       launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels}, {&z, &row_loss}, {},
              {12.0 * elements, 16.0 * elements});
+      if (grouped) {
+        vkf::detail::convert_into(z, dz16.slice(0, group_rows, group_rows + n));
+        group_rows += n;
+        const int64_t next = std::min(chunk_rows, rows - first - n);  // 0 after the last chunk
+        if (next == 0 || group_rows + next > dz16.dim(0)) group_products();
+        continue;
+      }
       if (want_dh) matmul_into(z, w, false, false, pending->dh.slice(0, first, first + n));
       if (want_dw)
         matmul_into(z, h_chunk, true, false, pending->dw, 1.0f, first == 0 ? 0.0f : 1.0f);

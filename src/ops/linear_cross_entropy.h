@@ -29,6 +29,10 @@ struct LinearCrossEntropyOptions {
   int64_t ignore_index = -100;
   // Tokens per chunk; 0: linear_cross_entropy_chunk_rows(N, V).
   int64_t chunk_rows = 0;
+  // With f16 operand copies (ops::detail::f16_operands_active), the chunks' gradients of the
+  // logits are kept as f16 for this many chunks and the gradient products run once per group
+  // (a taller dW product); 0: linear_cross_entropy_group_chunks(). 1: per chunk.
+  int64_t group_chunks = 0;
 };
 
 // hidden [N, H] f32, weight [V, H] f32 (Hugging Face's [out, in] head layout), labels [N] i32 or
@@ -39,6 +43,14 @@ struct LinearCrossEntropyOptions {
 CrossEntropyParts linear_cross_entropy(const Tensor& hidden, const Tensor& weight,
                                        const Tensor& labels,
                                        const LinearCrossEntropyOptions& options = {});
+
+// The group chosen when options.group_chunks is 0, for chunks of chunk_rows of N rows: enough
+// chunks for 2048 rows (the dW product's depth), while the f16 group stays within twice
+// linear_cross_entropy_chunk_bytes(), and no more chunks than there are.
+// set_linear_cross_entropy_group_chunks(n > 0) makes it n (benchmarks: 1 is per chunk); 0
+// restores the rule.
+int64_t linear_cross_entropy_group_chunks(int64_t rows, int64_t vocab, int64_t chunk_rows);
+void set_linear_cross_entropy_group_chunks(int64_t chunks);
 
 // The chunk chosen when options.chunk_rows is 0: as many rows as keep the [rows, V] f32 chunk
 // within linear_cross_entropy_chunk_bytes() (and under 2^31 elements), whole multiples of 128

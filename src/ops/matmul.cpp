@@ -6,10 +6,12 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 
 #include "core/autograd.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_relayout.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -198,8 +200,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const MatDesc gd = shared_f16 ? detail::describe_rows(g.to(DType::F16)) : gd32;
     if (ctx.needs_grad(0)) {
       const GradTarget t = ctx.grad_target(0);  // dx = G W
-      detail::gemm(gd, detail::describe_readable(weight), detail::describe_rows(t.tensor), 1.0f,
-                   beta_for(t));
+      // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
+      // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
+      // copy (bitwise the same product; 1B f16 step: one more pass over G, faster products).
+      std::optional<detail::MatDesc> relaid;
+      if (shared_f16) relaid = detail::f16_operand_relaid(gd32, true);
+      detail::gemm(relaid ? *relaid : gd, detail::describe_readable(weight),
+                   detail::describe_rows(t.tensor), 1.0f, beta_for(t));
     }
     if (ctx.needs_grad(1)) {
       const GradTarget t = ctx.grad_target(1);  // dW = G^T x

@@ -214,8 +214,9 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 // An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
 // transposed into the kernel's faster layout where matmul_relayout.h says so, else, when it is a
 // whole contiguous tensor, the same view of an f16 copy; otherwise itself. `is_a`: the A operand.
-MatDesc f16_operand(const MatDesc& d, bool is_a) {
-  if (!coopmat_f16_operands()) return d;
+thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
+
+MatDesc f16_operand_converted(const MatDesc& d, bool is_a) {
   // In the kernel's faster layout where the operand is not (matmul_relayout.h).
   if (const auto relaid = f16_operand_relaid(d, is_a)) return *relaid;
   if (d.t.dtype() != DType::F32 || !d.t.is_contiguous() || d.batch * d.rows * d.cols != d.t.numel())
@@ -223,6 +224,15 @@ MatDesc f16_operand(const MatDesc& d, bool is_a) {
   autograd::NoGradScope no_grad;
   MatDesc h = d;
   h.t = d.t.to(DType::F16);
+  return h;
+}
+
+MatDesc f16_operand(const MatDesc& d, bool is_a) {
+  if (!coopmat_f16_operands()) return d;
+  if (!g_reuse || d.t.dtype() != DType::F32) return f16_operand_converted(d, is_a);
+  if (const MatDesc* kept = g_reuse->find(d, is_a)) return *kept;
+  const MatDesc h = f16_operand_converted(d, is_a);
+  if (h.t.dtype() == DType::F16) g_reuse->keep(d, is_a, h);
   return h;
 }
 
@@ -421,6 +431,26 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
   return rpt;
+}
+
+F16OperandReuse::Use::Use(F16OperandReuse& reuse) : previous_(g_reuse) {
+  g_reuse = &reuse;
+}
+F16OperandReuse::Use::~Use() {
+  g_reuse = previous_;
+}
+
+const MatDesc* F16OperandReuse::find(const MatDesc& d, bool is_a) const {
+  const uint64_t address = d.t.address();
+  for (const Copy& c : copies_)
+    if (c.address == address && c.batch == d.batch && c.rows == d.rows && c.cols == d.cols &&
+        c.bs == d.bs && c.rs == d.rs && c.cs == d.cs && c.is_a == is_a)
+      return &c.copy;
+  return nullptr;
+}
+
+void F16OperandReuse::keep(const MatDesc& d, bool is_a, const MatDesc& copy) {
+  copies_.push_back({d.t.address(), d.batch, d.rows, d.cols, d.bs, d.rs, d.cs, is_a, copy});
 }
 
 bool f16_operands_active() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/norm.h"
@@ -34,6 +35,45 @@ struct MatDesc {
   bool kernel_readable() const { return cs == 1 || rs == 1 || rows == 1 || cols == 1; }
   // One matrix of batch*rows rows, when rows are evenly spaced across the batch.
   std::optional<MatDesc> rows_merged() const;
+};
+
+// Reuse of the f16 operand copies of tensor-core products (see f16_operands_active). While a
+// Use of a live F16OperandReuse is in scope, an f32 operand that a product already converted
+// under that object -- the same storage, view and operand position -- takes the earlier copy
+// instead of being converted again. Only for operands that do not change while the object
+// lives, which is the caller's promise: e.g. the LM head's weight across the chunks of
+// ops::linear_cross_entropy. The copies are freed with the object.
+class F16OperandReuse {
+ public:
+  F16OperandReuse() = default;
+  F16OperandReuse(const F16OperandReuse&) = delete;
+  F16OperandReuse& operator=(const F16OperandReuse&) = delete;
+
+  class Use {
+   public:
+    explicit Use(F16OperandReuse& reuse);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    F16OperandReuse* previous_;
+  };
+
+  // The copy of `d` made under this object, if any; remembers a new one.
+  const MatDesc* find(const MatDesc& d, bool is_a) const;
+  void keep(const MatDesc& d, bool is_a, const MatDesc& copy);
+  size_t size() const { return copies_.size(); }
+  void clear() { copies_.clear(); }  // frees the copies (the next products convert again)
+
+ private:
+  struct Copy {
+    uint64_t address;
+    int64_t batch, rows, cols, bs, rs, cs;
+    bool is_a;
+    MatDesc copy;
+  };
+  std::vector<Copy> copies_;
 };
 
 // The last two dimensions of t as matrices, the leading ones as one batch dimension; nullopt when

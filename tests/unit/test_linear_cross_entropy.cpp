@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/autograd.h"
+#include "core/launch.h"
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "ops/elementwise.h"
@@ -19,6 +20,8 @@
 #include "ops/linear_cross_entropy_ref.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
+#include "ops/matmul_coopmat.h"
+#include "ops/matmul_kernels.h"
 #include "ops/reduce.h"
 #include "ops/softcap.h"
 #include "peft/lora.h"
@@ -282,6 +285,100 @@ TEST(LinearCrossEntropy, IsDeterministic) {
   }
   for (size_t i = 0; i < 3; ++i)
     test::expect_bitwise_equal(runs[0][i], runs[1][i], "output " + std::to_string(i));
+}
+
+// Mixed precision with f16 operand copies (the emulated tensor-core kernel, so that lavapipe runs
+// the path the H200 runs): the chunks' dz are grouped in f16 and the gradient products run per
+// group. Against the double reference at half-precision tolerance, and against per-chunk
+// products (group_chunks 1: the same f16 operands, dW summed in another order) closely, for
+// groups that divide the chunks, that do not, and the automatic one (all chunks here).
+TEST(LinearCrossEntropy, F16GroupedGradientsMatchPerChunkAndReference) {
+  struct Restore {
+    ~Restore() {
+      set_matmul_precision(MatmulPrecision::F32);
+      ops::detail::set_coopmat_emulation(false);
+    }
+  } restore;
+  set_matmul_precision(MatmulPrecision::F16);
+  ops::detail::set_coopmat_emulation(true);
+  ASSERT_TRUE(ops::detail::f16_operands_active());
+  Rng rng(35);
+  const Case c{"f16 groups", 37, 24, 300, 5, 1.0f, 0.0f, {2, 30}};
+  const Inputs in = random_inputs(rng, c);
+  const double seed = 0.5;
+  const auto want = ref::linear_cross_entropy(in.h, in.w, c.rows, c.hidden, c.vocab, in.labels,
+                                              c.scale, c.softcap, kIgnore, seed);
+  const Tensor labels = labels_tensor(in.labels, c.label_dtype);
+  auto run = [&](int64_t group_chunks) {
+    ops::LinearCrossEntropyOptions o = options_of(c);
+    o.group_chunks = group_chunks;
+    return test::gpu_grads(
+        [&](std::vector<Tensor>& t) {
+          return ops::linear_cross_entropy(t[0], t[1], labels, o).loss_sum;
+        },
+        {test::to_gpu(in.h, {c.rows, c.hidden}), test::to_gpu(in.w, {c.vocab, c.hidden})},
+        test::to_gpu({seed}, {}));
+  };
+  const auto per_chunk = run(1);
+  double dw_max = 0, dh_max = 0;
+  for (double x : want.dw) dw_max = std::max(dw_max, std::fabs(x));
+  for (double x : want.dh) dh_max = std::max(dh_max, std::fabs(x));
+  for (int64_t group : {0, 2, 3}) {
+    SCOPED_TRACE("group_chunks " + std::to_string(group));
+    const auto grouped = run(group);
+    test::expect_close(grouped[0], per_chunk[0], 1e-6 * dh_max, 1e-5, "dh vs per chunk");
+    test::expect_close(grouped[1], per_chunk[1], 1e-6 * dw_max, 1e-5, "dW vs per chunk");
+    test::expect_close(grouped[0], want.dh, 4e-3 * dh_max, 1e-2, "dh vs reference");
+    test::expect_close(grouped[1], want.dw, 4e-3 * dw_max, 1e-2, "dW vs reference");
+  }
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 128256, 512), 4);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 49152, 1280), 2);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(37, 300, 5), 8);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(100, 128256, 100), 1);
+  test::expect_error(
+      [&] {
+        ops::linear_cross_entropy(Tensor::zeros({4, 3}), Tensor::zeros({5, 3}),
+                                  labels_tensor({0, 1, 2, 3}, DType::I32), {.group_chunks = -1});
+      },
+      {"group_chunks"});
+}
+
+// F16OperandReuse: inside a Use, a product whose operands were converted under the same object
+// converts nothing again and gives the same bits; outside, it converts as before.
+TEST(LinearCrossEntropy, F16OperandReuseConvertsOnce) {
+  struct Restore {
+    ~Restore() {
+      set_matmul_precision(MatmulPrecision::F32);
+      ops::detail::set_coopmat_emulation(false);
+    }
+  } restore;
+  set_matmul_precision(MatmulPrecision::F16);
+  ops::detail::set_coopmat_emulation(true);
+  Rng rng(36);
+  const Tensor a = test::to_gpu(rng.normal(40 * 24, 1.0), {40, 24});
+  const Tensor b = test::to_gpu(rng.normal(24 * 32, 1.0), {24, 32});
+  auto& stream = vk::Context::get().stream();
+  auto product = [&](const Tensor& out) {
+    const uint64_t before = stream.dispatch_count();
+    ops::detail::gemm(ops::detail::describe_rows(a), ops::detail::describe_rows(b),
+                      ops::detail::describe_rows(out), 1.0f, 0.0f);
+    return stream.dispatch_count() - before;
+  };
+  const Tensor plain = Tensor::empty({40, 32}), first = Tensor::empty({40, 32}),
+               second = Tensor::empty({40, 32});
+  const uint64_t plain_dispatches = product(plain);
+  ops::detail::F16OperandReuse reuse;
+  uint64_t first_dispatches = 0, second_dispatches = 0;
+  {
+    const ops::detail::F16OperandReuse::Use use(reuse);
+    first_dispatches = product(first);
+    second_dispatches = product(second);
+  }
+  EXPECT_EQ(reuse.size(), 2u);  // a and b
+  EXPECT_EQ(first_dispatches, plain_dispatches);
+  EXPECT_EQ(second_dispatches + 2, first_dispatches);  // no conversion of a or b
+  test::expect_bitwise_equal(first, plain, "first product");
+  test::expect_bitwise_equal(second, plain, "second product");
 }
 
 TEST(LinearCrossEntropy, AutomaticChunkKeepsTheLogitsBlockInBudget) {

@@ -659,7 +659,8 @@ TEST(MatmulF16, CoopmatKernelLogicEmulated) {
 // f16 copies of whole f32 operands on tensor cores; neither changes a bit of the results (the
 // kernel rounds to f16 as it stages otherwise). Checked with the emulated tensor-core kernel
 // against f16 operand copies turned off, on shapes that send some products to the skinny kernels
-// (which get the f16 gradient widened back) and with split-K forced.
+// (which get the f16 gradient widened back) and with split-K forced; and with every copy relaid
+// into the kernel's fast layout, where dx takes its own transposed copy of the gradient.
 TEST(MatmulF16, F16OperandCopiesChangeNoBit) {
   struct Shape3 {
     int64_t rows, in, out, split_k;
@@ -671,13 +672,21 @@ TEST(MatmulF16, F16OperandCopiesChangeNoBit) {
     const Tensor w = test::to_gpu(rng.uniform(d.out * d.in), {d.out, d.in});
     const Tensor bias = test::to_gpu(rng.uniform(d.out), {d.out});
     const Tensor seed = test::to_gpu(rng.uniform(d.rows * d.out), {d.rows, d.out});
-    std::vector<std::vector<double>> results[2];
-    for (int copies = 0; copies < 2; ++copies) {
+    // 0: no copies; 1: f16 copies; 2: f16 copies relaid wherever an operand is in a slow layout
+    // (dx then reads its own transposed copy of G instead of the shared one).
+    std::vector<std::vector<double>> results[3];
+    struct Guard {
+      ~Guard() { ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Auto); }
+    } guard;
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool copies = mode > 0;
       F16Scope scope;
       ops::detail::set_coopmat_emulation(true);
-      ops::detail::set_coopmat_f16_operands(copies == 1);
+      ops::detail::set_coopmat_f16_operands(copies);
+      ops::detail::set_tiled_relayout(mode == 2 ? ops::detail::RelayoutChoice::Always
+                                                : ops::detail::RelayoutChoice::Off);
       ops::detail::set_split_k(d.split_k);
-      ASSERT_EQ(ops::detail::f16_operands_active(), copies == 1);
+      ASSERT_EQ(ops::detail::f16_operands_active(), copies);
       for (Tensor t : {x, w, bias}) {
         t.zero_grad();
         t.set_requires_grad(true);
@@ -689,15 +698,16 @@ TEST(MatmulF16, F16OperandCopiesChangeNoBit) {
         y = ops::linear(x, w, bias);
       }
       tape.backward(y, seed);
-      results[copies] = {y.to_double(), x.grad().to_double(), w.grad().to_double(),
-                         bias.grad().to_double()};
+      results[mode] = {y.to_double(), x.grad().to_double(), w.grad().to_double(),
+                       bias.grad().to_double()};
       for (Tensor t : {x, w, bias}) t.set_requires_grad(false);
     }
     const std::string what = fmt::format("linear rows {} in {} out {} split-K {}", d.rows, d.in,
                                          d.out, d.split_k);
     const char* names[] = {"y", "dx", "dw", "db"};
-    for (size_t i = 0; i < 4; ++i)
-      EXPECT_EQ(results[1][i], results[0][i]) << what << ": " << names[i];
+    for (int mode = 1; mode < 3; ++mode)
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_EQ(results[mode][i], results[0][i]) << what << ": " << names[i] << " mode " << mode;
   }
 }
 
