@@ -152,10 +152,9 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
   if (timed) {
     vkCmdWriteTimestamp(b.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b.queries,
                         static_cast<uint32_t>(b.timed.size() * 2 + 1));
-    b.timed.emplace_back(profile_detail_ && !cost.detail.empty()
-                             ? kernel.name + " " + cost.detail
-                             : kernel.name,
-                         cost);
+    b.timed.emplace_back(
+        profile_detail_ && !cost.detail.empty() ? kernel.name + " " + cost.detail : kernel.name,
+        cost);
     // Timestamps measure one kernel only if kernels do not overlap: serialize while profiling.
     full_barrier();
   }
