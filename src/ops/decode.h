@@ -113,6 +113,9 @@ struct DecodeAttentionPlan {
 };
 DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
                                           int64_t kv_heads, int64_t head_dim);
+// Caps the query heads per workgroup (tests: the grouped path on small grids); 0 restores the
+// rule (fewer heads per workgroup until the grid is large enough).
+void set_decode_heads_per_group(int64_t heads);
 
 }  // namespace detail
 

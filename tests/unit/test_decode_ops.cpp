@@ -189,7 +189,7 @@ const DecodeCase kDecodeCases[] = {
     {1, 20, 2, 1, 256, 19, 0, 0},       // the largest head dim
     {1, 1100, 8, 2, 64, 1000, 0, 0},    // a long cache over eight splits
     {1, 1100, 8, 2, 64, 1000, 300, 0},  // the window over a long cache, split
-    {2, 70, 16, 1, 16, 69, 0, 0},       // 16 query heads per kv head: two head groups
+    {2, 70, 16, 1, 16, 69, 0, 0},       // 16 query heads per kv head: 2 groups of 8, or 16 of 1
 };
 
 TEST(DecodeOps, AttentionDecodeMatchesReference) {
@@ -198,8 +198,24 @@ TEST(DecodeOps, AttentionDecodeMatchesReference) {
   EXPECT_GT(splits_of(kDecodeCases[2]), 1) << "the cases should split a cache";
   EXPECT_GT(splits_of(kDecodeCases[6]), 1);
   EXPECT_EQ(splits_of(kDecodeCases[1]), 1);
-  Rng rng(23);
-  for (const DecodeCase& c : kDecodeCases) check_attention_decode(rng, c);
+  // By the rule (small grids: one query head per workgroup), and with the heads of a kv head
+  // grouped as far as the kernel allows.
+  struct Restore {
+    ~Restore() { ops::detail::set_decode_heads_per_group(0); }
+  } restore;
+  for (const int64_t heads : {0, 8}) {
+    SCOPED_TRACE("heads per workgroup " + std::to_string(heads));
+    ops::detail::set_decode_heads_per_group(heads);
+    const auto plan = ops::detail::decode_attention_plan(2, 70, 16, 1, 16);
+    EXPECT_EQ(plan.heads_per_group, heads == 0 ? 1 : 8);
+    EXPECT_EQ(plan.head_groups, heads == 0 ? 16 : 2);
+    Rng rng(23);
+    for (const DecodeCase& c : kDecodeCases) check_attention_decode(rng, c);
+  }
+  // Large grids keep the heads grouped: 8 kv heads x 64 rows already make 512 workgroups.
+  ops::detail::set_decode_heads_per_group(0);
+  EXPECT_EQ(ops::detail::decode_attention_plan(64, 128, 32, 8, 64).heads_per_group, 4);
+  EXPECT_EQ(ops::detail::decode_attention_plan(1, 128, 32, 8, 64).heads_per_group, 1);
 }
 
 TEST(DecodeOps, AttentionDecodePlainMatchesReference) {
