@@ -15,6 +15,7 @@
 //!variant i64 -DID_I64=1
 //!precise
 #version 460
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "token_ids.glsl"
@@ -35,6 +36,14 @@ layout(push_constant, std430) uniform Push {
   float cap;        // 0: no soft-cap
   uint write_grad;
 } p;
+
+#define UNROLL 4  // strided elements per thread and round
+// z[u] = element c0 + u * LOCAL_SIZE of the row (0 past its end).
+#define LOAD_ROUND(z, c0)                                           \
+  [[unroll]] for (uint u = 0; u < UNROLL; ++u) {                    \
+    const uint c_ = (c0) + u * LOCAL_SIZE;                          \
+    z[u] = c_ < p.vocab ? p.logits.v[base + c_] : 0.0;              \
+  }
 
 shared float s_red[LOCAL_SIZE];
 shared VACC s_sum[LOCAL_SIZE];
@@ -59,8 +68,15 @@ void main() {
   const uint label_row = p.first_row + row;
   float slope;
 
+  // Each loop takes UNROLL strided elements per round, all loaded before any is used (more
+  // bytes in flight), then consumed in the order of a plain strided loop: the same sums.
   float m = uintBitsToFloat(0xff800000u);  // -inf
-  for (uint c = t; c < p.vocab; c += LOCAL_SIZE) m = max(m, logit_of(p.logits.v[base + c], slope));
+  for (uint c0 = t; c0 < p.vocab; c0 += UNROLL * LOCAL_SIZE) {
+    float z[UNROLL];
+    LOAD_ROUND(z, c0)
+    [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+      if (c0 + u * LOCAL_SIZE < p.vocab) m = max(m, logit_of(z[u], slope));
+  }
   s_red[t] = m;
   barrier();
   for (uint s = LOCAL_SIZE / 2u; s > 0u; s >>= 1) {
@@ -70,8 +86,12 @@ void main() {
   const float row_max = s_red[0];
 
   VACC sum = VACC(0.0);
-  for (uint c = t; c < p.vocab; c += LOCAL_SIZE)
-    sum += VACC(vexp(logit_of(p.logits.v[base + c], slope) - row_max));
+  for (uint c0 = t; c0 < p.vocab; c0 += UNROLL * LOCAL_SIZE) {
+    float z[UNROLL];
+    LOAD_ROUND(z, c0)
+    [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+      if (c0 + u * LOCAL_SIZE < p.vocab) sum += VACC(vexp(logit_of(z[u], slope) - row_max));
+  }
   s_sum[t] = sum;
   barrier();
   for (uint s = LOCAL_SIZE / 2u; s > 0u; s >>= 1) {
@@ -103,17 +123,23 @@ void main() {
   }
   if (p.write_grad == 0u) return;
   const float nan = uintBitsToFloat(0x7fc00000u);
-  for (uint c = t; c < p.vocab; c += LOCAL_SIZE) {
-    float g;
-    if (ignored) {
-      g = 0.0;
-    } else if (label == kInvalidRow) {
-      g = nan;
-    } else {
-      const float y = logit_of(p.logits.v[base + c], slope);
-      const float prob = vexp(y - lse_f);
-      g = ((prob - (c == label ? 1.0 : 0.0)) * slope) * p.scale;
+  for (uint c0 = t; c0 < p.vocab; c0 += UNROLL * LOCAL_SIZE) {
+    float z[UNROLL];
+    LOAD_ROUND(z, c0)
+    [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+      const uint c = c0 + u * LOCAL_SIZE;
+      if (c >= p.vocab) break;
+      float g;
+      if (ignored) {
+        g = 0.0;
+      } else if (label == kInvalidRow) {
+        g = nan;
+      } else {
+        const float y = logit_of(z[u], slope);
+        const float prob = vexp(y - lse_f);
+        g = ((prob - (c == label ? 1.0 : 0.0)) * slope) * p.scale;
+      }
+      p.logits.v[base + c] = g;
     }
-    p.logits.v[base + c] = g;
   }
 }
