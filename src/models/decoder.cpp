@@ -19,6 +19,7 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
+#include "ops/matmul.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/rope_tables.h"
@@ -284,16 +285,20 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     return nn::linear(L(proj), h, P(proj + ".weight"), b);
   };
   Tensor q, k, v;
-  if (s.fused_qkv) {
-    // phi3 stores the q, k and v rows one after another in qkv_proj.
-    Tensor qkv = in_proj(n.qkv, Tensor());
-    q = qkv.slice(2, 0, Hq * D).contiguous();
-    k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
-    v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
-  } else {
-    q = in_proj(n.q, bias(n.q, s.qkv_bias));
-    k = in_proj(n.k, bias(n.k, s.qkv_bias));
-    v = in_proj(n.v, bias(n.v, s.qkv_bias));
+  {
+    // Mixed precision: the q, k and v products (and their adapters) convert h to f16 once.
+    const ops::SharedF16Inputs shared_h;
+    if (s.fused_qkv) {
+      // phi3 stores the q, k and v rows one after another in qkv_proj.
+      Tensor qkv = in_proj(n.qkv, Tensor());
+      q = qkv.slice(2, 0, Hq * D).contiguous();
+      k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
+      v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
+    } else {
+      q = in_proj(n.q, bias(n.q, s.qkv_bias));
+      k = in_proj(n.k, bias(n.k, s.qkv_bias));
+      v = in_proj(n.v, bias(n.v, s.qkv_bias));
+    }
   }
   const float eps = static_cast<float>(s.norm_eps);
   if (s.qk_norm == QkNorm::Full) {  // olmo2: over every head at once, before the head split
@@ -410,8 +415,12 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
                   Tensor());
   } else {
     const Tensor h = normalized();
-    Tensor g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
-    Tensor u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
+    Tensor g, u;
+    {
+      const ops::SharedF16Inputs shared_h;  // mixed precision: h converted to f16 once
+      g = nn::linear(L(n.gate), h, P(n.gate + ".weight"), bias(n.gate));
+      u = nn::linear(L(n.up), h, P(n.up + ".weight"), bias(n.up));
+    }
     out = project(n.down, ops::gated_act(g, u, s.act), bias(n.down));
   }
   if (residual) return {};

@@ -7,9 +7,15 @@
 // is simply read as the transposed operand. Other layouts are copied to contiguous first.
 #pragma once
 
+#include <memory>
+
 #include "core/tensor.h"
 
 namespace vkf::ops {
+
+namespace detail {
+class F16OperandReuse;
+}
 
 // C = op(a) op(b), where op(x) is x or, with the flag, x with its last two dimensions swapped.
 // a is [..., M, K] ([..., K, M] with trans_a), b is [..., K, N] ([..., N, K] with trans_b), and
@@ -28,5 +34,23 @@ void matmul_into(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, c
 // f16 (inference: half the bytes to read; products accumulate in fp32, x and y stay f32); such a
 // weight cannot carry a gradient.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// While alive, products on tensor cores with f16 operand copies (mixed precision) that read an f32
+// operand already converted in this scope take that copy instead of converting it again: e.g.
+// the q, k and v projections of one input. The caller promises that no operand read in the scope
+// is modified in place while it lives; the copies (and their sources) are held until it ends.
+// Elsewhere it does nothing. Scopes nest (the innermost one is used).
+class SharedF16Inputs {
+ public:
+  SharedF16Inputs();
+  ~SharedF16Inputs();
+  SharedF16Inputs(const SharedF16Inputs&) = delete;
+  SharedF16Inputs& operator=(const SharedF16Inputs&) = delete;
+
+ private:
+  std::unique_ptr<detail::F16OperandReuse> reuse_;
+  struct Use;
+  std::unique_ptr<Use> use_;
+};
 
 }  // namespace vkf::ops

@@ -450,7 +450,7 @@ const MatDesc* F16OperandReuse::find(const MatDesc& d, bool is_a) const {
 }
 
 void F16OperandReuse::keep(const MatDesc& d, bool is_a, const MatDesc& copy) {
-  copies_.push_back({d.t.address(), d.batch, d.rows, d.cols, d.bs, d.rs, d.cs, is_a, copy});
+  copies_.push_back({d.t, d.t.address(), d.batch, d.rows, d.cols, d.bs, d.rs, d.cs, is_a, copy});
 }
 
 bool f16_operands_active() {

@@ -42,7 +42,8 @@ struct MatDesc {
 // under that object -- the same storage, view and operand position -- takes the earlier copy
 // instead of being converted again. Only for operands that do not change while the object
 // lives, which is the caller's promise: e.g. the LM head's weight across the chunks of
-// ops::linear_cross_entropy. The copies are freed with the object.
+// ops::linear_cross_entropy. Each copy holds its source too, so that no other tensor takes the
+// source's address while the object lives. The copies are freed with the object.
 class F16OperandReuse {
  public:
   F16OperandReuse() = default;
@@ -68,6 +69,7 @@ class F16OperandReuse {
 
  private:
   struct Copy {
+    Tensor source;  // held: its address stays its own
     uint64_t address;
     int64_t batch, rows, cols, bs, rs, cs;
     bool is_a;
