@@ -343,44 +343,6 @@ TEST(LinearCrossEntropy, F16GroupedGradientsMatchPerChunkAndReference) {
       {"group_chunks"});
 }
 
-// F16OperandReuse: inside a Use, a product whose operands were converted under the same object
-// converts nothing again and gives the same bits; outside, it converts as before.
-TEST(LinearCrossEntropy, F16OperandReuseConvertsOnce) {
-  struct Restore {
-    ~Restore() {
-      set_matmul_precision(MatmulPrecision::F32);
-      ops::detail::set_coopmat_emulation(false);
-    }
-  } restore;
-  set_matmul_precision(MatmulPrecision::F16);
-  ops::detail::set_coopmat_emulation(true);
-  Rng rng(36);
-  const Tensor a = test::to_gpu(rng.normal(40 * 24, 1.0), {40, 24});
-  const Tensor b = test::to_gpu(rng.normal(24 * 32, 1.0), {24, 32});
-  auto& stream = vk::Context::get().stream();
-  auto product = [&](const Tensor& out) {
-    const uint64_t before = stream.dispatch_count();
-    ops::detail::gemm(ops::detail::describe_rows(a), ops::detail::describe_rows(b),
-                      ops::detail::describe_rows(out), 1.0f, 0.0f);
-    return stream.dispatch_count() - before;
-  };
-  const Tensor plain = Tensor::empty({40, 32}), first = Tensor::empty({40, 32}),
-               second = Tensor::empty({40, 32});
-  const uint64_t plain_dispatches = product(plain);
-  ops::detail::F16OperandReuse reuse;
-  uint64_t first_dispatches = 0, second_dispatches = 0;
-  {
-    const ops::detail::F16OperandReuse::Use use(reuse);
-    first_dispatches = product(first);
-    second_dispatches = product(second);
-  }
-  EXPECT_EQ(reuse.size(), 2u);  // a and b
-  EXPECT_EQ(first_dispatches, plain_dispatches);
-  EXPECT_EQ(second_dispatches + 2, first_dispatches);  // no conversion of a or b
-  test::expect_bitwise_equal(first, plain, "first product");
-  test::expect_bitwise_equal(second, plain, "second product");
-}
-
 TEST(LinearCrossEntropy, AutomaticChunkKeepsTheLogitsBlockInBudget) {
   // The default 256 MiB: 512 rows of Llama-3's 128256-token vocabulary (523 rounded down to
   // whole 128-row tiles); everything at once when it fits.

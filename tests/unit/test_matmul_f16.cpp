@@ -711,47 +711,6 @@ TEST(MatmulF16, F16OperandCopiesChangeNoBit) {
   }
 }
 
-// ops::SharedF16Inputs: the products of one input inside the scope convert it once and give the
-// bits they give outside; a tensor dropped inside the scope keeps its address (its copy holds it),
-// so a new tensor of the same shape is converted afresh, not mistaken for it.
-TEST(MatmulF16, SharedF16InputsConvertOnceAndNeverAlias) {
-  F16Scope scope;
-  ops::detail::set_coopmat_emulation(true);
-  ASSERT_TRUE(ops::detail::f16_operands_active());
-  Rng rng(121);
-  const Tensor x = test::to_gpu(rng.uniform(40 * 32), {40, 32});
-  const Tensor wq = test::to_gpu(rng.uniform(48 * 32), {48, 32});
-  const Tensor wk = test::to_gpu(rng.uniform(24 * 32), {24, 32});
-  const Tensor q0 = ops::linear(x, wq), k0 = ops::linear(x, wk);
-  auto& stream = vk::Context::get().stream();
-  const uint64_t before = stream.dispatch_count();
-  Tensor q1, k1;
-  {
-    const ops::SharedF16Inputs shared;
-    q1 = ops::linear(x, wq);
-    const uint64_t after_q = stream.dispatch_count();
-    k1 = ops::linear(x, wk);
-    // The second product converts its weight, not x again: one dispatch fewer than the first.
-    EXPECT_EQ(stream.dispatch_count() - after_q + 1, after_q - before);
-    for (int i = 0; i < 3; ++i) {
-      SCOPED_TRACE("temporary " + std::to_string(i));
-      const auto values = rng.uniform(40 * 32);
-      const Tensor t = test::to_gpu(values, {40, 32});
-      test::expect_bitwise_equal(
-          ops::linear(t, wq),
-          [&] {
-            ops::detail::set_coopmat_f16_operands(false);  // converted in the kernel: no copies
-            const Tensor y = ops::linear(test::to_gpu(values, {40, 32}), wq);
-            ops::detail::set_coopmat_f16_operands(true);
-            return y;
-          }(),
-          "a fresh temporary");
-    }
-  }
-  test::expect_bitwise_equal(q1, q0, "q");
-  test::expect_bitwise_equal(k1, k0, "k");
-}
-
 TEST(MatmulF16, Deterministic) {
   Rng rng(108);
   for (const auto& path : path_choices()) {
