@@ -31,7 +31,6 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
-#include "core/tensor_kernels.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/reduce.h"
@@ -148,7 +147,7 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
   Tensor row_loss = Tensor::empty({2 * rows});
   if (rows > 0) {
     const Tensor chunk = Tensor::empty({chunk_rows, vocab});  // [chunk, V]: z, then dz
-    // With f16 operand copies, each chunk's dz is converted once into a group of chunks, and the
+    // With f16 operand copies, each chunk's dz is written as f16 into a group of chunks, and the
     // gradient products run per group: dh for the group's rows, and dW over the group's rows in
     // one product (at 512-row chunks, a K = 512 product re-reading and re-writing all of dW each
     // time ran at half the speed of the others). The logits products of a group's chunks reuse
@@ -186,8 +185,10 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
         const detail::F16OperandReuse::Use reuse(head_weight);
         matmul_into(h_chunk, w, false, true, z);
       }
+      // Grouped: the gradient goes straight into the group as f16.
+      const Tensor dz16_chunk = grouped ? dz16.slice(0, group_rows, group_rows + n) : Tensor();
       struct {
-        uint64_t logits, labels, row_loss;
+        uint64_t logits, labels, row_loss, grad16;
         uint32_t rows, first_row, total_rows, vocab;
         int32_t ignore_lo, ignore_hi;
         float scale, cap;
@@ -195,6 +196,7 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
       } push{z.address(),
              labels.address(),
              row_loss.address(),
+             grouped ? dz16_chunk.address() : 0,
              static_cast<uint32_t>(n),
              static_cast<uint32_t>(first),
              static_cast<uint32_t>(rows),
@@ -205,15 +207,16 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
              o.softcap,
              (want_dh || want_dw) ? 1u : 0u};
       const double elements = static_cast<double>(n * vocab);
-      launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels}, {&z, &row_loss}, {},
-             {12.0 * elements, 16.0 * elements});
       if (grouped) {
-        vkf::detail::convert_into(z, dz16.slice(0, group_rows, group_rows + n));
+        launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels},
+               {&dz16_chunk, &row_loss}, {}, {12.0 * elements, 14.0 * elements});
         group_rows += n;
         const int64_t next = std::min(chunk_rows, rows - first - n);  // 0 after the last chunk
         if (next == 0 || group_rows + next > dz16.dim(0)) group_products();
         continue;
       }
+      launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels}, {&z, &row_loss}, {},
+             {12.0 * elements, 16.0 * elements});
       if (want_dh) matmul_into(z, w, false, false, pending->dh.slice(0, first, first + n));
       if (want_dw)
         matmul_into(z, h_chunk, true, false, pending->dw, 1.0f, first == 0 ? 0.0f : 1.0f);

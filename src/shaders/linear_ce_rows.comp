@@ -8,7 +8,9 @@
 //     the row's place among all N rows for ce_reduce.comp;
 //   with write_grad, the chunk row is overwritten in place by d(row loss)/dz =
 //     (softmax(y) - onehot) · (1 - tanh²) · scale, the chain of ce_backward, the soft-cap's and the
-//     scale's backward with an incoming gradient of 1 (0 for ignored rows, NaN for a bad label).
+//     scale's backward with an incoming gradient of 1 (0 for ignored rows, NaN for a bad label);
+//     or, with grad16 set, written there as f16 instead (rounded as convert.comp rounds: the f16
+//     operand of the gradient products in mixed precision, without a conversion pass).
 // Bitwise reproducible: every reduction has a fixed order.
 //!novariant_base
 //!variant i32 -DID_I64=0
@@ -19,6 +21,7 @@
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "token_ids.glsl"
+#include "f16_round.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -26,6 +29,7 @@ layout(push_constant, std430) uniform Push {
   F32Buf logits;    // [rows, V] this chunk's z; gradient out with write_grad
   IdBuf labels;     // [total_rows] every row's label
   F32Buf row_loss;  // [2 total_rows] out: hi values, then the rounding residuals
+  uint64_t grad16;  // 0: the gradient overwrites logits; else [rows, V] f16 out
   uint rows;        // rows in this chunk
   uint first_row;   // the chunk's first row among all rows
   uint total_rows;
@@ -139,7 +143,10 @@ void main() {
         const float prob = vexp(y - lse_f);
         g = ((prob - (c == label ? 1.0 : 0.0)) * slope) * p.scale;
       }
-      p.logits.v[base + c] = g;
+      if (p.grad16 != 0ul)
+        U16Buf(p.grad16).v[base + c] = uint16_t(f16_bits(g));
+      else
+        p.logits.v[base + c] = g;
     }
   }
 }
