@@ -136,9 +136,13 @@ bool check_fused_loss(models::DecoderModel& model, ops::AdamW& opt, const train:
       std::fprintf(stderr, "  grad %-35s %14.6e %14.6e %10.2e\n", pnames[i].c_str(), x, y, d);
   }
   std::fprintf(stderr, "  worst gradient: %s, rel diff %.2e\n", worst_name.c_str(), worst);
-  // fp32 summation order gives ~1e-6; f16 operands (both paths round alike) more. In f16 the
-  // gradients carry the loss scale on both paths alike.
-  const bool ok = loss_diff < 1e-4 && worst < 1e-3;
+  // fp32 summation order gives ~1e-6. With f16 operands the two paths' f32 sums differ in their
+  // last bits, which flips some f16 roundings of the products' operands further down the
+  // backward: on the H200, 1.8e-3 in the worst 135M gradient (also with f16 operand copies off),
+  // a few f16 ulps (2^-11 = 4.9e-4); a wrong gradient is off by far more. In f16 the gradients
+  // carry the loss scale on both paths alike.
+  const double grad_tol = matmul_precision() == MatmulPrecision::F16 ? 1e-2 : 1e-3;
+  const bool ok = loss_diff < 1e-4 && worst < grad_tol;
   std::fprintf(stderr, "check: %s\n\n", ok ? "PASS" : "FAIL");
   fmt::print("{{\"tool\":\"vkformer\",\"check\":\"fused_loss\",\"shape\":\"{}\",\"loss_rel_diff\":{:.3e},"
              "\"grad_worst_rel_diff\":{:.3e},\"pass\":{}}}\n",
