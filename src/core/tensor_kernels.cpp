@@ -108,35 +108,27 @@ void fill(const Tensor& dst, float value) {
 Tensor convert(const Tensor& src, DType dtype) {
   VKF_REQUIRE(src.is_contiguous(), "convert needs a contiguous tensor");
   Tensor out = Tensor::empty(src.shape(), dtype);
-  convert_into(src, out);
-  return out;
-}
-
-void convert_into(const Tensor& src, const Tensor& out) {
-  VKF_REQUIRE(src.is_contiguous() && out.is_contiguous(), "convert_into needs contiguous tensors");
-  VKF_REQUIRE(src.numel() == out.numel(), "convert_into: {} elements into {}", src.numel(),
-              out.numel());
   const int64_t n = src.numel();
-  if (n == 0) return;
-  if (src.dtype() == out.dtype()) {
+  if (n == 0) return out;
+  if (src.dtype() == dtype) {
     copy_strided(src, out);
-    return;
+    return out;
   }
   struct {
     uint64_t src, dst;
     uint32_t n;
   } push{src.address(), out.address(), checked_u32(n, "element count")};
   const vk::DispatchCost cost{
-      0.0, static_cast<double>(n) *
-               static_cast<double>(dtype_size(src.dtype()) + dtype_size(out.dtype()))};
-  std::string module =
-      std::string("convert_") + lower_name(src.dtype()) + "_" + lower_name(out.dtype());
+      0.0,
+      static_cast<double>(n) * static_cast<double>(dtype_size(src.dtype()) + dtype_size(dtype))};
+  std::string module = std::string("convert_") + lower_name(src.dtype()) + "_" + lower_name(dtype);
   // f32 -> f16 eight elements at a time where both buffers allow 16-byte accesses.
   if (module == "convert_f32_f16" && push.src % 16 == 0 && push.dst % 16 == 0) {
     launch(module + "_x8", push, grid_1d(div_up(n, 8), 256), {&src}, {&out}, {}, cost);
-    return;
+    return out;
   }
   launch(module, push, grid_1d(n, 256), {&src}, {&out}, {}, cost);
+  return out;
 }
 
 void axpy(const Tensor& a, const Tensor& b, float alpha, const Tensor& out) {

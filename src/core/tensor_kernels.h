@@ -9,7 +9,6 @@ namespace vkf::detail {
 void copy_strided(const Tensor& src, const Tensor& dst);  // same shape and dtype
 void fill(const Tensor& dst, float value);
 Tensor convert(const Tensor& src, DType dtype);            // src contiguous
-void convert_into(const Tensor& src, const Tensor& out);   // both contiguous, same numel
 Tensor add(const Tensor& a, const Tensor& b);              // f32, same shape
 void add_inplace(const Tensor& dst, const Tensor& src);    // dst contiguous f32
 // out = a + alpha * b, contiguous f32 tensors of the same size; out may alias a.

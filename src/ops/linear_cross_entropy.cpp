@@ -111,8 +111,8 @@ int64_t linear_cross_entropy_group_chunks(int64_t rows, int64_t vocab, int64_t c
   VKF_REQUIRE(rows >= 0 && vocab >= 1 && chunk_rows >= 1,
               "linear_cross_entropy_group_chunks: rows {}, vocab {}, chunk_rows {}", rows, vocab,
               chunk_rows);
-  constexpr int64_t kDepth = 2048;
   if (g_group_chunks > 0) return g_group_chunks;
+  constexpr int64_t kDepth = 2048;  // rows of the dW product
   const int64_t chunks = std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1);
   const int64_t budget = 2 * static_cast<int64_t>(linear_cross_entropy_chunk_bytes());
   const int64_t fit = std::max<int64_t>(budget / (chunk_rows * vocab * 2), 1);
@@ -207,16 +207,15 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden_in, const Tensor& we
              o.softcap,
              (want_dh || want_dw) ? 1u : 0u};
       const double elements = static_cast<double>(n * vocab);
+      const Tensor& grad_out = grouped ? dz16_chunk : z;
+      launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels},
+             {&grad_out, &row_loss}, {}, {12.0 * elements, (grouped ? 14.0 : 16.0) * elements});
       if (grouped) {
-        launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels},
-               {&dz16_chunk, &row_loss}, {}, {12.0 * elements, 14.0 * elements});
         group_rows += n;
         const int64_t next = std::min(chunk_rows, rows - first - n);  // 0 after the last chunk
         if (next == 0 || group_rows + next > dz16.dim(0)) group_products();
         continue;
       }
-      launch("linear_ce_rows_" + variant, push, grid_1d(n, 1), {&z, &labels}, {&z, &row_loss}, {},
-             {12.0 * elements, 16.0 * elements});
       if (want_dh) matmul_into(z, w, false, false, pending->dh.slice(0, first, first + n));
       if (want_dw)
         matmul_into(z, h_chunk, true, false, pending->dw, 1.0f, first == 0 ? 0.0f : 1.0f);

@@ -221,13 +221,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return y;
 }
 
-struct SharedF16Inputs::Use {
-  explicit Use(detail::F16OperandReuse& reuse) : use(reuse) {}
-  detail::F16OperandReuse::Use use;
+struct SharedF16Inputs::Scope {
+  detail::F16OperandReuse reuse;
+  detail::F16OperandReuse::Use use{reuse};
 };
 
-SharedF16Inputs::SharedF16Inputs()
-    : reuse_(std::make_unique<detail::F16OperandReuse>()), use_(std::make_unique<Use>(*reuse_)) {}
+SharedF16Inputs::SharedF16Inputs() : scope_(std::make_unique<Scope>()) {}
 
 SharedF16Inputs::~SharedF16Inputs() = default;
 

@@ -13,10 +13,6 @@
 
 namespace vkf::ops {
 
-namespace detail {
-class F16OperandReuse;
-}
-
 // C = op(a) op(b), where op(x) is x or, with the flag, x with its last two dimensions swapped.
 // a is [..., M, K] ([..., K, M] with trans_a), b is [..., K, N] ([..., N, K] with trans_b), and
 // the result is [..., M, N]. Batch dimensions: b has the same leading dimensions as a, or b is
@@ -48,9 +44,8 @@ class SharedF16Inputs {
   SharedF16Inputs& operator=(const SharedF16Inputs&) = delete;
 
  private:
-  std::unique_ptr<detail::F16OperandReuse> reuse_;
-  struct Use;
-  std::unique_ptr<Use> use_;
+  struct Scope;  // a detail::F16OperandReuse and the Use that makes it current
+  std::unique_ptr<Scope> scope_;
 };
 
 }  // namespace vkf::ops

@@ -441,16 +441,17 @@ F16OperandReuse::Use::~Use() {
 }
 
 const MatDesc* F16OperandReuse::find(const MatDesc& d, bool is_a) const {
-  const uint64_t address = d.t.address();
-  for (const Copy& c : copies_)
-    if (c.address == address && c.batch == d.batch && c.rows == d.rows && c.cols == d.cols &&
-        c.bs == d.bs && c.rs == d.rs && c.cs == d.cs && c.is_a == is_a)
+  for (const Copy& c : copies_) {
+    const MatDesc& s = c.source;
+    if (s.t.address() == d.t.address() && s.batch == d.batch && s.rows == d.rows &&
+        s.cols == d.cols && s.bs == d.bs && s.rs == d.rs && s.cs == d.cs && c.is_a == is_a)
       return &c.copy;
+  }
   return nullptr;
 }
 
 void F16OperandReuse::keep(const MatDesc& d, bool is_a, const MatDesc& copy) {
-  copies_.push_back({d.t, d.t.address(), d.batch, d.rows, d.cols, d.bs, d.rs, d.cs, is_a, copy});
+  copies_.push_back({d, is_a, copy});
 }
 
 bool f16_operands_active() {

@@ -69,9 +69,7 @@ class F16OperandReuse {
 
  private:
   struct Copy {
-    Tensor source;  // held: its address stays its own
-    uint64_t address;
-    int64_t batch, rows, cols, bs, rs, cs;
+    MatDesc source;  // its tensor held: the address stays its own
     bool is_a;
     MatDesc copy;
   };

@@ -4,7 +4,7 @@
 // tensor-core kernel, so that lavapipe runs the path the H200 runs.
 #include <string>
 
-#include "core/launch.h"
+#include "emulated_f16.h"
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
@@ -14,22 +14,8 @@
 namespace vkf {
 namespace {
 
+using test::EmulatedF16;
 using test::Rng;
-
-// F16 precision with the emulated tensor-core kernel for one scope.
-struct EmulatedF16 {
-  EmulatedF16() {
-    set_matmul_precision(MatmulPrecision::F16);
-    ops::detail::set_coopmat_emulation(true);
-  }
-  ~EmulatedF16() {
-    set_matmul_precision(MatmulPrecision::F32);
-    ops::detail::set_coopmat_emulation(false);
-    ops::detail::set_coopmat_f16_operands(true);
-  }
-  EmulatedF16(const EmulatedF16&) = delete;
-  EmulatedF16& operator=(const EmulatedF16&) = delete;
-};
 
 // F16OperandReuse: inside a Use, a product whose operands were converted under the same object
 // converts nothing again and gives the same bits; outside, it converts as before.

@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "core/autograd.h"
-#include "core/launch.h"
+#include "emulated_f16.h"
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "ops/elementwise.h"
@@ -293,15 +293,7 @@ TEST(LinearCrossEntropy, IsDeterministic) {
 // products (group_chunks 1: the same f16 operands, dW summed in another order) closely, for
 // groups that divide the chunks, that do not, and the automatic one (all chunks here).
 TEST(LinearCrossEntropy, F16GroupedGradientsMatchPerChunkAndReference) {
-  struct Restore {
-    ~Restore() {
-      set_matmul_precision(MatmulPrecision::F32);
-      ops::detail::set_coopmat_emulation(false);
-      ops::detail::set_coopmat_f16_operands(true);
-    }
-  } restore;
-  set_matmul_precision(MatmulPrecision::F16);
-  ops::detail::set_coopmat_emulation(true);
+  const test::EmulatedF16 f16;
   ASSERT_TRUE(ops::detail::f16_operands_active());
   Rng rng(35);
   const Case c{"f16 groups", 37, 24, 300, 5, 1.0f, 0.0f, {2, 30}};
