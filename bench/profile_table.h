@@ -26,7 +26,7 @@ inline void print_profile(std::vector<vk::KernelProfile> prof, double steps, dou
   for (const auto& p : prof) total += p.total_ms;
   std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / steps,
                wall_ms);
-  std::fprintf(stderr, "  %-46s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share",
+  std::fprintf(stderr, "  %-56s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share",
                "TFLOP/s", "GB/s", "of roofline");
   for (size_t i = 0; i < prof.size() && static_cast<int>(i) < top; ++i) {
     const auto& p = prof[i];
@@ -34,11 +34,12 @@ inline void print_profile(std::vector<vk::KernelProfile> prof, double steps, dou
     const double tf = p.flops > 0 ? p.flops / s / 1e12 : 0, gb = p.bytes > 0 ? p.bytes / s / 1e9 : 0;
     // Tensor-core kernels (products, attention) against the f16 matrix peak, everything else
     // against fp32's.
-    const bool tensor_cores =
-        p.label.rfind("matmul_coopmat", 0) == 0 || p.label.rfind("flash_attn_", 0) == 0;
+    const bool tensor_cores = p.label.rfind("matmul_coopmat", 0) == 0 ||
+                              p.label.rfind("matmul_wg", 0) == 0 ||
+                              p.label.rfind("flash_attn_", 0) == 0;
     const double roof =
         std::max(tf / (tensor_cores ? peaks.tflops_f16 : peaks.tflops), gb / peaks.gbps);
-    std::fprintf(stderr, "  %-46s %8.3f %7.1f %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
+    std::fprintf(stderr, "  %-56s %8.3f %7.1f %5.1f%% %9.2f %9.1f  %5.1f%%\n", p.label.c_str(),
                  p.total_ms / steps, static_cast<double>(p.calls) / steps, 100 * p.total_ms / total,
                  tf, gb, 100 * roof);
   }

@@ -203,8 +203,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
       // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
       // copy (bitwise the same product; 1B f16 step: one more pass over G, faster products).
+      // (Not for the workgroup-scope kernel, which reads either layout as fast.)
       std::optional<detail::MatDesc> relaid;
-      if (shared_f16) relaid = detail::f16_operand_relaid(gd32, true);
+      if (shared_f16 && !detail::workgroup_gemm_takes(detail::describe_rows(t.tensor), 1.0f,
+                                                      beta_for(t), {}, gd32.cols))
+        relaid = detail::f16_operand_relaid(gd32, true);
       detail::gemm(relaid ? *relaid : gd, detail::describe_readable(weight),
                    detail::describe_rows(t.tensor), 1.0f, beta_for(t));
     }

@@ -216,9 +216,10 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 // whole contiguous tensor, the same view of an f16 copy; otherwise itself. `is_a`: the A operand.
 thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
 
-MatDesc f16_operand_converted(const MatDesc& d, bool is_a) {
+MatDesc f16_operand_converted(const MatDesc& d, bool is_a, bool relayout) {
   // In the kernel's faster layout where the operand is not (matmul_relayout.h).
-  if (const auto relaid = f16_operand_relaid(d, is_a)) return *relaid;
+  if (relayout)
+    if (const auto relaid = f16_operand_relaid(d, is_a)) return *relaid;
   if (d.t.dtype() != DType::F32 || !d.t.is_contiguous() || d.batch * d.rows * d.cols != d.t.numel())
     return d;
   autograd::NoGradScope no_grad;
@@ -227,24 +228,43 @@ MatDesc f16_operand_converted(const MatDesc& d, bool is_a) {
   return h;
 }
 
-MatDesc f16_operand(const MatDesc& d, bool is_a) {
+MatDesc f16_operand(const MatDesc& d, bool is_a, bool relayout) {
   if (!coopmat_f16_operands()) return d;
-  if (!g_reuse || d.t.dtype() != DType::F32) return f16_operand_converted(d, is_a);
+  if (!g_reuse || d.t.dtype() != DType::F32) return f16_operand_converted(d, is_a, relayout);
+  // A kept copy may be in either layout: both kernels read both.
   if (const MatDesc* kept = g_reuse->find(d, is_a)) return *kept;
-  const MatDesc h = f16_operand_converted(d, is_a);
+  const MatDesc h = f16_operand_converted(d, is_a, relayout);
   if (h.t.dtype() == DType::F16) g_reuse->keep(d, is_a, h);
   return h;
 }
+
+// The workgroup-scope kernel's tile for a product into c of depth k, judged before the operands
+// are converted (so that they are not relaid for the other kernel): nullopt where it does not
+// take it.
+std::optional<WorkgroupTile> workgroup_takes(const MatDesc& c, float alpha, float beta,
+                                             const Tensor& bias, int64_t k) {
+  if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
+      c.t.dtype() != DType::F32)
+    return std::nullopt;
+  if (c.cs != 1 && c.cols != 1 && c.rs != 1 && c.rows != 1) return std::nullopt;
+  return workgroup_plan(c.rows, c.cols, k);
+}
+
+}  // namespace
+
+bool workgroup_gemm_takes(const MatDesc& c, float alpha, float beta, const Tensor& bias,
+                          int64_t k) {
+  return coopmat_plan(c.batch, c.rows, c.cols) && workgroup_takes(c, alpha, beta, bias, k);
+}
+
+namespace {
 
 // The workgroup-scope kernel (matmul_workgroup.h), where it takes the product: false leaves it
 // to the other kernels. a and b are already converted to f16 where they could be.
 bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                         float beta, const Tensor& bias, const vk::DispatchCost& cost) {
-  if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
-      a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16 || c.t.dtype() != DType::F32)
-    return false;
-  const auto tile = workgroup_plan(c.rows, c.cols, a.cols);
-  if (!tile) return false;
+  const auto tile = workgroup_takes(c, alpha, beta, bias, a.cols);
+  if (!tile || a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16) return false;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   WorkgroupGemmKey key{*tile, la.trans, lb.trans, false, beta == 1.0f};
   if (c.cs == 1 || c.cols == 1)
@@ -279,8 +299,10 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
-    const MatDesc ha = f16_operand(a, true), hb = f16_operand(b, false);
-    if (dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
+    // The workgroup-scope kernel reads every layout equally fast: no relaid copies for it.
+    const bool workgroup = workgroup_takes(c, alpha, beta, bias, a.cols).has_value();
+    const MatDesc ha = f16_operand(a, true, !workgroup), hb = f16_operand(b, false, !workgroup);
+    if (workgroup && dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
     dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
   } else {
     // The fp32 tiled kernel, with its operands in its fastest layout where that pays.

@@ -97,6 +97,11 @@ MatDesc describe_rows(const Tensor& t);
 void gemm(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
           const Tensor& bias = {});
 
+// Whether the workgroup-scope tensor-core kernel (matmul_workgroup.h) takes a product into c of
+// depth k with this alpha, beta and bias under the current settings. That kernel reads every
+// operand layout equally fast, so a caller need not relay operands out for it.
+bool workgroup_gemm_takes(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k);
+
 // dst[n] = sum_r src(r, n) + beta * dst[n] over a single matrix src (batch 1, cs == 1) and a
 // contiguous rank-1 dst; deterministic (fixed order, no atomics).
 void column_sum(const MatDesc& src, const Tensor& dst, float beta);

@@ -54,24 +54,39 @@ enum PushMember : uint32_t {
   kMemberCount
 };
 
+// Auto's tiles, in its order of preference (see workgroup_plan).
+const WorkgroupTile kAutoTiles[] = {
+    {128, 256, 32, true, 8}, {256, 128, 32, true, 4}, {128, 192, 32, true, 4},
+    {64, 192, 32, true, 4},  {128, 128, 64, true, 4}, {128, 128, 32, true, 4},
+};
+
 }  // namespace
 
 std::string WorkgroupTile::name() const {
-  return fmt::format("{}{}x{}x{}", tensor_loads ? "wgt" : "wg", bm, bn, bk);
+  return fmt::format("{}{}x{}x{}{}", tensor_loads ? "wgt" : "wg", bm, bn, bk,
+                     unroll > 1 ? fmt::format("u{}", unroll) : "");
 }
 
 const std::vector<WorkgroupTile>& workgroup_tiles() {
   static const std::vector<WorkgroupTile> tiles = [] {
-    std::vector<WorkgroupTile> all;
-    for (bool tensor : {false, true})
-      for (const auto& [bm, bn, bk] : {std::tuple{128u, 256u, 32u},
-                                       {256u, 128u, 32u},
-                                       {128u, 128u, 32u},
-                                       {128u, 128u, 64u},
-                                       {128u, 64u, 32u},
-                                       {64u, 128u, 32u},
-                                       {64u, 64u, 32u}})
-        all.push_back({bm, bn, bk, tensor});
+    // Strided loads: the first form measured (bench/RESULTS.md); the H200's compiler spills them.
+    std::vector<WorkgroupTile> all = {{128, 256, 32}, {128, 128, 32}, {64, 64, 32}};
+    // Tensor-addressed loads, one K-step per iteration: the shapes auto's rule was chosen from.
+    for (const auto& [bm, bn, bk] : {std::tuple{128u, 256u, 32u},
+                                     {256u, 128u, 32u},
+                                     {128u, 192u, 32u},
+                                     {192u, 128u, 32u},
+                                     {192u, 192u, 32u},
+                                     {128u, 128u, 32u},
+                                     {128u, 128u, 64u},
+                                     {128u, 256u, 64u},
+                                     {64u, 192u, 32u},
+                                     {192u, 64u, 32u},
+                                     {128u, 64u, 32u},
+                                     {64u, 128u, 32u},
+                                     {64u, 64u, 32u}})
+      all.push_back({bm, bn, bk, true, 1});
+    all.insert(all.end(), std::begin(kAutoTiles), std::end(kAutoTiles));
     return all;
   }();
   return tiles;
@@ -114,16 +129,38 @@ std::string workgroup_unsupported(bool tensor_loads) {
 }
 
 std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
-  // Only when a tile is named: auto never picks this kernel. Measured on the H200 (driver
-  // 580.159.04, bench/RESULTS.md), its best tile reaches 65 TFLOP/s on 4096^3 with strided loads
-  // and 45 with tensor-addressed ones, where the subgroup-scope kernel reaches 153.
   if (matmul_precision() != MatmulPrecision::F16) return std::nullopt;
-  const WorkgroupTile* t = find_workgroup_tile(coopmat_choice());
-  if (!t || !workgroup_unsupported(t->tensor_loads).empty()) return std::nullopt;
+  const std::string choice = coopmat_choice();
   const uint32_t max_dim = vk::Context::get().info().workgroup_matrix_max_dimension;
-  if (m % t->bm || n % t->bn || k % t->bk || std::max({t->bm, t->bn, t->bk}) > max_dim)
-    return std::nullopt;
-  return *t;
+  const auto divides = [&](const WorkgroupTile& t) {
+    return m % t.bm == 0 && n % t.bn == 0 && k % t.bk == 0 &&
+           std::max({t.bm, t.bn, t.bk}) <= max_dim;
+  };
+  if (const WorkgroupTile* forced = find_workgroup_tile(choice)) {
+    if (!workgroup_unsupported(forced->tensor_loads).empty() || !divides(*forced))
+      return std::nullopt;
+    return *forced;
+  }
+  if (choice != "auto" || !workgroup_unsupported(true).empty()) return std::nullopt;
+  // Auto: tensor-addressed loads, several K-steps per loop iteration, the first of kAutoTiles
+  // that divides the product into at least kMinTiles tiles, else the one that divides it into the
+  // most. Measured on the H200 (driver 580.159.04, bench/RESULTS.md): 128x256x32 ran 4096^3 at
+  // 228-236 TFLOP/s in every layout where the subgroup-scope kernel ran 168 "nn" (one K-step per
+  // iteration: 173); 128x192 and 64x192 serve the 135M shape's 576- and 192-wide products, 64x192
+  // the few-tile ones; the strided-load form spills and stays below 85.
+  constexpr int64_t kMinTiles = 128;
+  std::optional<WorkgroupTile> most;
+  int64_t most_tiles = 0;
+  for (const WorkgroupTile& t : kAutoTiles) {
+    if (!divides(t)) continue;
+    const int64_t tiles = (m / t.bm) * (n / t.bn);
+    if (tiles >= kMinTiles) return t;
+    if (tiles > most_tiles) {
+      most = t;
+      most_tiles = tiles;
+    }
+  }
+  return most;
 }
 
 std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
@@ -241,12 +278,17 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
 
   // Element offsets of the tiles at k = 0, and how far one step of k moves them.
   const uint32_t a = push(kA), bb = push(kB), c = push(kC), k_end = push(kK);
-  const uint32_t lda = push(kLda), ldb = push(kLdb), c_rs = push(kCRs), c_cs = push(kCCs);
+  // The host checks that A's and B's strides are multiples of 8 halves (16 bytes); masking the low
+  // bits tells the driver's compiler so, which lets it load lines 16 bytes at a time.
+  const uint32_t not7 = c32(~7u);
+  const uint32_t lda = b.op(OpBitwiseAnd, u32, {push(kLda), not7});
+  const uint32_t ldb = b.op(OpBitwiseAnd, u32, {push(kLdb), not7});
+  const uint32_t c_rs = push(kCRs), c_cs = push(kCCs);
   const uint32_t a_tile = add(mul(z, push(kSa)), key.trans_a ? m0 : mul(m0, lda));
   const uint32_t b_tile = add(mul(z, push(kSb)), key.trans_b ? mul(n0, ldb) : n0);
   const uint32_t c_tile = add(mul(z, push(kSc)), add(mul(m0, c_rs), mul(n0, c_cs)));
   const uint32_t layout_c = c32(key.c_column_major ? ColumnMajor : RowMajor);
-  const uint32_t c_stride = key.c_column_major ? c_cs : c_rs;
+  const uint32_t c_stride = b.op(OpBitwiseAnd, u32, {key.c_column_major ? c_cs : c_rs, c32(~3u)});
   const uint32_t c_ptr = element_ptr(p_f32, c, c_tile, 4);
 
   // Tensor addressing: each operand's layout (stored rows x columns, row stride ld) at its batch
@@ -301,30 +343,36 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
                                        : zero_c;
   b.op_void(OpStore, {v_acc, acc0});
   b.op_void(OpStore, {v_k, c32(0)});
-  const uint32_t l_header = b.fresh_id(), l_test = b.fresh_id(), l_body = b.fresh_id(),
-                 l_continue = b.fresh_id(), l_merge = b.fresh_id();
-  b.op_void(OpBranch, {l_header});
-
-  b.op_with_id(OpLabel, 0, l_header, {});
-  b.op_void(OpLoopMerge, {l_merge, l_continue, 0});
-  b.op_void(OpBranch, {l_test});
-
-  b.op_with_id(OpLabel, 0, l_test, {});
-  const uint32_t k_now = b.op(OpLoad, u32, {v_k});
-  b.op_void(OpBranchConditional, {b.op(OpULessThan, t_bool, {k_now, k_end}), l_body, l_merge});
-
-  b.op_with_id(OpLabel, 0, l_body, {});
-  const uint32_t k = b.op(OpLoad, u32, {v_k});
-  const uint32_t mat_a = load_tile(op_a, k), mat_b = load_tile(op_b, k);
-  const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
-  b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
-  b.op_void(OpBranch, {l_continue});
-
-  b.op_with_id(OpLabel, 0, l_continue, {});
-  b.op_void(OpStore, {v_k, add(b.op(OpLoad, u32, {v_k}), c32(tile.bk))});
-  b.op_void(OpBranch, {l_header});
-
-  b.op_with_id(OpLabel, 0, l_merge, {});
+  // One multiply-add of the tiles at k.
+  const auto step = [&](uint32_t k) {
+    const uint32_t mat_a = load_tile(op_a, k), mat_b = load_tile(op_b, k);
+    const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
+    b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
+  };
+  // while (k + steps * BK <= K) { step(k), ..., step(k + (steps - 1) * BK); k += steps * BK; }
+  const auto emit_loop = [&](uint32_t steps) {
+    const uint32_t l_header = b.fresh_id(), l_test = b.fresh_id(), l_body = b.fresh_id(),
+                   l_continue = b.fresh_id(), l_merge = b.fresh_id();
+    b.op_void(OpBranch, {l_header});
+    b.op_with_id(OpLabel, 0, l_header, {});
+    b.op_void(OpLoopMerge, {l_merge, l_continue, 0});
+    b.op_void(OpBranch, {l_test});
+    b.op_with_id(OpLabel, 0, l_test, {});
+    const uint32_t k_now = b.op(OpLoad, u32, {v_k});
+    const uint32_t k_after = add(k_now, c32(steps * tile.bk));
+    b.op_void(OpBranchConditional,
+              {b.op(OpULessThanEqual, t_bool, {k_after, k_end}), l_body, l_merge});
+    b.op_with_id(OpLabel, 0, l_body, {});
+    const uint32_t k = b.op(OpLoad, u32, {v_k});
+    for (uint32_t s = 0; s < steps; ++s) step(s == 0 ? k : add(k, c32(s * tile.bk)));
+    b.op_void(OpBranch, {l_continue});
+    b.op_with_id(OpLabel, 0, l_continue, {});
+    b.op_void(OpStore, {v_k, add(b.op(OpLoad, u32, {v_k}), c32(steps * tile.bk))});
+    b.op_void(OpBranch, {l_header});
+    b.op_with_id(OpLabel, 0, l_merge, {});
+  };
+  if (tile.unroll > 1) emit_loop(tile.unroll);
+  emit_loop(1);
   b.op_void(OpCooperativeMatrixStoreKHR,
             {c_ptr, b.op(OpLoad, t_c, {v_acc}), layout_c, c_stride, kMemoryAccessAligned, 16});
   b.op_void(OpReturn, {});

@@ -6,10 +6,11 @@
 // (matmul_coopmat.h) has to spell out. Debian 12's glslc cannot compile such matrices, so the
 // kernel is written as SPIR-V at run time (vk/spirv_builder.h), one module per tile and layout.
 //
-// Opt-in (`--coopmat-tile wg128x256x32`, or `wgt...` for tensor-addressed loads): on the H200
-// both load forms are slower than the subgroup-scope kernel today (bench/RESULTS.md), so auto
-// never picks them. They are kept as the measured starting point for drivers that stage these
-// matrices better, and as the user of the run-time SPIR-V path.
+// Auto's choice for F16 products on devices with tensor-addressed loads (SPV_NV_tensor_addressing),
+// where they divide into its tiles (workgroup_plan): on the H200 it runs 1.35x the subgroup-scope
+// kernel's TFLOP/s on large products and reads transposed operands as fast as others
+// (bench/RESULTS.md). Tiles can also be named (`--coopmat-tile wgt128x256x32u4`, `wg...` for the
+// strided loads, which the H200's compiler spills); naming a subgroup-scope tile turns it off.
 // It takes the common products of training and leaves the rest to the subgroup-scope kernel:
 // f16 operands (f32 ones are converted once per product, as for that kernel) whose lines start
 // 16-byte aligned, M, N and K multiples of the tile, alpha 1, beta 0 or 1, no bias, and C
@@ -29,10 +30,13 @@ struct WorkgroupTile {
   // operand's extent and strides, and a transposed operand is read through a transposing view)
   // rather than as strided matrices at the tile's corner.
   bool tensor_loads = false;
-  std::string name() const;  // "wg128x128x32", or "wgt..." with tensor_loads
+  // K-steps issued per loop iteration (the loop body repeated), so that the loads of later steps
+  // can be issued before earlier multiply-adds retire.
+  uint32_t unroll = 1;
+  std::string name() const;  // "wg128x128x32", "wgt..." with tensor_loads, "...u4" unrolled
 };
 
-// Every tile the kernel can be built with; the choice must name one (auto does not use them).
+// Every tile the kernel can be built with (auto uses some of them, see workgroup_plan).
 const std::vector<WorkgroupTile>& workgroup_tiles();
 const WorkgroupTile* find_workgroup_tile(const std::string& name);
 std::string workgroup_tile_names();
@@ -48,8 +52,9 @@ struct WorkgroupGemmKey {
   bool trans_a = false, trans_b = false, c_column_major = false, accumulate = false;
 };
 
-// The tile for an m x n x k product (each batch entry) when the current choice (coopmat_choice())
-// names a workgroup tile that the device runs and that divides the product; else nullopt.
+// The tile for an m x n x k product (each batch entry) under the current choice (coopmat_choice()):
+// a named workgroup tile that the device runs and that divides the product, or auto's pick by
+// shape on a device with tensor-addressed loads; else nullopt (the other kernels).
 std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k);
 
 // The SPIR-V of one kernel, and the name of its registered module (generated on first use).

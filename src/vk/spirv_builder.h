@@ -52,6 +52,8 @@ enum Op : uint32_t {
   OpUMod = 137,
   OpSelect = 169,
   OpULessThan = 176,
+  OpULessThanEqual = 178,
+  OpBitwiseAnd = 199,
   OpLoopMerge = 246,
   OpLabel = 248,
   OpBranch = 249,

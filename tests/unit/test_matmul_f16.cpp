@@ -723,15 +723,17 @@ TEST(MatmulF16, Deterministic) {
   }
 }
 
-// The workgroup-scope kernel (opt-in by tile name): on devices that have it, every tile on every
-// transpose, with and without accumulation into C (beta 1); on the others a named workgroup
-// tile must leave the products to the other kernels, with the same results.
+// The workgroup-scope kernel: on devices that have it, every tile on every transpose, with and
+// without accumulation into C (beta 1), K long enough for both the unrolled loop and its
+// remainder; on the others a named workgroup tile must leave the products to the other kernels,
+// with the same results (checked for the first tile: the fallback is the same for all).
 TEST(MatmulF16, WorkgroupScopeTiles) {
   Rng rng(113);
-  const std::string unsupported = ops::detail::workgroup_unsupported();
+  const std::string unsupported = ops::detail::workgroup_unsupported(true);
   for (const auto& tile : ops::detail::workgroup_tiles()) {
+    if (!unsupported.empty() && &tile != &ops::detail::workgroup_tiles().front()) break;
     F16Scope scope(tile.name());
-    const int64_t m = 2 * tile.bm, n = 2 * tile.bn, k = 2 * tile.bk;
+    const int64_t m = 2 * tile.bm, n = 2 * tile.bn, k = (tile.unroll + 1) * tile.bk;
     const std::string plan = ops::detail::gemm_plan(1, m, n, k);
     EXPECT_EQ(plan.find(tile.name()) != std::string::npos, unsupported.empty()) << plan;
     for (int t = 0; t < 4; ++t) {
@@ -761,6 +763,31 @@ TEST(MatmulF16, WorkgroupScopeTiles) {
     expect_within(out_t.contiguous().to_double(), e_t, describe(s, plan) + " beta 1, C^T");
   }
   if (!unsupported.empty()) GTEST_SKIP() << "ran the fallback only: " << unsupported;
+}
+
+// Auto takes the workgroup-scope kernel's tensor-addressed tiles where the device has them and
+// they divide the product (the largest that still gives kMinTiles tiles), else the other kernels.
+TEST(MatmulF16, WorkgroupScopeAuto) {
+  Rng rng(114);
+  const std::string unsupported = ops::detail::workgroup_unsupported(true);
+  F16Scope scope("auto");
+  struct Case {
+    Mnk d;
+    const char* tile;  // auto's pick where the device has the kernel; nullptr: another kernel
+  };
+  for (const auto& [d, tile] :
+       {Case{{2048, 2048, 32}, "wgt128x256x32u8"}, Case{{256, 1024, 64}, "wgt128x128x64u4"},
+        Case{{192, 576, 160}, "wgt64x192x32u4"}, Case{{200, 256, 64}, nullptr}}) {
+    const std::string plan = ops::detail::gemm_plan(1, d.m, d.n, d.k);
+    const bool expect_wg = tile && unsupported.empty();
+    EXPECT_EQ(plan.find(" wg") != std::string::npos, expect_wg) << plan;
+    if (expect_wg) {
+      EXPECT_NE(plan.find(tile), std::string::npos) << plan;
+    }
+    for (int t = 0; t < 4; ++t)
+      check_product(rng, {}, {1, d.m, d.n, d.k, (t & 1) != 0, (t & 2) != 0, false}, plan, true);
+  }
+  if (!unsupported.empty()) GTEST_SKIP() << "ran the other kernels only: " << unsupported;
 }
 
 TEST(MatmulF16, UnknownTileNamed) {
