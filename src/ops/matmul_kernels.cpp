@@ -299,9 +299,10 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
-    // The workgroup-scope kernel reads every layout equally fast: no relaid copies for it.
+    // The workgroup-scope kernel gains less from relaid copies: only for large products.
     const bool workgroup = workgroup_takes(c, alpha, beta, bias, a.cols).has_value();
-    const MatDesc ha = f16_operand(a, true, !workgroup), hb = f16_operand(b, false, !workgroup);
+    const bool relayout = !workgroup || workgroup_relayout_pays(c.rows, c.cols, a.cols);
+    const MatDesc ha = f16_operand(a, true, relayout), hb = f16_operand(b, false, relayout);
     if (workgroup && dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
     dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
   } else {

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
@@ -161,6 +162,15 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
     }
   }
   return most;
+}
+
+bool workgroup_relayout_pays(int64_t m, int64_t n, int64_t k) {
+  static const std::string choice = [] {
+    const char* env = std::getenv("VKF_WG_RELAYOUT");
+    return std::string(env ? env : "auto");
+  }();
+  if (choice == "0" || choice == "1") return choice == "1";
+  return m * n * k >= (int64_t{1} << 34);
 }
 
 std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {

@@ -57,6 +57,13 @@ struct WorkgroupGemmKey {
 // shape on a device with tensor-addressed loads; else nullopt (the other kernels).
 std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k);
 
+// Whether the f16 copies of an m x n x k product's operands are written in the "tn" layout
+// (matmul_relayout.h) when this kernel takes it. It reads "tn" fastest too (H200, 1B training
+// products: 237-290 TFLOP/s "tn" against 214-247 "nt"), but a transposing copy costs more than
+// a plain one, so auto does it for large products only (m*n*k >= 2^34); VKF_WG_RELAYOUT=1 for
+// every product, 0 for none.
+bool workgroup_relayout_pays(int64_t m, int64_t n, int64_t k);
+
 // The SPIR-V of one kernel, and the name of its registered module (generated on first use).
 std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key);
 std::string workgroup_gemm_module(const WorkgroupGemmKey& key);
