@@ -7,7 +7,7 @@
 // odd sizes, batches with a shared operand, alpha/beta/bias into strided outputs, split-K, the
 // rounding of edge values bit for bit (ties, overflow to infinity, subnormals), determinism. The
 // tensor-core kernel's own logic (staging, fragment layouts, epilogue) also runs everywhere through
-// its emulated build.
+// its emulated build. The workgroup-scope kernel has its own file, test_matmul_workgroup.cpp.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,12 +21,12 @@
 #include "core/autograd.h"
 #include "core/dtype.h"
 #include "core/launch.h"
+#include "f16_product_check.h"
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
 #include "ops/matmul_relayout.h"
-#include "ops/matmul_workgroup.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -38,145 +38,7 @@ using ops::matmul_into;
 using ops::detail::F16Convert;
 using test::Rng;
 
-double f16_round(double x) {
-  return f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(x)));
-}
-std::vector<double> rounded(const std::vector<double>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = f16_round(v[i]);
-  return r;
-}
-std::vector<double> magnitudes(const std::vector<double>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
-  return r;
-}
-
-// F16 precision with a kernel choice ("auto", "off" or a cooperative-matrix tile) and an f16
-// conversion for one scope; everything back to the defaults after, also when a check fails.
-struct F16Scope {
-  explicit F16Scope(const std::string& choice = "auto", F16Convert convert = F16Convert::Auto) {
-    set_matmul_precision(MatmulPrecision::F16);
-    ops::detail::set_coopmat_choice(choice);
-    ops::detail::set_f16_convert(convert);
-  }
-  ~F16Scope() {
-    set_matmul_precision(MatmulPrecision::F32);
-    ops::detail::set_coopmat_choice("auto");
-    ops::detail::set_f16_convert(F16Convert::Auto);
-    ops::detail::set_coopmat_emulation(false);
-    ops::detail::set_coopmat_f16_operands(true);
-    ops::detail::set_split_k(0);
-    ops::detail::set_grid_limit(65535);
-  }
-  F16Scope(const F16Scope&) = delete;
-  F16Scope& operator=(const F16Scope&) = delete;
-};
-
-bool coopmat_supported() {
-  return ops::detail::coopmat_support().unsupported.empty();
-}
-
-// The kernel choices to run each case under: the default, and on a device with cooperative
-// matrices also the portable kernels ("off"), so that both are checked there.
-std::vector<std::string> path_choices() {
-  if (coopmat_supported()) return {"auto", "off"};
-  return {"auto"};
-}
-
-// What an F16 product must give: alpha * op(round(a)) op(round(b)) [+ beta * c + bias] in double,
-// and per element the bound of fp32 accumulation and epilogue on it.
-struct Expected {
-  std::vector<double> value, tol;
-};
-Expected expect_f16(const std::vector<double>& a, const std::vector<double>& b,
-                    const ref::MatmulShape& s, double alpha = 1.0) {
-  const auto ra = rounded(a), rb = rounded(b);
-  Expected e{ref::matmul(ra, rb, s), ref::matmul(magnitudes(ra), magnitudes(rb), s)};
-  const double u = std::ldexp(1.0, -24);
-  for (size_t i = 0; i < e.value.size(); ++i) {
-    e.value[i] *= alpha;
-    e.tol[i] = 4.0 * static_cast<double>(s.k) * u * std::fabs(alpha) * e.tol[i] +
-               4.0 * u * std::fabs(e.value[i]) + 1e-30;
-  }
-  return e;
-}
-// Adds beta * c + bias(n) to every element (C is M x N per batch entry, row-major here).
-void add_epilogue(Expected& e, double beta, const std::vector<double>& c,
-                  const std::vector<double>& bias, int64_t n) {
-  const double u = std::ldexp(1.0, -24);
-  for (size_t i = 0; i < e.value.size(); ++i) {
-    const double extra = beta * c[i] + (bias.empty() ? 0.0 : bias[i % n]);
-    e.value[i] += extra;
-    e.tol[i] += 4.0 * u * (std::fabs(beta * c[i]) + std::fabs(e.value[i]) + std::fabs(extra));
-  }
-}
-
-// Every element within its bound; infinities and NaN must match exactly.
-void expect_within(const std::vector<double>& got, const Expected& e, const std::string& what) {
-  ASSERT_EQ(got.size(), e.value.size()) << what;
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double want = e.value[i];
-    bool ok;
-    double ratio = 0;
-    if (std::isnan(want)) {
-      ok = std::isnan(got[i]);
-    } else if (std::isinf(want)) {
-      ok = got[i] == want;
-    } else {
-      ratio = std::fabs(got[i] - want) / e.tol[i];
-      ok = ratio <= 1.0;  // NaN got gives a NaN ratio: not ok
-    }
-    if (!ok) {
-      if (bad == 0 || !(ratio <= worst_ratio)) {
-        worst = i;
-        worst_ratio = ratio;
-      }
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
-                     << " elements outside the fp32-accumulation bound; e.g. at " << worst
-                     << ": got " << (got.empty() ? 0.0 : got[worst]) << " want "
-                     << (got.empty() ? 0.0 : e.value[worst]) << " (bound "
-                     << (got.empty() ? 0.0 : e.tol[worst]) << ")";
-}
-
-// The rounding must be visible: the result sits much closer to the rounded reference than to the
-// plain fp32 one (operands here are random, almost never f16 values).
-void expect_rounding_visible(const std::vector<double>& got, const Expected& e,
-                             const std::vector<double>& unrounded, const std::string& what) {
-  const double to_rounded = test::max_abs_diff(got, e.value);
-  const double to_unrounded = test::max_abs_diff(got, unrounded);
-  EXPECT_GT(to_unrounded, 100.0 * to_rounded)
-      << what << ": max |result - f32 reference| " << to_unrounded
-      << " vs max |result - f16-rounded reference| " << to_rounded;
-}
-
-std::string describe(const ref::MatmulShape& s, const std::string& path) {
-  return path + ": batch " + std::to_string(s.batch) + " M=" + std::to_string(s.m) +
-         " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) + (s.trans_a ? " A^T" : "") +
-         (s.trans_b ? " B^T" : "") + (s.shared_b ? " shared B" : "") + " [" +
-         ops::detail::gemm_plan(s.batch, s.m, s.n, s.k) + "]";
-}
-
-// matmul on fresh random operands of shape s (batch dimensions `batch`) against the reference;
-// with `visible`, also asserts that the rounding shows.
-void check_product(Rng& rng, const Shape& batch, ref::MatmulShape s, const std::string& path,
-                   bool visible = false) {
-  s.batch = shape_numel(batch);
-  const auto a = test::as_f32(rng.uniform(s.a_size()));
-  const auto b = test::as_f32(rng.uniform(s.b_size()));
-  const std::string what = describe(s, path);
-  const auto got = matmul(test::to_gpu(a, s.a_shape(batch)), test::to_gpu(b, s.b_shape(batch)),
-                          s.trans_a, s.trans_b)
-                       .to_double();
-  const Expected e = expect_f16(a, b, s);
-  expect_within(got, e, what);
-  if (visible) expect_rounding_visible(got, e, ref::matmul(a, b, s), what);
-}
+using namespace test;  // f16_product_check.h
 
 // Values around f16 rounding decisions: f16 values (every exponent, subnormals included, with
 // the lowest and highest mantissas and every 13th between), the midpoint to the next f16 value
@@ -721,73 +583,6 @@ TEST(MatmulF16, Deterministic) {
       test::expect_bitwise_equal(matmul(a, b), matmul(a, b), path + " " + std::to_string(d.m));
     }
   }
-}
-
-// The workgroup-scope kernel: on devices that have it, every tile on every transpose, with and
-// without accumulation into C (beta 1), K long enough for both the unrolled loop and its
-// remainder; on the others a named workgroup tile must leave the products to the other kernels,
-// with the same results (checked for the first tile: the fallback is the same for all).
-TEST(MatmulF16, WorkgroupScopeTiles) {
-  Rng rng(113);
-  const std::string unsupported = ops::detail::workgroup_unsupported(true);
-  for (const auto& tile : ops::detail::workgroup_tiles()) {
-    if (!unsupported.empty() && &tile != &ops::detail::workgroup_tiles().front()) break;
-    F16Scope scope(tile.name());
-    const int64_t m = 2 * tile.bm, n = 2 * tile.bn, k = (tile.unroll + 1) * tile.bk;
-    const std::string plan = ops::detail::gemm_plan(1, m, n, k);
-    EXPECT_EQ(plan.find(tile.name()) != std::string::npos, unsupported.empty()) << plan;
-    for (int t = 0; t < 4; ++t) {
-      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
-      check_product(rng, {}, {1, m, n, k, ta, tb, false}, plan, true);
-    }
-    check_product(rng, {2}, {1, m, n, k, false, true, false}, plan);
-    // Accumulating (beta 1) into a row-major C and into a column-major view of one.
-    const ref::MatmulShape s{1, m, n, k, false, true, false};
-    const auto a = test::as_f32(rng.uniform(s.a_size()));
-    const auto b = test::as_f32(rng.uniform(s.b_size()));
-    const auto before = test::as_f32(rng.uniform(m * n));
-    Expected e = expect_f16(a, b, s);
-    add_epilogue(e, 1.0, before, std::vector<double>(), n);
-    Tensor out = test::to_gpu(before, {m, n});
-    matmul_into(test::to_gpu(a, s.a_shape({})), test::to_gpu(b, s.b_shape({})), false, true, out,
-                1.0f, 1.0f, Tensor());
-    expect_within(out.to_double(), e, describe(s, plan) + " beta 1");
-    Tensor out_t = test::to_gpu(before, {n, m}).transpose(0, 1);  // element (i, j) at j*m + i
-    std::vector<double> before_t(before.size());
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) before_t[i * n + j] = before[j * m + i];
-    Expected e_t = expect_f16(a, b, s);
-    add_epilogue(e_t, 1.0, before_t, std::vector<double>(), n);
-    matmul_into(test::to_gpu(a, s.a_shape({})), test::to_gpu(b, s.b_shape({})), false, true,
-                out_t, 1.0f, 1.0f, Tensor());
-    expect_within(out_t.contiguous().to_double(), e_t, describe(s, plan) + " beta 1, C^T");
-  }
-  if (!unsupported.empty()) GTEST_SKIP() << "ran the fallback only: " << unsupported;
-}
-
-// Auto takes the workgroup-scope kernel's tensor-addressed tiles where the device has them and
-// they divide the product (the largest that still gives kMinTiles tiles), else the other kernels.
-TEST(MatmulF16, WorkgroupScopeAuto) {
-  Rng rng(114);
-  const std::string unsupported = ops::detail::workgroup_unsupported(true);
-  F16Scope scope("auto");
-  struct Case {
-    Mnk d;
-    const char* tile;  // auto's pick where the device has the kernel; nullptr: another kernel
-  };
-  for (const auto& [d, tile] :
-       {Case{{2048, 2048, 32}, "wgt128x256x32u8"}, Case{{256, 1024, 64}, "wgt128x128x64u4"},
-        Case{{192, 576, 160}, "wgt64x192x32u4"}, Case{{200, 256, 64}, nullptr}}) {
-    const std::string plan = ops::detail::gemm_plan(1, d.m, d.n, d.k);
-    const bool expect_wg = tile && unsupported.empty();
-    EXPECT_EQ(plan.find(" wg") != std::string::npos, expect_wg) << plan;
-    if (expect_wg) {
-      EXPECT_NE(plan.find(tile), std::string::npos) << plan;
-    }
-    for (int t = 0; t < 4; ++t)
-      check_product(rng, {}, {1, d.m, d.n, d.k, (t & 1) != 0, (t & 2) != 0, false}, plan, true);
-  }
-  if (!unsupported.empty()) GTEST_SKIP() << "ran the other kernels only: " << unsupported;
 }
 
 TEST(MatmulF16, UnknownTileNamed) {
