@@ -2,17 +2,20 @@
 // of the kernel. In GLSL terms each generated module is
 //
 //   layout(local_size_x = 256) in;  push constants: matmul_push.glsl's block
+//   lda = p.lda & ~7; ldb = p.ldb & ~7;  // the host guarantees it; the driver learns alignment
 //   coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
 //       accumulate ? load(C tile) : 0;
-//   for (uint k = 0; k < K; k += BK)
+//   for (k = 0; k + UNROLL * BK <= K; k += UNROLL * BK)  // the body repeated UNROLL times
 //     acc = coopMatMulAdd(load<f16, BM x BK, UseA>(A tile at k), load<f16, BK x BN, UseB>(B tile),
-//     acc);
+//     acc); ...
+//   for (; k < K; k += BK) the same once;
 //   store(acc, C tile);
 //
 // with the tile of a workgroup chosen as matmul_coopmat.comp does (bands of GROUP_M tile rows, so
 // that concurrently running workgroups share operands in L2), and every load and store declaring
 // 16-byte alignment: strided row- or column-major matrices at the tile's corner, or (tiles with
-// tensor_loads) A and B sliced from tensor layouts of the whole operands.
+// tensor_loads) A and B sliced from tensor layouts of the whole operands. Both the masked strides
+// and the unrolled loop were needed for speed on the H200 (bench/RESULTS.md, tenth session).
 #include "ops/matmul_workgroup.h"
 
 #include <fmt/format.h>
