@@ -12,7 +12,6 @@
 #include "core/autograd.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_relayout.h"
-#include "ops/matmul_workgroup.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -204,11 +203,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
       // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
       // copy (bitwise the same product; 1B f16 step: one more pass over G, faster products).
-      // (For the workgroup-scope kernel only where its rule says the copy pays.)
       const detail::MatDesc dx = detail::describe_rows(t.tensor);
       std::optional<detail::MatDesc> relaid;
-      if (shared_f16 && (!detail::workgroup_gemm_takes(dx, 1.0f, beta_for(t), {}, gd32.cols) ||
-                         detail::workgroup_relayout_pays(dx.rows, dx.cols, gd32.cols)))
+      if (shared_f16 && detail::f16_relayout_wanted(dx, 1.0f, beta_for(t), {}, gd32.cols))
         relaid = detail::f16_operand_relaid(gd32, true);
       detail::gemm(relaid ? *relaid : gd, detail::describe_readable(weight), dx, 1.0f, beta_for(t));
     }

@@ -212,8 +212,9 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
 }
 
 // An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
-// transposed into the kernel's faster layout where matmul_relayout.h says so, else, when it is a
-// whole contiguous tensor, the same view of an f16 copy; otherwise itself. `is_a`: the A operand.
+// with `relayout` (relayout_for), transposed into the kernel's faster layout where
+// matmul_relayout.h says so, else, when it is a whole contiguous tensor, the same view of an f16
+// copy; otherwise itself. `is_a`: the A operand.
 thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
 
 MatDesc f16_operand_converted(const MatDesc& d, bool is_a, bool relayout) {
@@ -239,8 +240,9 @@ MatDesc f16_operand(const MatDesc& d, bool is_a, bool relayout) {
 }
 
 // The workgroup-scope kernel's tile for a product into c of depth k, judged before the operands
-// are converted (so that they are not relaid for the other kernel): nullopt where it does not
-// take it.
+// are converted (its rule decides their layout, see f16_relayout_wanted): nullopt where it does
+// not take it (bias, alpha != 1, beta other than 0 or 1, C contiguous along neither dimension,
+// or no tile for the shape).
 std::optional<WorkgroupTile> workgroup_takes(const MatDesc& c, float alpha, float beta,
                                              const Tensor& bias, int64_t k) {
   if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
@@ -250,36 +252,30 @@ std::optional<WorkgroupTile> workgroup_takes(const MatDesc& c, float alpha, floa
   return workgroup_plan(c.rows, c.cols, k);
 }
 
-}  // namespace
-
-bool workgroup_gemm_takes(const MatDesc& c, float alpha, float beta, const Tensor& bias,
-                          int64_t k) {
-  return coopmat_plan(c.batch, c.rows, c.cols) && workgroup_takes(c, alpha, beta, bias, k);
+// Whether the operands' f16 copies go in the "tn" layout (matmul_relayout.h) for a product into
+// c of depth k that the workgroup-scope kernel takes with `tile` (nullopt: it does not): the
+// subgroup-scope kernel always gains from it, the workgroup-scope one only on large products.
+bool relayout_for(const std::optional<WorkgroupTile>& tile, const MatDesc& c, int64_t k) {
+  return !tile || workgroup_relayout_pays(c.rows, c.cols, k);
 }
 
-namespace {
-
-// The workgroup-scope kernel (matmul_workgroup.h), where it takes the product: false leaves it
-// to the other kernels. a and b are already converted to f16 where they could be.
-bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
-                        float beta, const Tensor& bias, const vk::DispatchCost& cost) {
-  const auto tile = workgroup_takes(c, alpha, beta, bias, a.cols);
-  if (!tile || a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16) return false;
+// The workgroup-scope kernel with the tile workgroup_takes() gave: false leaves the product to
+// the other kernels (an operand not f16, or not aligned). a and b are already converted to f16
+// where they could be.
+bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, float beta,
+                        const WorkgroupTile& tile, const vk::DispatchCost& cost) {
+  if (a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16) return false;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  WorkgroupGemmKey key{*tile, la.trans, lb.trans, false, beta == 1.0f};
-  if (c.cs == 1 || c.cols == 1)
-    key.c_column_major = false;
-  else if (c.rs == 1 || c.rows == 1)
-    key.c_column_major = true;
-  else
-    return false;
+  // C is contiguous along one dimension (workgroup_takes): rows, else columns.
+  const bool c_column_major = !(c.cs == 1 || c.cols == 1);
+  const WorkgroupGemmKey key{tile, la.trans, lb.trans, c_column_major, beta == 1.0f};
   // Every load and store declares 16-byte alignment: each tile's first element, in every batch
   // entry and grid part, must be 16-byte aligned (tile corners are multiples of 8 elements). The
   // parts are all checked before any is launched.
   std::vector<std::pair<GemmPush, GridPart>> parts;
   bool aligned = true;
-  for_each_grid_part(c.batch, c.rows, c.cols, tile->bm, tile->bn, [&](const GridPart& g) {
-    const GemmPush push = make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, 0);
+  for_each_grid_part(c.batch, c.rows, c.cols, tile.bm, tile.bn, [&](const GridPart& g) {
+    const GemmPush push = make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, 1.0f, beta, {}, 0, 0);
     const uint32_t c_ld = key.c_column_major ? push.c_cs : push.c_rs;
     aligned = aligned && push.a % 16 == 0 && push.lda % 8 == 0 && push.sa % 8 == 0 &&
               push.b % 16 == 0 && push.ldb % 8 == 0 && push.sb % 8 == 0 && push.c % 16 == 0 &&
@@ -299,11 +295,10 @@ bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, fl
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
-    // The workgroup-scope kernel gains less from relaid copies: only for large products.
-    const bool workgroup = workgroup_takes(c, alpha, beta, bias, a.cols).has_value();
-    const bool relayout = !workgroup || workgroup_relayout_pays(c.rows, c.cols, a.cols);
+    const auto workgroup = workgroup_takes(c, alpha, beta, bias, a.cols);
+    const bool relayout = relayout_for(workgroup, c, a.cols);
     const MatDesc ha = f16_operand(a, true, relayout), hb = f16_operand(b, false, relayout);
-    if (workgroup && dispatch_workgroup(ha, hb, c, alpha, beta, bias, cost)) return;
+    if (workgroup && dispatch_workgroup(ha, hb, c, beta, *workgroup, cost)) return;
     dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
   } else {
     // The fp32 tiled kernel, with its operands in its fastest layout where that pays.
@@ -454,6 +449,10 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
   return rpt;
+}
+
+bool f16_relayout_wanted(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k) {
+  return relayout_for(workgroup_takes(c, alpha, beta, bias, k), c, k);
 }
 
 F16OperandReuse::Use::Use(F16OperandReuse& reuse) : previous_(g_reuse) {

@@ -97,10 +97,10 @@ MatDesc describe_rows(const Tensor& t);
 void gemm(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
           const Tensor& bias = {});
 
-// Whether the workgroup-scope tensor-core kernel (matmul_workgroup.h) takes a product into c of
-// depth k with this alpha, beta and bias under the current settings. That kernel reads every
-// operand layout equally fast, so a caller need not relay operands out for it.
-bool workgroup_gemm_takes(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k);
+// Whether a tensor-core product into c of depth k with this alpha, beta and bias reads f16
+// operand copies in the "tn" layout (f16_operand_relaid, matmul_relayout.h) under the current
+// settings: for a caller that converts an operand itself, so that it converts it as gemm() would.
+bool f16_relayout_wanted(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k);
 
 // dst[n] = sum_r src(r, n) + beta * dst[n] over a single matrix src (batch 1, cs == 1) and a
 // contiguous rank-1 dst; deterministic (fixed order, no atomics).

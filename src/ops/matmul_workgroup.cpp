@@ -26,6 +26,7 @@
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
 #include "vk/context.h"
+#include "vk/error.h"
 #include "vk/pipeline.h"
 #include "vk/spirv_builder.h"
 
@@ -170,7 +171,12 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
 bool workgroup_relayout_pays(int64_t m, int64_t n, int64_t k) {
   static const std::string choice = [] {
     const char* env = std::getenv("VKF_WG_RELAYOUT");
-    return std::string(env ? env : "auto");
+    const std::string v = env ? env : "auto";
+    VKF_REQUIRE(v == "auto" || v == "1" || v == "0",
+                "VKF_WG_RELAYOUT='{}': use auto (products of 2^34 multiply-adds or more), 1 (every "
+                "product) or 0 (none)",
+                v);
+    return v;
   }();
   if (choice == "0" || choice == "1") return choice == "1";
   return m * n * k >= (int64_t{1} << 34);

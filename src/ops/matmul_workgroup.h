@@ -8,7 +8,7 @@
 //
 // Auto's choice for F16 products on devices with tensor-addressed loads (SPV_NV_tensor_addressing),
 // where they divide into its tiles (workgroup_plan): on the H200 it runs 1.35x the subgroup-scope
-// kernel's TFLOP/s on large products and reads transposed operands as fast as others
+// kernel's TFLOP/s on large products, in every operand layout within about 10%
 // (bench/RESULTS.md). Tiles can also be named (`--coopmat-tile wgt128x256x32u4`, `wg...` for the
 // strided loads, which the H200's compiler spills); naming a subgroup-scope tile turns it off.
 // It takes the common products of training and leaves the rest to the subgroup-scope kernel:
