@@ -101,6 +101,13 @@ GradTarget Tape::target_for(const Tensor& t) {
   TensorImpl* impl = t.impl();
   Tensor current = impl->is_leaf ? Tensor(impl->grad) : slots_[impl].grad;
   bool exclusive = impl->is_leaf ? impl->grad_exclusive : slots_[impl].exclusive;
+  // A gradient recorded as shared whose other holders are gone -- e.g. a residual add's, handed to
+  // both branches, once the branch's own op has run -- is the slot's alone: the slot and `current`
+  // are the only handles on it and no other view shares its storage. It may then change in place
+  // instead of being copied (a copy of the residual stream per norm backward before this).
+  if (current.defined() && !exclusive && current.impl_ptr().use_count() == 2 &&
+      current.impl()->storage.use_count() == 1)
+    exclusive = true;
   GradTarget target{};
   if (!current.defined()) {
     target = {Tensor::empty(t.shape(), DType::F32), false};

@@ -152,6 +152,80 @@ TEST(Core, AutogradAccumulatesIntoLeaves) {
   }
 }
 
+// Ops for the gradient-sharing tests below, each forwarding its input (values do not matter):
+// pass_through hands its output's gradient on as is (shared), handed_over gives a fresh copy
+// (add_grad_owned), and fork_sum (out = a + b) gives its gradient to both inputs, shared.
+Tensor pass_through(const Tensor& x) {
+  Tensor y = x.clone();
+  autograd::record_op("pass", {x}, {y},
+                      [](autograd::GradContext& ctx) { ctx.add_grad(0, ctx.grad_output(0)); });
+  return y;
+}
+Tensor handed_over(const Tensor& x) {
+  Tensor y = x.clone();
+  autograd::record_op("fresh", {x}, {y}, [](autograd::GradContext& ctx) {
+    ctx.add_grad_owned(0, ctx.grad_output(0).clone());
+  });
+  return y;
+}
+Tensor fork_sum(const Tensor& a, const Tensor& b, const Storage** shared) {
+  Tensor y = detail::add(a, b);
+  autograd::record_op("fork", {a, b}, {y}, [shared](autograd::GradContext& ctx) {
+    *shared = ctx.grad_output(0).impl()->storage.get();  // no handle: only its identity
+    ctx.add_grad(0, ctx.grad_output(0));
+    ctx.add_grad(1, ctx.grad_output(0));
+  });
+  return y;
+}
+// out = h; its backward accumulates its gradient into h's through grad_target (as a norm's
+// backward does) and only then hands the same gradient to z, so an in-place update of a gradient
+// that is still shared would show in z's. `in_place`: the target was the shared tensor itself.
+Tensor accumulate_into(const Tensor& h, const Tensor& z, const Storage* const* shared,
+                       bool* in_place) {
+  Tensor y = h.clone();
+  autograd::record_op("into", {h, z}, {y}, [shared, in_place](autograd::GradContext& ctx) {
+    const Tensor& g = ctx.grad_output(0);
+    const autograd::GradTarget t = ctx.grad_target(0);
+    *in_place = t.tensor.impl()->storage.get() == *shared;
+    if (t.accumulate) {
+      detail::add_inplace(t.tensor, g);
+    } else {
+      t.tensor.copy_(g);
+    }
+    ctx.add_grad(1, g);
+  });
+  return y;
+}
+
+TEST(Core, SharedGradientChangesInPlaceOnlyOnceUnshared) {
+  const std::vector<double> seed = {1, 2, 3, 4};
+  for (const bool still_shared : {true, false}) {
+    Tensor x = test::to_gpu({0, 0, 0, 0}, {4}), z = test::to_gpu({0, 0, 0, 0}, {4});
+    x.set_requires_grad(true);
+    z.set_requires_grad(true);
+    const Storage* shared = nullptr;
+    bool in_place = false;
+    {
+      autograd::Tape tape;
+      autograd::TapeScope scope(tape);
+      const Tensor h = pass_through(x);
+      Tensor out;
+      if (still_shared) {
+        // The fork's gradient is h's and also the gradient `into` reads as its own.
+        out = fork_sum(h, accumulate_into(h, z, &shared, &in_place), &shared);
+      } else {
+        // The decoder's residual: the branch's own op hands a fresh gradient back, so once it
+        // has run, h's slot holds the fork's gradient alone.
+        out = fork_sum(h, handed_over(accumulate_into(h, z, &shared, &in_place)), &shared);
+      }
+      tape.backward(handed_over(out), test::to_gpu(seed, {4}));
+    }
+    EXPECT_EQ(in_place, !still_shared) << (still_shared ? "still shared" : "unshared");
+    EXPECT_EQ(x.grad().to_double(), (std::vector<double>{2, 4, 6, 8}));
+    EXPECT_EQ(z.grad().to_double(), seed);
+  }
+}
+
 TEST(Core, ErrorsAreClear) {
   Tensor a = Tensor::zeros({2, 3});
   EXPECT_THROW(a.reshape({4, 2}), Error);
