@@ -57,6 +57,7 @@ struct GroupSumPush {
 struct DeltaPush {
   uint64_t dout, o, delta;
   uint32_t rows, tq, hq, d;
+  uint32_t vec4_rows;  // 16-byte loads (vec4_flag)
 };
 
 // Rows of queries / keys per workgroup of each kernel, by padded head dim (the variants' -D flags).
@@ -239,7 +240,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const DeltaPush dp{dout.address(),  s.out.address(),
                      delta.address(), checked_u32(delta.numel(), "attention: delta rows"),
                      s.params.tq,     s.params.hq,
-                     s.params.d};
+                     s.params.d,      vec4_flag(dims.d, {&dout, &s.out}) != 0 ? 1u : 0u};
   launch("attention_bwd_delta", dp, grid_1d(delta.numel(), 128), {&dout, &s.out}, {&delta}, {},
          {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 

@@ -58,8 +58,13 @@ void run(Op op, const Tensor& a, const Tensor& b, const Tensor& out, float alpha
     }
   }
   const double n = static_cast<double>(out.numel());
-  launch(flat ? "elementwise_flat" : "elementwise_strided", push, grid_1d(out.numel(), 256),
-         {&a, &bb}, {&out}, {static_cast<uint32_t>(op)}, {n, n * 12.0});
+  const bool flat4 = flat && out.numel() % 4 == 0 && a.address() % 16 == 0 &&
+                     bb.address() % 16 == 0 && out.address() % 16 == 0;
+  launch(flat4  ? "elementwise_flat4"
+         : flat ? "elementwise_flat"
+                : "elementwise_strided",
+         push, grid_1d(flat4 ? out.numel() / 4 : out.numel(), 256), {&a, &bb}, {&out},
+         {static_cast<uint32_t>(op)}, {n, n * 12.0});
 }
 
 Tensor run_new(Op op, const Tensor& a, const Tensor& b, const Shape& shape, float alpha,

@@ -3,10 +3,15 @@
 // output sits in row i / inner, column i % inner; gate, up and their gradients are addressed as
 // base + row * row_stride + column, which covers both separate contiguous gate/up tensors
 // (row_stride = inner) and the two halves of one fused gate_up tensor (row_stride = 2 * inner).
-// ACT (spec constant) picks the activation, see activation.glsl.
+// ACT (spec constant) picks the activation, see activation.glsl. The fwd4 / bwd4 builds take four
+// consecutive elements of a row per invocation with 16-byte loads and stores, where the host sees
+// inner and both row strides multiples of 4 and every operand 16-byte aligned: the same formula
+// per element.
 //!novariant_base
 //!variant fwd -DBACKWARD=0
 //!variant bwd -DBACKWARD=1
+//!variant fwd4 -DBACKWARD=0 -DVEC4=1
+//!variant bwd4 -DBACKWARD=1 -DVEC4=1
 //!precise
 #version 460
 #include "common.glsl"
@@ -27,6 +32,30 @@ layout(push_constant, std430) uniform Push {
   uint up_stride;
 } p;
 
+#if VEC4
+void main() {
+  const uint i = flat_invocation(LOCAL_SIZE);  // elements 4i .. 4i + 3, one row
+  if (4u * i >= p.n) return;
+  const uint row = 4u * i / p.inner, col = 4u * i % p.inner;
+  const uint ig = (row * p.gate_stride + col) / 4u, iu = (row * p.up_stride + col) / 4u;
+  const vec4 g = Vec4Buf(uint64_t(p.gate)).v[ig], u = Vec4Buf(uint64_t(p.up)).v[iu];
+#if BACKWARD
+  const vec4 dy = Vec4Buf(uint64_t(p.dy)).v[i];
+  vec4 dg, du;
+  for (uint e = 0; e < 4u; ++e) {
+    const VACC d = VACC(dy[e]);
+    dg[e] = float(d * VACC(u[e]) * act_grad_acc(g[e]));
+    du[e] = float(d * act_value_acc(g[e]));
+  }
+  Vec4Buf(uint64_t(p.out_)).v[ig] = dg;
+  Vec4Buf(uint64_t(p.d_up)).v[iu] = du;
+#else
+  vec4 r;
+  for (uint e = 0; e < 4u; ++e) r[e] = float(act_value_acc(g[e]) * VACC(u[e]));
+  Vec4Buf(uint64_t(p.out_)).v[i] = r;
+#endif
+}
+#else
 void main() {
   uint i = flat_invocation(LOCAL_SIZE);
   if (i >= p.n) return;
@@ -41,3 +70,4 @@ void main() {
   p.out_.v[i] = float(act_value_acc(g) * VACC(u));
 #endif
 }
+#endif

@@ -94,7 +94,9 @@ TEST(Activation, GradientsMatchReferenceAndFiniteDifferences) {
 
 TEST(Activation, GatedForwardAndBackward) {
   Rng rng(23);
-  for (const Shape& s : {Shape{1}, Shape{7, 13}, Shape{3, 5, 61}}) {
+  // Rows of 8 and 64 take the kernels' four-element builds (16-byte accesses), the others the
+  // one-element ones.
+  for (const Shape& s : {Shape{1}, Shape{7, 13}, Shape{3, 5, 61}, Shape{5, 8}, Shape{3, 64}}) {
     const size_t n = static_cast<size_t>(shape_numel(s));
     const auto gate = test::as_f32(rng.normal(n, 2.5)), up = test::as_f32(rng.normal(n, 1.0));
     const auto dy = test::as_f32(rng.uniform(n, -1, 1));
@@ -126,7 +128,8 @@ TEST(Activation, GatedForwardAndBackward) {
 
 TEST(Activation, FusedGateUpBothOrders) {
   Rng rng(24);
-  for (const Shape& s : {Shape{1, 2}, Shape{7, 26}, Shape{2, 3, 122}}) {
+  // Halves of 16 (rows of 32) take the four-element builds.
+  for (const Shape& s : {Shape{1, 2}, Shape{7, 26}, Shape{2, 3, 122}, Shape{3, 32}}) {
     const int64_t inner = s.back() / 2;
     const size_t n = static_cast<size_t>(shape_numel(s));
     const auto gu = test::as_f32(rng.normal(n, 2.0));
