@@ -498,7 +498,8 @@ TEST(Matmul, SplitK) {
   struct Restore {
     ~Restore() { ops::detail::set_split_k(0); }
   } restore;
-  for (int64_t chunks : {2, 4}) {
+  // 8 and 12 chunks take the reduction's eight-at-a-time loop (12: and its remainder).
+  for (int64_t chunks : {2, 4, 8, 12}) {
     ops::detail::set_split_k(chunks);
     for (int t = 0; t < 4; ++t) {
       check_forward(rng, {}, {1, 37, 61, 64, (t & 1) != 0, (t & 2) != 0, false});
