@@ -61,14 +61,9 @@ Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16) {
          static_cast<uint32_t>(R == 1 ? 0 : ld),
          static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
   const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
-  // f16 with an even R: 64 x 64 tiles written as pairs of halves (the same bits).
-  const bool pairs = to_f16 && R % 2 == 0;
-  const uint32_t tile = pairs ? 64 : 32;
-  launch(pairs    ? "matmul_transpose_f16_pairs"
-         : to_f16 ? "matmul_transpose_f16"
-                  : "matmul_transpose",
-         push, Grid{div_up(C, tile), div_up(R, tile), static_cast<uint32_t>(d.batch)}, {&d.t},
-         {&out}, {}, {0.0, (to_f16 ? 6.0 : 8.0) * elems});
+  launch(to_f16 ? "matmul_transpose_f16" : "matmul_transpose", push,
+         Grid{div_up(C, 32), div_up(R, 32), static_cast<uint32_t>(d.batch)}, {&d.t}, {&out}, {},
+         {0.0, (to_f16 ? 6.0 : 8.0) * elems});
   return out;
 }
 
