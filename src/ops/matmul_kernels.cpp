@@ -211,12 +211,12 @@ void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, floa
   });
 }
 
+thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
+
 // An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
 // with `relayout` (relayout_for), transposed into the kernel's faster layout where
 // matmul_relayout.h says so, else, when it is a whole contiguous tensor, the same view of an f16
 // copy; otherwise itself. `is_a`: the A operand.
-thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
-
 MatDesc f16_operand_converted(const MatDesc& d, bool is_a, bool relayout) {
   // In the kernel's faster layout where the operand is not (matmul_relayout.h).
   if (relayout)

@@ -1,10 +1,10 @@
 // out[i] = OP(a, b) over f32 tensors: add, sub, mul, copy (broadcast expansion) and scale.
 // `flat` reads contiguous operands of equal size (`flat4`: four elements per invocation with
 // 16-byte loads and stores, where the host sees n % 4 == 0 and every operand 16-byte aligned --
-// the same values, at about twice the bandwidth on the H200); `strided` decodes the flat output index over a
-// merged loop nest of up to 6 dimensions, reading a and b through their own strides (stride 0 is a
-// broadcast dimension). The output is contiguous and may alias a (in-place accumulation), since
-// each invocation reads and writes only its own element.
+// the same values, at about twice the bandwidth on the H200); `strided` decodes the flat output
+// index over a merged loop nest of up to 6 dimensions, reading a and b through their own strides
+// (stride 0 is a broadcast dimension). The output is contiguous and may alias a (in-place
+// accumulation), since each invocation reads and writes only its own element.
 //!novariant_base
 //!variant flat -DSTRIDED=0
 //!variant flat4 -DSTRIDED=0 -DVEC4=1
