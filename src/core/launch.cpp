@@ -71,8 +71,8 @@ static const std::string& resolve_module(const std::string& module) {
 }
 
 void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
-                uint32_t push_bytes, Grid grid, std::initializer_list<const Tensor*> reads,
-                std::initializer_list<const Tensor*> writes, const vk::DispatchCost& cost) {
+                uint32_t push_bytes, Grid grid, std::span<const Tensor* const> reads,
+                std::span<const Tensor* const> writes, const vk::DispatchCost& cost) {
   auto& ctx = vk::Context::get();
   const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(module), spec);
   std::vector<vk::BufferRange> r, w;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,16 @@ inline uint32_t div_up(int64_t n, int64_t d) { return static_cast<uint32_t>((n +
 Grid grid_1d(int64_t n, uint32_t local);
 
 void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
-                uint32_t push_bytes, Grid grid, std::initializer_list<const Tensor*> reads,
-                std::initializer_list<const Tensor*> writes, const vk::DispatchCost& cost = {});
+                uint32_t push_bytes, Grid grid, std::span<const Tensor* const> reads,
+                std::span<const Tensor* const> writes, const vk::DispatchCost& cost = {});
+inline void launch_raw(const std::string& module, const std::vector<uint32_t>& spec,
+                       const void* push, uint32_t push_bytes, Grid grid,
+                       std::initializer_list<const Tensor*> reads,
+                       std::initializer_list<const Tensor*> writes,
+                       const vk::DispatchCost& cost = {}) {
+  launch_raw(module, spec, push, push_bytes, grid, std::span(reads.begin(), reads.size()),
+             std::span(writes.begin(), writes.size()), cost);
+}
 
 template <typename Push>
 void launch(const std::string& module, const Push& push, Grid grid,
@@ -49,6 +58,16 @@ void launch(const std::string& module, const Push& push, Grid grid,
             const std::vector<uint32_t>& spec = {}, const vk::DispatchCost& cost = {}) {
   static_assert(sizeof(Push) <= vk::kPushConstantBytes, "push constants exceed 128 bytes");
   launch_raw(module, spec, &push, sizeof(Push), grid, reads, writes, cost);
+}
+
+// The same for kernels over a list of tensors (multi-tensor kernels), whose reads and writes are
+// known only at run time. Null or undefined entries are ignored.
+template <typename Push>
+void launch_lists(const std::string& module, const Push& push, Grid grid,
+                  const std::vector<const Tensor*>& reads, const std::vector<const Tensor*>& writes,
+                  const std::vector<uint32_t>& spec = {}, const vk::DispatchCost& cost = {}) {
+  static_assert(sizeof(Push) <= vk::kPushConstantBytes, "push constants exceed 128 bytes");
+  launch_raw(module, spec, &push, sizeof(Push), grid, std::span(reads), std::span(writes), cost);
 }
 
 // Element counts handed to kernels are 32-bit; larger tensors are refused with a clear error.

@@ -1,5 +1,6 @@
 // AdamW and SGD (see optim.h; kernels adamw.comp and sgd.comp): validation, the host-side
-// scalars in torch's order, and one elementwise dispatch per parameter.
+// scalars in torch's order, one dispatch over every parameter for AdamW (a multi-tensor kernel)
+// and one elementwise dispatch per parameter for SGD.
 #include "ops/optim.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/multi_tensor.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -83,6 +85,93 @@ std::vector<double> check_params(const char* op, const std::vector<Tensor>& para
   return weight_decay;
 }
 
+// The checks of a gate (StepGate) and of a device step-scalar table for `entries` scalar entries.
+void check_gate(const char* op, const StepGate& gate) {
+  if (gate.found_inf.defined()) {
+    VKF_REQUIRE(gate.found_inf.dtype() == DType::F32 && gate.found_inf.numel() == 1,
+                "{}: the gate's found_inf must be a one-element f32 tensor, got {} of shape {}", op,
+                dtype_name(gate.found_inf.dtype()), shape_str(gate.found_inf.shape()));
+  }
+  VKF_REQUIRE(std::isfinite(gate.grad_multiplier) && gate.grad_multiplier > 0.0f,
+              "{}: the gradient multiplier must be finite and positive, got {}", op,
+              gate.grad_multiplier);
+  if (gate.clip_norm.defined()) {
+    VKF_REQUIRE(gate.clip_norm.dtype() == DType::F32 && gate.clip_norm.numel() == 1,
+                "{}: the gate's clip_norm must be a one-element f32 tensor, got {} of shape {}", op,
+                dtype_name(gate.clip_norm.dtype()), shape_str(gate.clip_norm.shape()));
+    VKF_REQUIRE(!std::isnan(gate.max_norm) && gate.max_norm >= 0.0f,
+                "{}: max_norm is {}; expected a non-negative number", op, gate.max_norm);
+    VKF_REQUIRE(std::isfinite(gate.clip_unscale) && gate.clip_unscale > 0.0f,
+                "{}: clip_unscale is {}; expected 1 / loss scale, a positive finite number", op,
+                gate.clip_unscale);
+    VKF_REQUIRE(gate.grad_multiplier == 1.0f,
+                "{}: with clipping folded in, unscale through clip_unscale (grad_multiplier is {})",
+                op, gate.grad_multiplier);
+  }
+}
+
+void check_scalar_table(const char* op, const Tensor& table, int64_t entries) {
+  if (!table.defined()) return;
+  VKF_REQUIRE(table.dtype() == DType::F32 && table.is_contiguous() && 3 * entries <= table.numel(),
+              "{}: the step-scalar table needs 3 f32 values for each of {} entries, it is {} of "
+              "shape {}",
+              op, entries, dtype_name(table.dtype()), shape_str(table.shape()));
+}
+
+// One dispatch of adamw.comp over `list` (each entry checked, its scalars filled in).
+void adamw_list(const std::vector<detail::MultiTensorEntry>& list, const AdamWConfig& config,
+                const StepGate& gate, const Tensor& scalar_table) {
+  const detail::TensorTable table = detail::make_tensor_table(list, "AdamW");
+  if (table.count == 0) return;
+  // torch's lerp(weight): start + weight * (end - start) for |weight| < 0.5, else
+  // end + (weight - 1) * (end - start), the weight and weight - 1 in f32.
+  const float lerp_weight = static_cast<float>(1.0 - config.beta1);
+  const bool from_grad = !(std::fabs(lerp_weight) < 0.5f);
+  const bool gated = gate.found_inf.defined(), clip = gate.clip_norm.defined();
+  struct {
+    uint64_t table, found_inf, clip_norm, scalars;
+    uint32_t count, chunks;
+    float lerp_coeff;
+    uint32_t lerp_from_grad;
+    float beta2, one_minus_beta2, eps, grad_multiplier, max_norm, unscale;
+    uint32_t gated;
+  } push{table.records.address(),
+         // Unread unless gated / clipping; valid addresses all the same.
+         gated ? gate.found_inf.address() : table.records.address(),
+         clip ? gate.clip_norm.address() : table.records.address(),
+         scalar_table.defined() ? scalar_table.address() : 0ull, table.count, table.chunks,
+         from_grad ? lerp_weight - 1.0f : lerp_weight, from_grad ? 1u : 0u,
+         static_cast<float>(config.beta2), static_cast<float>(1.0 - config.beta2),
+         static_cast<float>(config.eps), gate.grad_multiplier, gate.max_norm, gate.clip_unscale,
+         gated ? 1u : 0u};
+  std::vector<const Tensor*> reads = table.reads;
+  for (const Tensor* t : {&gate.found_inf, &gate.clip_norm, &scalar_table})
+    if (t->defined()) reads.push_back(t);
+  double elems = 0;
+  for (const auto& e : list) elems += static_cast<double>(e.grad.numel());
+  launch_lists("adamw", push, grid_1d(table.chunks, 1), reads, table.writes, {clip ? 1u : 0u},
+               {12.0 * elems, 28.0 * elems});
+}
+
+detail::MultiTensorEntry adamw_entry(const char* op, const Tensor& param, const Tensor& grad,
+                                     const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                     const AdamWConfig& config, int64_t t, uint32_t index) {
+  VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
+  check_state(op, "param", param, param);
+  check_state(op, "exp_avg", exp_avg, param);
+  check_state(op, "exp_avg_sq", exp_avg_sq, param);
+  VKF_REQUIRE(t >= 1, "{}: the step number t must be >= 1, got {}", op, t);
+  const AdamWStepScalars scalars = adamw_step_scalars(config, t);
+  return {param,
+          contiguous_grad(op, grad, param),
+          exp_avg,
+          exp_avg_sq,
+          index,
+          scalars.decay,
+          scalars.bc2_sqrt,
+          scalars.neg_step_size};
+}
+
 }  // namespace
 
 AdamWStepScalars adamw_step_scalars(const AdamWConfig& config, int64_t t) {
@@ -99,56 +188,14 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
                   const StepGate& gate, const DeviceStepScalars& device_scalars) {
   const char* op = "adamw_update";
   check_config(config);
-  VKF_REQUIRE(param.defined(), "{}: param is undefined", op);
-  check_state(op, "param", param, param);
-  check_state(op, "exp_avg", exp_avg, param);
-  check_state(op, "exp_avg_sq", exp_avg_sq, param);
-  VKF_REQUIRE(t >= 1, "{}: the step number t must be >= 1, got {}", op, t);
-  const Tensor g = contiguous_grad(op, grad, param);
-  const bool gated = gate.found_inf.defined();
-  if (gated) {
-    VKF_REQUIRE(gate.found_inf.dtype() == DType::F32 && gate.found_inf.numel() == 1,
-                "{}: the gate's found_inf must be a one-element f32 tensor, got {} of shape {}", op,
-                dtype_name(gate.found_inf.dtype()), shape_str(gate.found_inf.shape()));
-  }
-  VKF_REQUIRE(std::isfinite(gate.grad_multiplier) && gate.grad_multiplier > 0.0f,
-              "{}: the gradient multiplier must be finite and positive, got {}", op,
-              gate.grad_multiplier);
-  const Tensor* table = device_scalars.table.defined() ? &device_scalars.table : nullptr;
-  if (table) {
-    VKF_REQUIRE(table->dtype() == DType::F32 && table->is_contiguous() &&
-                    3 * (device_scalars.index + 1) <= table->numel(),
-                "{}: the step-scalar table needs 3 f32 values for entry {}, it is {} of shape {}",
-                op, device_scalars.index, dtype_name(table->dtype()), shape_str(table->shape()));
-  }
-  const int64_t n = param.numel();
-  if (n == 0) return;
-
-  const AdamWStepScalars scalars = adamw_step_scalars(config, t);
-  // torch's lerp(weight): start + weight * (end - start) for |weight| < 0.5, else
-  // end + (weight - 1) * (end - start), the weight and weight - 1 in f32.
-  const float lerp_weight = static_cast<float>(1.0 - config.beta1);
-  const bool from_grad = !(std::fabs(lerp_weight) < 0.5f);
-  struct {
-    uint64_t param, grad, exp_avg, exp_avg_sq, found_inf;
-    uint32_t n;
-    float decay, lerp_coeff;
-    uint32_t lerp_from_grad;
-    float beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, grad_multiplier;
-    uint32_t gated;
-    uint64_t scalars;  // 0: the three step scalars above
-  } push{param.address(), g.address(), exp_avg.address(), exp_avg_sq.address(),
-         // Ungated, the kernel never reads it; a valid address all the same.
-         gated ? gate.found_inf.address() : g.address(), static_cast<uint32_t>(n), scalars.decay,
-         from_grad ? lerp_weight - 1.0f : lerp_weight, from_grad ? 1u : 0u,
-         static_cast<float>(config.beta2), static_cast<float>(1.0 - config.beta2), scalars.bc2_sqrt,
-         static_cast<float>(config.eps), scalars.neg_step_size, gate.grad_multiplier,
-         gated ? 1u : 0u,
-         table ? table->address() + 12ull * static_cast<uint64_t>(device_scalars.index) : 0ull};
-  const double elems = static_cast<double>(n);
-  launch("adamw", push, grid_1d(n, kLocal),
-         {&param, &g, &exp_avg, &exp_avg_sq, gated ? &gate.found_inf : nullptr, table},
-         {&param, &exp_avg, &exp_avg_sq}, {}, {12.0 * elems, 28.0 * elems});
+  check_gate(op, gate);
+  VKF_REQUIRE(device_scalars.index >= 0, "{}: step-scalar entry {} is negative", op,
+              device_scalars.index);
+  check_scalar_table(op, device_scalars.table, device_scalars.index + 1);
+  const std::vector<detail::MultiTensorEntry> list{
+      adamw_entry(op, param, grad, exp_avg, exp_avg_sq, config, t,
+                  checked_u32(device_scalars.index, "step-scalar entry"))};
+  adamw_list(list, config, gate, device_scalars.table);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config)
@@ -172,16 +219,20 @@ void AdamW::step(const StepGate& gate, const Tensor& device_scalars) {
               "AdamW: state lists ({} steps, {} exp_avg, {} exp_avg_sq) do not match the {} "
               "parameters",
               param_steps_.size(), exp_avg_.size(), exp_avg_sq_.size(), params_.size());
+  check_gate("AdamW", gate);
+  check_scalar_table("AdamW", device_scalars, static_cast<int64_t>(params_.size()));
   std::vector<size_t> stepped;
+  std::vector<detail::MultiTensorEntry> list;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor grad = params_[i].grad();
     if (!grad.defined()) continue;
     AdamWConfig c = config_;
     c.weight_decay = weight_decay_[i];
-    adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c, param_steps_[i] + 1, gate,
-                 {device_scalars, static_cast<int64_t>(i)});
+    list.push_back(adamw_entry("AdamW", params_[i], grad, exp_avg_[i], exp_avg_sq_[i], c,
+                               param_steps_[i] + 1, static_cast<uint32_t>(i)));
     stepped.push_back(i);
   }
+  adamw_list(list, config_, gate, device_scalars);
   count_step(stepped);
 }
 

@@ -32,6 +32,14 @@ struct StepGate {
   Tensor found_inf;
   // Gradients are multiplied by this before use (1 / loss scale when nothing unscaled them).
   float grad_multiplier = 1.0f;
+  // Clipping folded into the update (a one-element f32 tensor: the total norm of the unscaled
+  // gradients; undefined: no clipping): each gradient is used as (g * clip_unscale) * c with
+  // c = min(1, max_norm / (norm + 1e-6)), each product rounded as GradScaler.unscale_ and
+  // clip_grad_norm_'s in-place multiplies round them (the numbers ops::unscale_and_clip_ would
+  // write), but nothing is written back to the gradients. grad_multiplier must then be 1.
+  Tensor clip_norm;
+  float max_norm = 0.0f;
+  float clip_unscale = 1.0f;  // 1 / loss scale, or 1 (exact: plain clipping)
 };
 
 // The scalars of one AdamW step that change from step to step (with the learning rate and the
@@ -53,16 +61,18 @@ struct DeviceStepScalars {
 };
 
 // One AdamW step of one tensor, in place: param, exp_avg and exp_avg_sq (contiguous f32, same
-// shape as grad) are updated for step number t >= 1 (1 on the first step).
+// shape as grad) are updated for step number t >= 1 (1 on the first step). AdamW::step updates
+// all its parameters in one dispatch with the same arithmetic (shaders/adamw.comp).
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const AdamWConfig& config, int64_t t,
                   const StepGate& gate = {}, const DeviceStepScalars& device_scalars = {});
 
 // AdamW over a list of parameters (contiguous f32 tensors, each listed once), with zero-initialized
-// moments. step() updates each parameter that has a gradient and skips the others, as torch does;
-// like torch's per-parameter state["step"], a parameter's step number advances only when it is
-// updated. Weight decay is config.weight_decay for every parameter, or per parameter with the
-// second constructor (the HF Trainer decays no biases or norm weights: pass 0 for those).
+// moments. step() updates each parameter that has a gradient and skips the others, as torch does,
+// all in one dispatch (a multi-tensor kernel); like torch's per-parameter state["step"], a
+// parameter's step number advances only when it is updated. Weight decay is config.weight_decay for
+// every parameter, or per parameter with the second constructor (the HF Trainer decays no biases or
+// norm weights: pass 0 for those).
 class AdamW {
  public:
   AdamW(std::vector<Tensor> params, AdamWConfig config);

@@ -1,7 +1,8 @@
 // Deterministic sums and norms (see reduce.h). Kernels: reduce_sum.comp (sums over chosen
 // dimensions of a strided tensor), reduce_flat.comp (the two levels of a sum over contiguous
-// data), grad_overflow_norm.comp (the same two levels with GradScaler's inf/nan check) and
-// scale_by_scalar.comp (scaling by a factor read from device memory).
+// data), multi_tensor_norm.comp (the first level of a norm over a list of tensors in one
+// dispatch, optionally with GradScaler's inf/nan check), grad_overflow_norm.comp (its second
+// level with the check) and scale_by_scalar.comp (scaling by a factor read from device memory).
 #include "ops/reduce.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "core/launch.h"
 #include "ops/checks.h"
 #include "ops/elementwise.h"
+#include "ops/multi_tensor.h"
 #include "ops/strided.h"
 #include "vk/error.h"
 
@@ -174,6 +176,32 @@ void scale_by_scalar(uint32_t mode, const Tensor& s0, const Tensor& s1, const Te
          {n, 8.0 * n});
 }
 
+// The first level of a norm over a list of tensors, in one dispatch (multi_tensor_norm.comp):
+// the sums of squares of every kMultiChunk chunk, in list order, and with `overflow` their
+// inf/NaN flags after them (grad_overflow_norm.comp's layout). `parts` receives the chunk count.
+Tensor multi_tensor_partials(const std::vector<detail::MultiTensorEntry>& list, bool overflow,
+                             float inv_scale, const char* op, int64_t& parts) {
+  static_assert(detail::kMultiChunk == kChunk, "the list's chunks are the flat sums' chunks");
+  const detail::TensorTable table = detail::make_tensor_table(list, op);
+  parts = table.chunks;
+  Tensor partial = Tensor::empty({(overflow ? 2 : 1) * parts}, DType::F32);
+  struct {
+    uint64_t table, out;
+    uint32_t count, chunks, flag_offset;
+    float inv_scale;
+  } push{table.records.address(),
+         partial.address(),
+         table.count,
+         table.chunks,
+         table.chunks,
+         inv_scale};
+  const std::vector<const Tensor*> writes{&partial};
+  const double elems = static_cast<double>(parts) * static_cast<double>(kChunk);
+  launch_lists("multi_tensor_norm", push, grid_1d(parts, 1), table.reads, writes,
+               {overflow ? 1u : 0u}, {3.0 * elems, 4.0 * elems});
+  return partial;
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x) {
@@ -245,24 +273,18 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
 
 Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
   VKF_REQUIRE(!tensors.empty(), "global_l2_norm: the list of tensors is empty");
-  std::vector<Tensor> inputs;
-  inputs.reserve(tensors.size());
-  int64_t parts = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string arg = "tensors[" + std::to_string(i) + "]";
     check_f32(tensors[i], "global_l2_norm", arg.c_str());
-    parts += (tensors[i].numel() + kChunk - 1) / kChunk;
   }
   // The copies of non-contiguous inputs are not the recorded inputs: gradients go to the originals.
-  Tensor partial = Tensor::empty({parts}, DType::F32);
-  int64_t offset = 0;
+  std::vector<detail::MultiTensorEntry> list(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) list[i].grad = contiguous_input(tensors[i]);
+  Tensor partial;
+  int64_t parts = 0;
   {
     autograd::NoGradScope no_grad;
-    for (const Tensor& t : tensors) {
-      const Tensor tc = contiguous_input(t);
-      flat_level(tc, partial, offset, kChunk, true, Finish::None, 1.0f);
-      offset += (t.numel() + kChunk - 1) / kChunk;
-    }
+    partial = multi_tensor_partials(list, false, 1.0f, "global_l2_norm", parts);
   }
   Tensor norm = Tensor::empty({}, DType::F32);
   flat_level(partial, norm, 0, parts, false, Finish::Sqrt, 1.0f);
@@ -306,38 +328,17 @@ Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale)
   check_gradient_list(op, grads);
   check_inv_scale(op, inv_scale);
   autograd::NoGradScope no_grad;
+  std::vector<detail::MultiTensorEntry> list(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) list[i].grad = grads[i];
   int64_t parts = 0;
-  for (const Tensor& g : grads) parts += (g.numel() + kChunk - 1) / kChunk;
   // [0, parts): sums of squares per chunk; [parts, 2 parts): the chunks' inf/nan flags.
-  Tensor partial = Tensor::empty({2 * parts}, DType::F32);
+  const Tensor partial = multi_tensor_partials(list, true, inv_scale, op, parts);
+  Tensor out = Tensor::empty({2}, DType::F32);
   struct {
     uint64_t in, out;
-    uint32_t n, chunk, out_offset, flag_offset;
-    float inv_scale;
-  } push{};
-  push.out = partial.address();
-  push.chunk = checked_u32(kChunk, "chunk");
-  push.flag_offset = checked_u32(parts, "chunk count");
-  push.inv_scale = inv_scale;
-  int64_t offset = 0;
-  for (const Tensor& g : grads) {  // each non-empty (checked above)
-    const int64_t n = g.numel();
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    push.in = g.address();
-    push.n = checked_u32(n, "element count");
-    push.out_offset = checked_u32(offset, "offset");
-    const double elems = static_cast<double>(n);
-    launch("grad_overflow_norm", push, grid_1d(chunks, 1), {&g}, {&partial}, {0u},
-           {3.0 * elems, 4.0 * elems});
-    offset += chunks;
-  }
-  Tensor out = Tensor::empty({2}, DType::F32);
-  push.in = partial.address();
-  push.out = out.address();
-  push.n = checked_u32(parts, "chunk count");
-  push.chunk = push.n;
-  push.out_offset = 0;
-  launch("grad_overflow_norm", push, Grid{1, 1, 1}, {&partial}, {&out}, {1u},
+    uint32_t parts;
+  } push{partial.address(), out.address(), checked_u32(parts, "chunk count")};
+  launch("grad_overflow_norm", push, Grid{1, 1, 1}, {&partial}, {&out}, {},
          {2.0 * static_cast<double>(parts), 8.0 * static_cast<double>(parts)});
   return out;
 }

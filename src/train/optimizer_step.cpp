@@ -60,19 +60,33 @@ void OptimizerStep::record(int64_t step, const Tensor& loss_sum, const Tensor& s
   figures_ = Tensor::empty({3}, DType::F32);
   figures_.slice(0, 0, 1).copy_(loss_sum.reshape({1}));
   const bool clip = max_grad_norm_ > 0;
+  // Clipping (and unscaling) are folded into the update: AdamW reads the norm and scales each
+  // gradient as clip_grad_norm_ (after GradScaler.unscale_) would, without writing it back.
   if (!scaler_) {
-    if (clip) figures_.slice(0, 1, 2).copy_(ops::clip_grad_norm_(grads, static_cast<float>(max_grad_norm_)).reshape({1}));
-    else figures_.slice(0, 1, 2).fill_(0.0f);
+    ops::StepGate gate;
+    if (clip) {
+      const Tensor norm = ops::global_l2_norm(grads);
+      figures_.slice(0, 1, 2).copy_(norm.reshape({1}));
+      gate.clip_norm = norm;
+      gate.max_norm = static_cast<float>(max_grad_norm_);
+    } else {
+      figures_.slice(0, 1, 2).fill_(0.0f);
+    }
     figures_.slice(0, 2, 3).fill_(0.0f);
-    opt_.step({}, step_scalars);
+    opt_.step(gate, step_scalars);
     scale_used_ = 0;
   } else {
     const float inv = scaler_->inv_scale();
     const Tensor check = ops::grad_norm_and_overflow(grads, inv);  // [norm, found_inf]
     const Tensor norm = check.slice(0, 0, 1), found_inf = check.slice(0, 1, 2);
     ops::StepGate gate{found_inf, 1.0f};
-    if (clip) ops::unscale_and_clip_(grads, inv, norm, static_cast<float>(max_grad_norm_));
-    else gate.grad_multiplier = inv;
+    if (clip) {
+      gate.clip_norm = norm;
+      gate.max_norm = static_cast<float>(max_grad_norm_);
+      gate.clip_unscale = inv;
+    } else {
+      gate.grad_multiplier = inv;
+    }
     opt_.step(gate, step_scalars);
     figures_.slice(0, 1, 3).copy_(check);
     scale_used_ = scaler_->scale();

@@ -6,12 +6,15 @@
 // fp32: the backward pass is seeded with 1; clip_grad_norm_ (when max_grad_norm > 0), AdamW.
 // f16 (mixed precision, `--precision f16`): dynamic loss scaling as transformers' Trainer does it
 // with fp16 (torch.amp.GradScaler through accelerate):
-//   - the backward pass is seeded with the scale S instead of 1 (exactly the gradients of S * loss);
+//   - the backward pass is seeded with the scale S instead of 1 (exactly the gradients of S *
+//   loss);
 //   - one pass over the gradients gives the norm of the unscaled gradients and found_inf
-//     (ops::grad_norm_and_overflow); unscaling is fused into clipping, which comes after it as
-//     accelerate's clip_grad_norm_ unscales first (ops::unscale_and_clip_), or, with clipping off,
-//     into AdamW as a gradient multiplier;
+//     (ops::grad_norm_and_overflow); unscaling comes before clipping, as accelerate's
+//     clip_grad_norm_ unscales first, or, with clipping off, it is AdamW's gradient multiplier;
 //   - AdamW is gated by found_inf on the device: on overflow no parameter or moment changes.
+// Either way the norm takes one dispatch over every gradient and AdamW one more: clipping (and
+// unscaling) happen inside AdamW's kernel (ops::StepGate::clip_norm), which uses each gradient
+// exactly as clip_grad_norm_'s in-place scaling would have left it, without writing it back.
 // The host does not wait mid-step: record() packs [loss sum, grad norm, found_inf] into one small
 // device tensor, and finish() reads it with the step's single download (the loss read that
 // bounds how far the host runs ahead). On a skipped step it then does what the Trainer does:

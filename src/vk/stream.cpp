@@ -201,6 +201,24 @@ void Stream::upload(const void* data, const Allocation& dst, uint64_t dst_offset
   release(staging);
 }
 
+void Stream::write_constants(const void* data, const Allocation& dst, uint64_t dst_offset,
+                             uint64_t bytes) {
+  if (bytes == 0) return;
+  VKF_REQUIRE(dst_offset % 4 == 0 && bytes % 4 == 0,
+              "write_constants needs 4-byte aligned ranges (offset {}, {} bytes)", dst_offset,
+              bytes);
+  constexpr uint64_t kMaxUpdate = 65536;  // vkCmdUpdateBuffer's limit per command
+  const auto* bytes_in = static_cast<const uint8_t*>(data);
+  for (uint64_t done = 0; done < bytes; done += kMaxUpdate) {
+    const uint64_t part = std::min(kMaxUpdate, bytes - done);
+    Batch& b = current();
+    BufferRange w{dst.block_id(), dst.offset + dst_offset + done, part};
+    hazard({}, {&w, 1});
+    vkCmdUpdateBuffer(b.cmd, dst.buffer(), dst.offset + dst_offset + done, part, bytes_in + done);
+    if (!capture_ && ++b.commands >= b.limit) submit();
+  }
+}
+
 void Stream::download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes) {
   if (bytes == 0) return;
   VKF_REQUIRE(!capture_,

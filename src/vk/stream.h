@@ -15,7 +15,8 @@
 // it as an eager run's would (a captured training step needs no more memory than an eager one),
 // and at end_capture() the graph claims the free parts of every range its commands touched. Host
 // transfers (upload, download) cannot be captured; read_back() records a copy into host-visible
-// memory that can. Profiling does not time the dispatches of a graph.
+// memory that can, and write_constants() bakes a small table into the recording. Profiling does
+// not time the dispatches of a graph.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -105,6 +106,12 @@ class Stream {
   void fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32_t pattern);
   // Copies host data into device memory through a staging buffer; returns without waiting.
   void upload(const void* data, const Allocation& dst, uint64_t dst_offset, uint64_t bytes);
+  // Writes `bytes` of host data (a multiple of 4, at a 4-byte aligned offset) into device memory
+  // through the command buffer itself (vkCmdUpdateBuffer, 64 KiB per command): the bytes become
+  // part of the recording, like push constants, so it can be captured and every replay writes
+  // the same bytes again. For small per-call tables (a multi-tensor kernel's tensor list).
+  void write_constants(const void* data, const Allocation& dst, uint64_t dst_offset,
+                       uint64_t bytes);
   // Copies device memory to the host; submits and waits (the one place a host wait is needed).
   void download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes);
 

@@ -248,6 +248,80 @@ TEST(AdamWGate, SkippedUpdateChangesNothingAndIsUncounted) {
   test::expect_error([&] { opt.step({Tensor::full({2}, 0.0f), 1.0f}); }, {"found_inf", "one-element"});
 }
 
+// Clipping folded into AdamW (what OptimizerStep does) updates exactly as clipping the gradients
+// in place first and stepping on them: mixed precision (unscale 1/S, then clip) and fp32 (clip
+// alone), clipping active and not, and a gated skip with clipping.
+TEST(AdamWGate, ClipInsideTheUpdateIsClippingFirst) {
+  for (const double S : {1024.0, 1.0}) {
+    for (const double max_norm : {1e-3, 1e3}) {
+      const std::string what = "S " + std::to_string(S) + ", max_norm " + std::to_string(max_norm);
+      GradSet a = scaled_grads(S), b = scaled_grads(S);
+      std::vector<Tensor> pa, pb;
+      Rng rng(11);
+      for (const Tensor& g : a.gpu) {
+        pa.push_back(
+            test::to_gpu(test::as_f32(rng.normal(static_cast<size_t>(g.numel()))), g.shape()));
+        pb.push_back(pa.back().clone());
+      }
+      const ops::AdamWConfig cfg{1e-2, 0.9, 0.999, 1e-8, 0.1};
+      ops::AdamW first(pa, cfg), folded(pb, cfg);
+      for (size_t i = 0; i < pa.size(); ++i) {
+        pa[i].set_grad(a.gpu[i]);
+        pb[i].set_grad(b.gpu[i]);
+      }
+      const float inv = static_cast<float>(1.0 / S), mn = static_cast<float>(max_norm);
+      ops::StepGate gate_a, gate_b;
+      if (S != 1.0) {
+        const Tensor check_a = ops::grad_norm_and_overflow(a.gpu, inv);
+        ops::unscale_and_clip_(a.gpu, inv, check_a.slice(0, 0, 1), mn);
+        gate_a.found_inf = check_a.slice(0, 1, 2);
+        const Tensor check_b = ops::grad_norm_and_overflow(b.gpu, inv);
+        gate_b = {check_b.slice(0, 1, 2), 1.0f, check_b.slice(0, 0, 1), mn, inv};
+      } else {
+        ops::clip_grad_norm_(a.gpu, mn);
+        gate_b.clip_norm = ops::global_l2_norm(b.gpu);
+        gate_b.max_norm = mn;
+      }
+      first.step(gate_a);
+      folded.step(gate_b);
+      for (size_t i = 0; i < pa.size(); ++i) {
+        test::expect_bitwise_equal(pb[i], pa[i], what + ", param " + std::to_string(i));
+        test::expect_bitwise_equal(folded.exp_avg()[i], first.exp_avg()[i], what + ", exp_avg");
+        test::expect_bitwise_equal(folded.exp_avg_sq()[i], first.exp_avg_sq()[i],
+                                   what + ", exp_avg_sq");
+      }
+      // The gradients themselves are left as they were.
+      for (size_t i = 0; i < b.gpu.size(); ++i)
+        test::expect_close(b.gpu[i], b.host[i], 0.0, 0.0, what + ", grad kept");
+    }
+  }
+  // Gated and clipped: an overflow still leaves everything untouched.
+  GradSet g = scaled_grads(8.0);
+  std::vector<Tensor> params;
+  for (const Tensor& t : g.gpu) params.push_back(Tensor::full(t.shape(), 0.5f));
+  ops::AdamW opt(params, {1e-2, 0.9, 0.999, 1e-8, 0.1});
+  for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(g.gpu[i]);
+  opt.step({Tensor::full({1}, 1.0f), 1.0f, Tensor::full({1}, 3.0f), 1.0f, 0.125f});
+  for (const Tensor& p : params)
+    test::expect_close(p, std::vector<double>(static_cast<size_t>(p.numel()), 0.5), 0.0, 0.0,
+                       "skipped");
+  test::expect_error(
+      [&] {
+        opt.step({{}, 0.5f, Tensor::full({1}, 3.0f), 1.0f, 1.0f});
+      },
+      {"AdamW", "clip_unscale", "grad_multiplier"});
+  test::expect_error(
+      [&] {
+        opt.step({{}, 1.0f, Tensor::full({2}, 3.0f), 1.0f, 1.0f});
+      },
+      {"AdamW", "clip_norm", "one-element"});
+  test::expect_error(
+      [&] {
+        opt.step({{}, 1.0f, Tensor::full({1}, 3.0f), -1.0f, 1.0f});
+      },
+      {"AdamW", "max_norm"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // OptimizerStep on a small MLP language model: logits = silu(x W1^T) W2^T, mean cross-entropy.
 

@@ -11,6 +11,7 @@
 #include "ops/optim.h"
 #include "ops/optim_ref.h"
 #include "test_util.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf {
@@ -182,6 +183,55 @@ TEST(AdamW, FreeFunctionAtLaterStepAndDeterminism) {
   expect_ulps(tp[0].to_double(), p, 4, cfg.lr, "param at t = 5");
   expect_ulps(tm[0].to_double(), m, 0, 0.0, "exp_avg at t = 5");
   expect_ulps(tv[0].to_double(), v, 0, 0.0, "exp_avg_sq at t = 5");
+}
+
+// AdamW::step updates every parameter in one dispatch: tensors of whole 4096-element chunks
+// (16-byte loads), ragged ends, tiny ones, a parameter at an odd offset inside its storage (the
+// element-wise path), per-parameter decay, and one without a gradient, against torch's arithmetic.
+TEST(AdamW, OneDispatchOverEveryTensor) {
+  Rng rng(35);
+  const ops::AdamWConfig cfg{3e-3, 0.9, 0.999, 1e-8, 0.05};
+  const Tensor storage = gpu(to_f(rng.uniform(9001)), {9001});
+  std::vector<Tensor> params;
+  for (int64_t n : {4096, 3 * 4096 + 7, 8192, 1, 33})
+    params.push_back(gpu(to_f(rng.uniform(static_cast<size_t>(n))), {n}));
+  params.push_back(storage.slice(0, 1, 1 + 2 * 4096));   // whole chunks at a 4-byte offset
+  params.push_back(gpu(to_f(rng.uniform(40)), {5, 8}));  // never gets a gradient
+  const std::vector<double> outside_head = storage.slice(0, 0, 1).to_double();
+  const std::vector<double> outside_tail = storage.slice(0, 1 + 2 * 4096, 9001).to_double();
+  std::vector<double> decay{0.05, 0.0, 0.05, 0.0, 0.05, 0.05, 0.05};
+  std::vector<AdamState> st;
+  for (const Tensor& p : params) {
+    AdamState a;
+    const auto d = p.to_double();
+    a.p = to_f(d);
+    a.m.assign(d.size(), 0.0f);
+    a.v.assign(d.size(), 0.0f);
+    st.push_back(std::move(a));
+  }
+  ops::AdamW opt(params, cfg, decay);
+  auto& stream = vk::Context::get().stream();
+  for (int64_t t = 1; t <= 2; ++t) {
+    for (size_t i = 0; i + 1 < params.size(); ++i) {
+      const auto g = adam_grad(rng, st[i].p.size());
+      params[i].set_grad(gpu(g, params[i].shape()));
+      ref::adamw_step_f32(st[i].p, g, st[i].m, st[i].v,
+                          {cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay[i]}, t);
+    }
+    const uint64_t before = stream.dispatch_count();
+    opt.step();
+    EXPECT_EQ(stream.dispatch_count() - before, 1u) << "AdamW::step should be one dispatch";
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string what = "step " + std::to_string(t) + ", parameter " + std::to_string(i);
+      expect_ulps(params[i].to_double(), st[i].p, 4, cfg.lr, what + " param");
+      expect_ulps(opt.exp_avg()[i].to_double(), st[i].m, 0, 0.0, what + " exp_avg");
+      expect_ulps(opt.exp_avg_sq()[i].to_double(), st[i].v, 0, 0.0, what + " exp_avg_sq");
+    }
+  }
+  // The storage around the offset parameter is untouched.
+  EXPECT_EQ(storage.slice(0, 0, 1).to_double(), outside_head);
+  EXPECT_EQ(storage.slice(0, 1 + 2 * 4096, 9001).to_double(), outside_tail);
+  EXPECT_EQ(opt.param_steps(), (std::vector<int64_t>{2, 2, 2, 2, 2, 2, 0}));
 }
 
 TEST(SGD, ThreeStepsMatchTorchArithmeticAndDouble) {
