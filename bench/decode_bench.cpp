@@ -12,7 +12,8 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--profile] [--top 20] [--skinny-rows 0|1|2|4] [--stage-floor N]
+//                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4] [--skinny-groups
+//                N] [--stage-floor N]
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
 // decode step's dependent stages costs before any work (see print_stage_floor).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
@@ -112,10 +113,17 @@ int main(int argc, char** argv) {
   int top = 20;
   app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
   app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
+  bool profile_shapes = false;
+  app.add_flag("--profile-shapes", profile_shapes,
+               "with --profile: list products per shape (M x N x K) instead of per kernel");
   uint32_t skinny_rows = 0;
   app.add_option("--skinny-rows", skinny_rows,
                  "weight rows per thread of the skinny f16 products: 0 (by shape), 1, 2 or 4")
       ->check(CLI::IsMember({0, 1, 2, 4}))
+      ->capture_default_str();
+  uint32_t skinny_groups = 0;
+  app.add_option("--skinny-groups", skinny_groups,
+                 "most workgroups of a skinny f16 product (0: one per block of weight rows)")
       ->capture_default_str();
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
@@ -127,6 +135,7 @@ int main(int argc, char** argv) {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
+    ops::detail::set_skinny_f16_max_groups(skinny_groups);
     if (stage_floor > 0) {
       print_stage_floor(stage_floor);
       return 0;
@@ -187,7 +196,7 @@ int main(int argc, char** argv) {
               if (!started) {
                 started = true, first = now, d0 = stream.dispatch_count();
                 // From the first token on: the decode steps, not the prefill.
-                if (profiling) stream.set_profiling(true);
+                if (profiling) stream.set_profiling(true, profile_shapes);
               }
               last = now;
               ++count;

@@ -51,6 +51,7 @@ struct SplitKPush {
 
 // Weight rows per thread of matmul_skinny_f16: 0 chooses by shape, else forced (tests, benches).
 uint32_t g_skinny_rows_per_thread = 0;
+uint32_t g_skinny_max_groups = 0;  // 0: one workgroup per block of weight rows
 
 struct ColsumPush {
   uint64_t src, dst;
@@ -391,7 +392,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
              norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
              norm ? norm_threads_per_row_log2(k) : 0u};
-      const Grid grid{div_up(nc, kSkinnyF16Cols * rpt), 1, static_cast<uint32_t>(zc)};
+      const Grid grid{skinny_f16_groups(div_up(nc, kSkinnyF16Cols * rpt)), 1,
+                      static_cast<uint32_t>(zc)};
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -431,7 +433,21 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   check_extent(b, "matmul operand b extent");
   check_extent(c, "matmul output extent");
   const int64_t bias_stride = bias.defined() ? bias.strides()[0] : 0;
-  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, {}, &norm);
+  const double m = static_cast<double>(c.rows), n = static_cast<double>(c.cols),
+               k = static_cast<double>(a.cols);
+  vk::DispatchCost cost{2.0 * m * n * k, 2.0 * n * k + 4.0 * (m * k + m * n + k)};
+  if (vk::Context::get().stream().profiling_detail())
+    cost.detail = fmt::format("{}x{}x{} normed", c.rows, c.cols, a.cols);
+  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm);
+}
+
+uint32_t skinny_f16_groups(int64_t blocks) {
+  if (g_skinny_max_groups == 0) return static_cast<uint32_t>(blocks);
+  return static_cast<uint32_t>(std::min<int64_t>(blocks, g_skinny_max_groups));
+}
+
+void set_skinny_f16_max_groups(uint32_t groups) {
+  g_skinny_max_groups = groups;
 }
 
 void set_skinny_f16_rows_per_thread(uint32_t rows) {

@@ -8,7 +8,8 @@
 // for RPT weight rows: with 8 activation rows the activation reads, not the weight bytes, are
 // what limits a thread that owns one weight row.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
-// in cache): no shared staging and no barrier in the main loop. Accumulators, epilogue and output
+// in cache): no shared staging and no barrier in the main loop. A workgroup may take several
+// blocks of rows (see main()), overlapping one block's epilogue with the next one's loads. Accumulators, epilogue and output
 // are fp32 (fp64 in the precise build). Each thread sums its k in increasing order and a row's KS
 // partial sums meet in a fixed tree, so results are deterministic. Grid: x = blocks of COLS weight
 // rows, z = batch entries. Push constants and epilogue are the fp32 GEMMs' (matmul_push.glsl);
@@ -194,20 +195,58 @@ void reduce_lanes(uint tid, uint lane) {
   }
 }
 
-void main() {
-  const uint tid = gl_LocalInvocationID.x;
-  const uint lane = tid % KS, col = tid / KS;
-  const uint z = gl_WorkGroupID.z;
-  // The thread's weight rows: n0 + r * COLS, r < RPT (consecutive rows in consecutive groups of
-  // KS threads, as with RPT = 1).
-  const uint n0 = gl_WorkGroupID.x * COLS * RPT + col;
-  const uint abase = z * p.sa, bbase = z * p.sb;
+// The outputs of the thread's RPT weight rows n0 + r * COLS from the accumulators: each row's KS
+// partial sums meet in a fixed tree (in `red`), lane 0 stores. Leaves `red` free for reuse.
+void finish_rows(uint tid, uint lane, uint z, uint n0) {
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    const uint n = n0 + r * COLS;
+    if (r > 0) barrier();  // red is read before it is reused
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[r][m];
+    reduce_lanes(tid, lane);
+#if GATED
+    VACC gate[MMAX];
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
+    barrier();  // red is read before it is reused
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
+    reduce_lanes(tid, lane);
+    // gated_act.comp's formula on the values the two products would have stored.
+    if (lane == 0 && n < p.N) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m)
+        p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
+    }
+#else
+    if (lane == 0 && n < p.N) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
+    }
+#endif
+  }
+  barrier();  // the next block's rows write red only after every lane 0 has read it
+}
+
+void clear_accumulators() {
   [[unroll]] for (uint r = 0; r < RMAX; ++r) {
     [[unroll]] for (uint m = 0; m < MMAX; ++m) {
       acc[r][m] = 0.0;
       acc2[r][m] = 0.0;
     }
   }
+}
+
+// Workgroup x takes blocks of COLS * RPT weight rows x, x + gl_NumWorkGroups.x, ... (one block
+// each when the grid has as many workgroups as blocks): with fewer workgroups than blocks, the
+// first loads of a workgroup's next block are in flight while it reduces and stores the current
+// one, and a NORM prologue runs once for all its blocks. Each row's sums are the same either way.
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint lane = tid % KS, col = tid / KS;
+  const uint z = gl_WorkGroupID.z;
+  const uint blocks = (p.N + COLS * RPT - 1) / (COLS * RPT);
+  const uint abase = z * p.sa, bbase = z * p.sb;
+  uint blk = gl_WorkGroupID.x;
+  // The thread's weight rows in block blk: n0 + r * COLS, r < RPT (consecutive rows in
+  // consecutive groups of KS threads, as with RPT = 1).
+  uint n0 = blk * COLS * RPT + col;
+  clear_accumulators();
 
 #if GATED
   const uint64_t b2 = p.b2;
@@ -231,56 +270,49 @@ void main() {
       uv[u][r] = GATED != 0 && ok ? wu.v[row + (g) + u * KS] : uvec4(0); \
     }                                                                    \
   }
-    uint g = lane;
-    LOAD_BATCH(g)
+    LOAD_BATCH(lane)
     if (NORM != 0) compute_norm_rstd(tid, abase);
-    while (g < groups) {
-      [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
-        if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
-      g += UNROLL_R * KS;
-      if (g < groups) {
-        LOAD_BATCH(g)
+    while (true) {
+      uint g = lane;
+      while (g < groups) {
+        [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
+          if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
+        g += UNROLL_R * KS;
+        if (g < groups) {
+          LOAD_BATCH(g)
+        }
       }
+      const uint rows_done = n0, next = blk + gl_NumWorkGroups.x;
+      if (next < blocks) {  // uniform: the next block's first loads go out before the epilogue
+        blk = next;
+        n0 = blk * COLS * RPT + col;
+        LOAD_BATCH(lane)
+      }
+      finish_rows(tid, lane, z, rows_done);
+      if (next >= blocks) break;
+      clear_accumulators();
     }
   } else {
     if (NORM != 0) compute_norm_rstd(tid, abase);
-  }
-  if (!VEC8 && n0 < p.N) {  // RPT = 1 (the host's rule)
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
-    const uint row = bbase + n0 * p.ldb;
-    for (uint k = lane; k < p.K; k += KS) {
-      const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
-      const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-        const VACC ak = VACC(load_a(abase, m, k));
-        acc[0][m] += ak * VACC(wk);
+    for (; blk < blocks; blk += gl_NumWorkGroups.x) {  // RPT = 1 (the host's rule)
+      n0 = blk * COLS + col;
+      if (n0 < p.N) {
+        const uint row = bbase + n0 * p.ldb;
+        for (uint k = lane; k < p.K; k += KS) {
+          const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
+          const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
+          [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+            const VACC ak = VACC(load_a(abase, m, k));
+            acc[0][m] += ak * VACC(wk);
 #if GATED
-        acc2[0][m] += ak * VACC(uk);
+            acc2[0][m] += ak * VACC(uk);
 #endif
+          }
+        }
       }
+      finish_rows(tid, lane, z, n0);
+      clear_accumulators();
     }
-  }
-
-  [[unroll]] for (uint r = 0; r < RPT; ++r) {
-    const uint n = n0 + r * COLS;
-    if (r > 0) barrier();  // red is read before it is reused
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[r][m];
-    reduce_lanes(tid, lane);
-#if GATED
-    VACC gate[MMAX];
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
-    barrier();  // red is read before it is reused
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
-    reduce_lanes(tid, lane);
-    // gated_act.comp's formula on the values the two products would have stored.
-    if (lane == 0 && n < p.N) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m)
-        p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
-    }
-#else
-    if (lane == 0 && n < p.N) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
-    }
-#endif
   }
 }

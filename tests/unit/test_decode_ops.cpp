@@ -525,14 +525,18 @@ TEST(DecodeOps, GatedLinear) {
     const auto [wu, wut] = half_weights(rng, inner, in);
     std::vector<double> one_row;
     for (const uint32_t rpt : {1u, 2u, 4u}) {
-      ops::detail::set_skinny_f16_rows_per_thread(rpt);
-      const auto got =
-          ops::gated_linear(test::to_gpu(x, {rows, 1, in}), wgt, wut, ops::Activation::SiLU)
-              .to_double();
-      if (rpt == 1) one_row = got;
-      EXPECT_EQ(got, one_row) << rpt << " rows per thread";
+      for (const uint32_t groups : {0u, 1u, 3u}) {  // workgroups taking several blocks of rows
+        ops::detail::set_skinny_f16_rows_per_thread(rpt);
+        ops::detail::set_skinny_f16_max_groups(groups);
+        const auto got =
+            ops::gated_linear(test::to_gpu(x, {rows, 1, in}), wgt, wut, ops::Activation::SiLU)
+                .to_double();
+        if (rpt == 1 && groups == 0) one_row = got;
+        EXPECT_EQ(got, one_row) << rpt << " rows per thread, " << groups << " workgroups at most";
+      }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
+    ops::detail::set_skinny_f16_max_groups(0);
   }
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
@@ -617,16 +621,21 @@ TEST(DecodeOps, NormedLinear) {
     const Tensor xt = test::to_gpu(x, {rows, in});
     const Tensor want = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps, norm.one_plus), wt);
     for (const uint32_t rpt : {1u, 2u, 4u}) {
-      ops::detail::set_skinny_f16_rows_per_thread(rpt);
-      const Tensor got = Tensor::empty({rows, out});
-      ops::detail::skinny_f16_normed(ops::detail::describe_rows(xt),
-                                     ops::detail::describe_readable(wt).transposed(),
-                                     ops::detail::describe_rows(got), Tensor(), norm);
-      test::expect_bitwise_equal(
-          got, want,
-          std::to_string(rows) + " rows, " + std::to_string(rpt) + " weight rows per thread");
+      for (const uint32_t groups : {0u, 1u, 3u}) {  // the prologue once for several blocks
+        ops::detail::set_skinny_f16_rows_per_thread(rpt);
+        ops::detail::set_skinny_f16_max_groups(groups);
+        const Tensor got = Tensor::empty({rows, out});
+        ops::detail::skinny_f16_normed(ops::detail::describe_rows(xt),
+                                       ops::detail::describe_readable(wt).transposed(),
+                                       ops::detail::describe_rows(got), Tensor(), norm);
+        test::expect_bitwise_equal(got, want,
+                                   std::to_string(rows) + " rows, " + std::to_string(rpt) +
+                                       " weight rows per thread, " + std::to_string(groups) +
+                                       " workgroups at most");
+      }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
+    ops::detail::set_skinny_f16_max_groups(0);
   }
   // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));

@@ -84,29 +84,37 @@ TEST(MatmulF16Weights, SkinnyKernel) {
   check_linear(rng, 1, 2048, 9, false, 0, "long K");
 }
 
-// Several weight rows per thread (each activation read once for them) change which thread sums
-// what, not the sums: every choice gives the bits of one row per thread.
+// Several weight rows per thread (each activation read once for them), and workgroups that take
+// several blocks of rows, change which thread sums what, not the sums: every choice gives the
+// bits of one row per thread and one block per workgroup.
 TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
   Rng rng(13);
-  for (const auto& [rows, in, out] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 64, 37}, {3, 1040, 70}, {8, 64, 300}}) {
+  for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 37},
+                                      {3, 1040, 70},
+                                      {8, 64, 300},
+                                      {2, 37, 45}}) {  // K % 8 != 0: the element-wise loads
     const HalfMatrix w = half_matrix(rng, {out, in});
     const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
     const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
     const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(b, {out});
     std::vector<double> one_row;
     for (const uint32_t rpt : {1u, 2u, 4u}) {
-      ops::detail::set_skinny_f16_rows_per_thread(rpt);
-      const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
-      if (rpt == 1) {
-        one_row = got;
-        test::expect_close(got, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
-                           "one row per thread");
-      } else {
-        EXPECT_EQ(got, one_row) << rpt << " rows per thread, rows=" << rows << " out=" << out;
+      for (const uint32_t groups : {0u, 1u, 3u}) {  // workgroups taking several blocks of rows
+        ops::detail::set_skinny_f16_rows_per_thread(rpt);
+        ops::detail::set_skinny_f16_max_groups(groups);
+        const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
+        if (rpt == 1 && groups == 0) {
+          one_row = got;
+          test::expect_close(got, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
+                             "one row per thread");
+        } else {
+          EXPECT_EQ(got, one_row) << rpt << " rows per thread, " << groups
+                                  << " workgroups at most, rows=" << rows << " out=" << out;
+        }
       }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
+    ops::detail::set_skinny_f16_max_groups(0);
   }
   // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
   // grid keeps 128 workgroups of 8 rows each.
