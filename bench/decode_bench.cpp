@@ -121,9 +121,11 @@ int main(int argc, char** argv) {
                  "weight rows per thread of the skinny f16 products: 0 (by shape), 1, 2 or 4")
       ->check(CLI::IsMember({0, 1, 2, 4}))
       ->capture_default_str();
-  uint32_t skinny_groups = 0;
+  int skinny_groups = -1;
   app.add_option("--skinny-groups", skinny_groups,
-                 "most workgroups of a skinny f16 product (0: one per block of weight rows)")
+                 "most workgroups of a skinny f16 product (0: one per block of weight rows; "
+                 "-1: two per multiprocessor where the device reports them)")
+      ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
-    ops::detail::set_skinny_f16_max_groups(skinny_groups);
+    if (skinny_groups >= 0)
+      ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
     if (stage_floor > 0) {
       print_stage_floor(stage_floor);
       return 0;

@@ -48,6 +48,7 @@ int run_devices() {
     fmt::print("\n  memory budget (VK_EXT_memory_budget): {}", yes(d.memory_budget));
     fmt::print("\n  subgroup size: {}\n  max shared memory per workgroup: {} KiB\n",
                d.subgroup_size, d.max_shared_memory / 1024);
+    if (d.multiprocessors > 0) fmt::print("  multiprocessors: {}\n", d.multiprocessors);
     fmt::print("  maxStorageBufferRange: {}\n  max push constants: {} bytes\n",
                mib(d.max_storage_buffer_range), d.max_push_constants);
     fmt::print(

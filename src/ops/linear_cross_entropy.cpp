@@ -112,9 +112,11 @@ int64_t linear_cross_entropy_group_chunks(int64_t rows, int64_t vocab, int64_t c
               "linear_cross_entropy_group_chunks: rows {}, vocab {}, chunk_rows {}", rows, vocab,
               chunk_rows);
   if (g_group_chunks > 0) return g_group_chunks;
-  constexpr int64_t kDepth = 2048;  // rows of the dW product
+  // Rows of the dW product. On the H200, 4096 against 2048: 1B f16 step 364.0 / 364.0 ms against
+  // 370.5 / 371.1 (+0.5 GiB peak), 135M 108.2 / 108.3 against 109.1 / 109.1 (+0.24 GiB).
+  constexpr int64_t kDepth = 4096;
   const int64_t chunks = std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1);
-  const int64_t budget = 2 * static_cast<int64_t>(linear_cross_entropy_chunk_bytes());
+  const int64_t budget = 4 * static_cast<int64_t>(linear_cross_entropy_chunk_bytes());
   const int64_t fit = std::max<int64_t>(budget / (chunk_rows * vocab * 2), 1);
   return std::min({(kDepth + chunk_rows - 1) / chunk_rows, fit, chunks});
 }

@@ -45,7 +45,7 @@ CrossEntropyParts linear_cross_entropy(const Tensor& hidden, const Tensor& weigh
                                        const LinearCrossEntropyOptions& options = {});
 
 // The group chosen when options.group_chunks is 0, for chunks of chunk_rows of N rows: enough
-// chunks for 2048 rows (the dW product's depth), while the f16 group stays within twice
+// chunks for 4096 rows (the dW product's depth), while the f16 group stays within four times
 // linear_cross_entropy_chunk_bytes(), and no more chunks than there are.
 // set_linear_cross_entropy_group_chunks(n > 0) makes it n (benchmarks: 1 is per chunk); 0
 // restores the rule.

@@ -156,11 +156,12 @@ void set_skinny_f16_rows_per_thread(uint32_t rows);
 
 // Workgroups of a matmul_skinny_f16 dispatch (both variants) over `blocks` blocks of weight rows:
 // each workgroup takes every so-many-th block, so fewer workgroups than blocks overlap a block's
-// epilogue with the next one's loads. The same sums in every case. The rule: all blocks when
-// set_skinny_f16_max_groups(0), else at most that many workgroups.
+// epilogue with the next one's loads. The same sums in every case. The rule: at most two
+// workgroups per multiprocessor where the device reports its multiprocessors, else one per block.
 uint32_t skinny_f16_groups(int64_t blocks);
-// Caps the workgroups of skinny f16 dispatches (0: one per block), for tests and benchmarks.
-void set_skinny_f16_max_groups(uint32_t groups);
+// Forces the most workgroups of skinny f16 dispatches (0: one per block), for tests and
+// benchmarks; nullopt restores the rule.
+void set_skinny_f16_max_groups(std::optional<uint32_t> groups);
 
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.

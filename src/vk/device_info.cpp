@@ -223,6 +223,12 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   VkPhysicalDeviceProperties pre{};
   vkGetPhysicalDeviceProperties(pd, &pre);
   if (pre.apiVersion >= VK_API_VERSION_1_3) float_controls.pNext = &size_control;
+  VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm_builtins{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+  if (exts.count("VK_NV_shader_sm_builtins") > 0) {
+    sm_builtins.pNext = subgroup.pNext;
+    subgroup.pNext = &sm_builtins;
+  }
   VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   driver.pNext = &subgroup;
   VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -236,6 +242,7 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   std::memcpy(info.uuid, p.pipelineCacheUUID, VK_UUID_SIZE);
   info.driver_name = driver.driverName;
   info.driver_info = driver.driverInfo;
+  info.multiprocessors = sm_builtins.shaderSMCount;
   info.subgroup_size = subgroup.subgroupSize;
   info.min_subgroup_size = size_control.minSubgroupSize > 0
                                ? std::min(size_control.minSubgroupSize, subgroup.subgroupSize)

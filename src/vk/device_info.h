@@ -41,6 +41,8 @@ struct DeviceInfo {
   // shaders have subgroup shuffles.
   uint32_t min_subgroup_size = 0;
   bool subgroup_shuffle = false;
+  // Multiprocessors, where the driver reports them (VK_NV_shader_sm_builtins); 0 elsewhere.
+  uint32_t multiprocessors = 0;
   uint32_t max_shared_memory = 0;
   uint64_t max_storage_buffer_range = 0;
   uint32_t max_push_constants = 0;

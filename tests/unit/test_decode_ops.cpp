@@ -536,7 +536,7 @@ TEST(DecodeOps, GatedLinear) {
       }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(0);
+    ops::detail::set_skinny_f16_max_groups(std::nullopt);
   }
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
@@ -635,7 +635,7 @@ TEST(DecodeOps, NormedLinear) {
       }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(0);
+    ops::detail::set_skinny_f16_max_groups(std::nullopt);
   }
   // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));

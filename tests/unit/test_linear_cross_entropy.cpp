@@ -333,8 +333,9 @@ TEST(LinearCrossEntropy, F16GroupedGradientsMatchPerChunkAndReference) {
     test::expect_close(grouped[0], want.dh, 4e-3 * dh_max, 1e-2, "dh vs reference");
     test::expect_close(grouped[1], want.dw, 4e-3 * dw_max, 1e-2, "dW vs reference");
   }
-  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 128256, 512), 4);
-  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 49152, 1280), 2);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 128256, 512), 8);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 49152, 1280), 4);
+  EXPECT_EQ(ops::linear_cross_entropy_group_chunks(8192, 256000, 512), 4);  // the f16 bytes bound
   EXPECT_EQ(ops::linear_cross_entropy_group_chunks(37, 300, 5), 8);
   EXPECT_EQ(ops::linear_cross_entropy_group_chunks(100, 128256, 100), 1);
   test::expect_error(

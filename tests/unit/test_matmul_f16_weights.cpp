@@ -114,7 +114,7 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
       }
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(0);
+    ops::detail::set_skinny_f16_max_groups(std::nullopt);
   }
   // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
   // grid keeps 128 workgroups of 8 rows each.
