@@ -221,16 +221,21 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          sn.eps,
          norm ? detail::norm_threads_per_row_log2(k) : 0u};
   const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, n, vec8);
-  const std::vector<uint32_t> spec = {
-      static_cast<uint32_t>(m),   0u,  vec8 ? 1u : 0u,
-      static_cast<uint32_t>(act), rpt, detail::skinny_norm_mode(norm ? &sn : nullptr)};
+  const uint32_t blocks = div_up(n, detail::kSkinnyF16Cols * rpt);
+  const uint32_t groups = detail::skinny_f16_groups(m, blocks);
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m),
+                                      0u,
+                                      vec8 ? 1u : 0u,
+                                      static_cast<uint32_t>(act),
+                                      rpt,
+                                      detail::skinny_norm_mode(norm ? &sn : nullptr),
+                                      groups < blocks};
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
-  launch("matmul_skinny_f16_gated", push,
-         Grid{detail::skinny_f16_groups(div_up(n, detail::kSkinnyF16Cols * rpt)), 1, 1},
-         {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
+  launch("matmul_skinny_f16_gated", push, Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight},
+         {&out}, spec, cost);
   return out;
 }
 

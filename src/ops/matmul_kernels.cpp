@@ -378,8 +378,6 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
   const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans, vec8, 0u, rpt,
-                                      skinny_norm_mode(norm)};
   const Tensor norm_w = norm ? norm->weight : Tensor();
   const int64_t zstep = g_max_groups, nstep = g_max_groups * kSkinnyF16Cols * rpt;
   bool first = true;
@@ -394,8 +392,10 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
              norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
              norm ? norm_threads_per_row_log2(k) : 0u};
-      const Grid grid{skinny_f16_groups(div_up(nc, kSkinnyF16Cols * rpt)), 1,
-                      static_cast<uint32_t>(zc)};
+      const uint32_t blocks = div_up(nc, kSkinnyF16Cols * rpt);
+      const Grid grid{skinny_f16_groups(m, blocks), 1, static_cast<uint32_t>(zc)};
+      const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans,       vec8, 0u, rpt,
+                                          skinny_norm_mode(norm),   grid.x < blocks};
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -443,13 +443,13 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm);
 }
 
-uint32_t skinny_f16_groups(int64_t blocks) {
-  // Two workgroups per multiprocessor where the driver reports them: on the H200 (132) a decode
-  // step at batch 1 took 1.34 ms against 1.42-1.47 with one workgroup per block (batch 8: the
-  // same); 1, 4, 8 and 16 per multiprocessor measured in between.
-  const int64_t cap = g_skinny_max_groups_forced
-                          ? int64_t{g_skinny_max_groups}
-                          : 2 * int64_t{vk::Context::get().info().multiprocessors};
+uint32_t skinny_f16_groups(int64_t m, int64_t blocks) {
+  // One activation row: two workgroups per multiprocessor where the driver reports them. On the
+  // H200 (132) a decode step at batch 1 took 1.33 ms against 1.36-1.37 before (1, 4, 8 and 16
+  // per multiprocessor measured in between); at batch 8 the loop cost more than it saved.
+  const int64_t cap = g_skinny_max_groups_forced ? int64_t{g_skinny_max_groups}
+                      : m == 1 ? 2 * int64_t{vk::Context::get().info().multiprocessors}
+                               : 0;
   if (cap == 0) return static_cast<uint32_t>(blocks);
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
 }

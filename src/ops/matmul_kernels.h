@@ -156,9 +156,10 @@ void set_skinny_f16_rows_per_thread(uint32_t rows);
 
 // Workgroups of a matmul_skinny_f16 dispatch (both variants) over `blocks` blocks of weight rows:
 // each workgroup takes every so-many-th block, so fewer workgroups than blocks overlap a block's
-// epilogue with the next one's loads. The same sums in every case. The rule: at most two
-// workgroups per multiprocessor where the device reports its multiprocessors, else one per block.
-uint32_t skinny_f16_groups(int64_t blocks);
+// epilogue with the next one's loads. The same sums in every case. The rule: for one activation
+// row (m == 1), at most two workgroups per multiprocessor where the device reports its
+// multiprocessors; else one per block.
+uint32_t skinny_f16_groups(int64_t m, int64_t blocks);
 // Forces the most workgroups of skinny f16 dispatches (0: one per block), for tests and
 // benchmarks; nullopt restores the rule.
 void set_skinny_f16_max_groups(std::optional<uint32_t> groups);

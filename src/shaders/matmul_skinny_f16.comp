@@ -56,6 +56,9 @@ layout(constant_id = 4) const uint RPT = 1;
 // RMSNorm of opA's rows first: 0 none, 1 weight w, 2 weight 1 + w (push: norm_w, norm_eps, and
 // norm_tpr_log2, norm_fwd's threads per row for K).
 layout(constant_id = 5) const uint NORM = 0;
+// Set when the grid has fewer workgroups than blocks of rows (see main()); unset, the block loop
+// folds away and the kernel is the one-block-per-workgroup form.
+layout(constant_id = 6) const bool BLOCK_LOOP = false;
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
@@ -282,7 +285,7 @@ void main() {
           LOAD_BATCH(g)
         }
       }
-      const uint rows_done = n0, next = blk + gl_NumWorkGroups.x;
+      const uint rows_done = n0, next = BLOCK_LOOP ? blk + gl_NumWorkGroups.x : blocks;
       if (next < blocks) {  // uniform: the next block's first loads go out before the epilogue
         blk = next;
         n0 = blk * COLS * RPT + col;
@@ -295,7 +298,7 @@ void main() {
   } else {
     if (NORM != 0) compute_norm_rstd(tid, abase);
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
-    for (; blk < blocks; blk += gl_NumWorkGroups.x) {  // RPT = 1 (the host's rule)
+    for (; blk < blocks; blk += BLOCK_LOOP ? gl_NumWorkGroups.x : blocks) {  // RPT = 1
       n0 = blk * COLS + col;
       if (n0 < p.N) {
         const uint row = bbase + n0 * p.ldb;
