@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
                  "-1: two per multiprocessor where the device reports them)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
+  bool shared_tree = false;
+  app.add_flag("--skinny-shared-tree", shared_tree,
+               "skinny f16 products: the shared-memory trees even where subgroup shuffles could "
+               "end them");
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
     if (device >= 0) vk::Context::select_device(device);
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
+    ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
     if (stage_floor > 0) {

@@ -229,7 +229,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
                                       static_cast<uint32_t>(act),
                                       rpt,
                                       detail::skinny_norm_mode(norm ? &sn : nullptr),
-                                      groups < blocks};
+                                      groups < blocks,
+                                      detail::skinny_f16_shuffle_tree()};
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())

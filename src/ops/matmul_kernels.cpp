@@ -54,6 +54,7 @@ uint32_t g_skinny_rows_per_thread = 0;
 // Forced by set_skinny_f16_max_groups (0: one workgroup per block of weight rows), else the rule.
 uint32_t g_skinny_max_groups = 0;
 bool g_skinny_max_groups_forced = false;
+bool g_skinny_shuffle_tree = true;  // where the device allows it
 
 struct ColsumPush {
   uint64_t src, dst;
@@ -394,8 +395,14 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
              norm ? norm_threads_per_row_log2(k) : 0u};
       const uint32_t blocks = div_up(nc, kSkinnyF16Cols * rpt);
       const Grid grid{skinny_f16_groups(m, blocks), 1, static_cast<uint32_t>(zc)};
-      const std::vector<uint32_t> spec = {static_cast<uint32_t>(m), la.trans,       vec8, 0u, rpt,
-                                          skinny_norm_mode(norm),   grid.x < blocks};
+      const std::vector<uint32_t> spec = {static_cast<uint32_t>(m),
+                                          la.trans,
+                                          vec8,
+                                          0u,
+                                          rpt,
+                                          skinny_norm_mode(norm),
+                                          grid.x < blocks,
+                                          skinny_f16_shuffle_tree()};
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -452,6 +459,16 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks) {
                                : 0;
   if (cap == 0) return static_cast<uint32_t>(blocks);
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
+}
+
+bool skinny_f16_shuffle_tree() {
+  if (!g_skinny_shuffle_tree) return false;
+  const vk::DeviceInfo& info = vk::Context::get().info();
+  return info.subgroup_shuffle && info.subgroup_size == 32 && info.min_subgroup_size == 32;
+}
+
+void set_skinny_f16_shuffle_tree(bool allowed) {
+  g_skinny_shuffle_tree = allowed;
 }
 
 void set_skinny_f16_max_groups(std::optional<uint32_t> groups) {

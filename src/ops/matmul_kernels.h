@@ -164,6 +164,13 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks);
 // benchmarks; nullopt restores the rule.
 void set_skinny_f16_max_groups(std::optional<uint32_t> groups);
 
+// Whether matmul_skinny_f16 (both variants) ends its fixed trees with subgroup shuffles: where
+// subgroups are exactly 32 consecutive invocations with shuffles (the same additions in the same
+// order as the shared-memory tree, so the same bits). set_skinny_f16_shuffle_tree(false) keeps
+// the shared-memory tree everywhere (tests, benchmarks).
+bool skinny_f16_shuffle_tree();
+void set_skinny_f16_shuffle_tree(bool allowed);
+
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.
 uint32_t skinny_norm_mode(const RowNorm* norm);

@@ -526,6 +526,8 @@ TEST(DecodeOps, GatedLinear) {
     std::vector<double> one_row;
     for (const uint32_t rpt : {1u, 2u, 4u}) {
       for (const uint32_t groups : {0u, 1u, 3u}) {  // workgroups taking several blocks of rows
+        // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
+        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
         ops::detail::set_skinny_f16_rows_per_thread(rpt);
         ops::detail::set_skinny_f16_max_groups(groups);
         const auto got =
@@ -537,6 +539,7 @@ TEST(DecodeOps, GatedLinear) {
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
     ops::detail::set_skinny_f16_max_groups(std::nullopt);
+    ops::detail::set_skinny_f16_shuffle_tree(true);
   }
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
@@ -622,6 +625,8 @@ TEST(DecodeOps, NormedLinear) {
     const Tensor want = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps, norm.one_plus), wt);
     for (const uint32_t rpt : {1u, 2u, 4u}) {
       for (const uint32_t groups : {0u, 1u, 3u}) {  // the prologue once for several blocks
+        // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
+        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
         ops::detail::set_skinny_f16_rows_per_thread(rpt);
         ops::detail::set_skinny_f16_max_groups(groups);
         const Tensor got = Tensor::empty({rows, out});
@@ -636,6 +641,7 @@ TEST(DecodeOps, NormedLinear) {
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
     ops::detail::set_skinny_f16_max_groups(std::nullopt);
+    ops::detail::set_skinny_f16_shuffle_tree(true);
   }
   // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));

@@ -100,6 +100,8 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
     std::vector<double> one_row;
     for (const uint32_t rpt : {1u, 2u, 4u}) {
       for (const uint32_t groups : {0u, 1u, 3u}) {  // workgroups taking several blocks of rows
+        // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
+        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
         ops::detail::set_skinny_f16_rows_per_thread(rpt);
         ops::detail::set_skinny_f16_max_groups(groups);
         const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
@@ -115,6 +117,7 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
     }
     ops::detail::set_skinny_f16_rows_per_thread(0);
     ops::detail::set_skinny_f16_max_groups(std::nullopt);
+    ops::detail::set_skinny_f16_shuffle_tree(true);
   }
   // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
   // grid keeps 128 workgroups of 8 rows each.
