@@ -30,6 +30,7 @@
 #include "bench_util.h"
 #include "core/launch.h"
 #include "infer/generate.h"
+#include "ops/decode.h"
 #include "ops/elementwise.h"
 #include "ops/matmul_kernels.h"
 #include "profile_table.h"
@@ -127,6 +128,11 @@ int main(int argc, char** argv) {
                  "-1: two per multiprocessor where the device reports them)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
+  int norm_fold_rows = 1;
+  app.add_option("--norm-fold-rows", norm_fold_rows,
+                 "most activation rows whose RMSNorm folds into the next products (1 to 8)")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   bool shared_tree = false;
   app.add_flag("--skinny-shared-tree", shared_tree,
                "skinny f16 products: the shared-memory trees even where subgroup shuffles could "
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
+    ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
     if (stage_floor > 0) {

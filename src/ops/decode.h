@@ -56,6 +56,8 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
 // normalizing 8 rows costs more than the norm's own dispatch. Callers with several products over
 // one normalized x take rms_norm once where this is false.
 bool norm_folds(const Tensor& x, const Tensor& weight, const RowNorm& norm);
+// The most activation rows a fold takes (1 by default, up to 8), for tests and benchmarks.
+void set_norm_fold_rows(int64_t rows);
 
 // act(x Wg^T) * (x Wu^T): the first half of a gated MLP (SwiGLU, GeGLU; Llama's gate_proj and
 // up_proj), without biases. x: f32 [..., in]; w_gate, w_up: [inner, in], f32 or f16 alike; returns
