@@ -9,10 +9,11 @@
 // what limits a thread that owns one weight row.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
 // in cache): no shared staging and no barrier in the main loop. A workgroup may take several
-// blocks of rows (see main()), overlapping one block's epilogue with the next one's loads. Accumulators, epilogue and output
-// are fp32 (fp64 in the precise build). Each thread sums its k in increasing order and a row's KS
-// partial sums meet in a fixed tree, so results are deterministic. Grid: x = blocks of COLS weight
-// rows, z = batch entries. Push constants and epilogue are the fp32 GEMMs' (matmul_push.glsl);
+// blocks of rows (see main()), overlapping one block's epilogue with the next one's loads.
+// Accumulators, epilogue and output are fp32 (fp64 in the precise build). Each thread sums its k
+// in increasing order and a row's KS partial sums meet in a fixed tree (its last levels by
+// subgroup shuffles where SHUFFLE_TREE), so results are deterministic. Grid: x = blocks of COLS
+// weight rows (or fewer workgroups, BLOCK_LOOP), z = batch entries. Push constants and epilogue are the fp32 GEMMs' (matmul_push.glsl);
 // p.b addresses halves and its strides (ldb, sb) count halves.
 //
 // The `gated` variant computes a gated MLP's first half in one pass: out = act(opA Wg^T) *
@@ -104,7 +105,8 @@ VACC acc2[RMAX][MMAX];  // the up product (gated)
 // The tree's last five levels over 32 consecutive invocations, by shuffles (SHUFFLE_TREE): each
 // level adds the value s lanes up, so the first lane ends with the tree's total.
 VACC subgroup_tree(VACC v) {
-  [[unroll]] for (uint s = 16u; s > 0u; s >>= 1) v += subgroupShuffle(v, gl_SubgroupInvocationID + s);
+  [[unroll]] for (uint s = 16u; s > 0u; s >>= 1)
+    v += subgroupShuffle(v, gl_SubgroupInvocationID + s);
   return v;
 }
 
