@@ -23,8 +23,9 @@ Tensor sum(const Tensor& x, int dim, bool keepdim = false);
 // Differentiable (its gradient is ops::expand).
 Tensor sum_to_shape(const Tensor& x, const Shape& shape);
 
-// sqrt of the sum of squares of every element of every tensor: a rank-0 tensor. Per-tensor chunk
-// sums in order, then one fixed-order pass over all of them. Differentiable (d/dx = x / norm, and
+// sqrt of the sum of squares of every element of every tensor: a rank-0 tensor. Sums of 4096-
+// element chunks of every tensor in order (one dispatch over the list), then one fixed-order pass
+// over all of them. Differentiable (d/dx = x / norm, and
 // 0 where the norm is 0).
 Tensor global_l2_norm(const std::vector<Tensor>& tensors);
 
@@ -41,7 +42,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& grads, float max_norm);
 // Gradients must be non-empty contiguous f32; nothing is modified. Not recorded by autodiff.
 Tensor grad_norm_and_overflow(const std::vector<Tensor>& grads, float inv_scale);
 
-// GradScaler.unscale_ then clip_grad_norm_ in one pass, in place: every g becomes
+// GradScaler.unscale_ then clip_grad_norm_ in one pass, in place (a training step folds the same
+// scaling into AdamW instead: ops::StepGate::clip_norm): every g becomes
 // (g * inv_scale) * min(1, max_norm / (norm + 1e-6)), the two products rounded separately as
 // torch's two in-place multiplies are, with `norm` (a one-element device tensor, e.g. element 0
 // of grad_norm_and_overflow's result) read on the GPU. Not recorded by autodiff.
