@@ -12,8 +12,9 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4] [--skinny-groups
-//                N] [--stage-floor N]
+//                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4]
+//                [--skinny-groups N] [--skinny-shared-tree] [--norm-fold-rows 1..8]
+//                [--stage-floor N]
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
 // decode step's dependent stages costs before any work (see print_stage_floor).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each

@@ -395,14 +395,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
              norm ? norm_threads_per_row_log2(k) : 0u};
       const uint32_t blocks = div_up(nc, kSkinnyF16Cols * rpt);
       const Grid grid{skinny_f16_groups(m, blocks), 1, static_cast<uint32_t>(zc)};
-      const std::vector<uint32_t> spec = {static_cast<uint32_t>(m),
-                                          la.trans,
-                                          vec8,
-                                          0u,
-                                          rpt,
-                                          skinny_norm_mode(norm),
-                                          grid.x < blocks,
-                                          skinny_f16_shuffle_tree()};
+      const std::vector<uint32_t> spec =
+          skinny_f16_spec(m, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks);
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -459,6 +453,20 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks) {
                                : 0;
   if (cap == 0) return static_cast<uint32_t>(blocks);
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
+}
+
+std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
+                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks) {
+  // Ids 0..7: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE.
+  return {static_cast<uint32_t>(m),
+          trans_a ? 1u : 0u,
+          vec8 ? 1u : 0u,
+          act,
+          rpt,
+          norm_mode,
+          groups < blocks ? 1u : 0u,
+          skinny_f16_shuffle_tree() ? 1u : 0u};
 }
 
 bool skinny_f16_shuffle_tree() {

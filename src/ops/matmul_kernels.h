@@ -171,6 +171,14 @@ void set_skinny_f16_max_groups(std::optional<uint32_t> groups);
 bool skinny_f16_shuffle_tree();
 void set_skinny_f16_shuffle_tree(bool allowed);
 
+// The specialization constants of a matmul_skinny_f16 dispatch (both variants; `act` is the gated
+// variant's activation, 0 for the plain one) for m activation rows, rpt weight rows per thread
+// and a grid of `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups <
+// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree().
+std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
+                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks);
+
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.
 uint32_t skinny_norm_mode(const RowNorm* norm);

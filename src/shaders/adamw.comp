@@ -24,16 +24,17 @@
 // need not wait: the gradient is used as
 //   CLIP == 0: g * grad_multiplier (GradScaler's 1 / scale when nothing unscaled it; exactly 1
 //              otherwise, which changes no bit);
-//   CLIP == 1: (g * unscale) * c with c = min(1, max_norm / (norm + 1e-6)) formed from the norm in
-//              device memory exactly as scale_by_scalar.comp forms it: GradScaler.unscale_ and
-//              clip_grad_norm_'s in-place multiplies, each rounded on its own, without writing
-//              the gradient back (unscale 1 is exact: plain clipping);
+//   CLIP == 1: (g * unscale) * c with c = min(1, max_norm / (norm + 1e-6)) formed from the norm
+//              in device memory by grad_clip.glsl, as scale_by_scalar.comp forms it:
+//              GradScaler.unscale_ and clip_grad_norm_'s in-place multiplies, each rounded on its
+//              own, without writing the gradient back (unscale 1 is exact: plain clipping);
 // and with `gated` set, a nonzero found_inf (written by grad_overflow_norm.comp) makes the kernel
 // leave every parameter and both moments untouched: torch's GradScaler skips the whole
 // optimizer.step() on overflow.
 #version 460
 #include "common.glsl"
 #include "exact_fma.glsl"
+#include "grad_clip.glsl"
 #include "multi_tensor.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
@@ -101,10 +102,7 @@ void main() {
     bc2_sqrt = p.scalars.v[s + 1u];
     neg_step_size = p.scalars.v[s + 2u];
   }
-  if (CLIP != 0) {
-    float c = (1.0 / (p.clip_norm.v[0] + 1e-6)) * p.max_norm;
-    clip_coeff = c > 1.0 ? 1.0 : c;
-  }
+  if (CLIP != 0) clip_coeff = clip_coefficient(p.clip_norm.v[0], p.max_norm);
   const uint start = (g - rec.first_chunk) * MULTI_CHUNK;
   const uint end = min(rec.n, start + MULTI_CHUNK);
   const uint t = gl_LocalInvocationID.x;

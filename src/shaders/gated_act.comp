@@ -32,6 +32,15 @@ layout(push_constant, std430) uniform Push {
   uint up_stride;
 } p;
 
+// One element's values, shared by both builds: the forward product, and the gate's and up's
+// gradients for the incoming gradient dy.
+float gated_value(float g, float u) { return float(act_value_acc(g) * VACC(u)); }
+void gated_grads(float dy, float g, float u, out float dg, out float du) {
+  const VACC d = VACC(dy);
+  dg = float(d * VACC(u) * act_grad_acc(g));
+  du = float(d * act_value_acc(g));
+}
+
 #if VEC4
 void main() {
   const uint i = flat_invocation(LOCAL_SIZE);  // elements 4i .. 4i + 3, one row
@@ -42,16 +51,12 @@ void main() {
 #if BACKWARD
   const vec4 dy = Vec4Buf(uint64_t(p.dy)).v[i];
   vec4 dg, du;
-  for (uint e = 0; e < 4u; ++e) {
-    const VACC d = VACC(dy[e]);
-    dg[e] = float(d * VACC(u[e]) * act_grad_acc(g[e]));
-    du[e] = float(d * act_value_acc(g[e]));
-  }
+  for (uint e = 0; e < 4u; ++e) gated_grads(dy[e], g[e], u[e], dg[e], du[e]);
   Vec4Buf(uint64_t(p.out_)).v[ig] = dg;
   Vec4Buf(uint64_t(p.d_up)).v[iu] = du;
 #else
   vec4 r;
-  for (uint e = 0; e < 4u; ++e) r[e] = float(act_value_acc(g[e]) * VACC(u[e]));
+  for (uint e = 0; e < 4u; ++e) r[e] = gated_value(g[e], u[e]);
   Vec4Buf(uint64_t(p.out_)).v[i] = r;
 #endif
 }
@@ -63,11 +68,12 @@ void main() {
   uint ig = row * p.gate_stride + col, iu = row * p.up_stride + col;
   float g = p.gate.v[ig], u = p.up.v[iu];
 #if BACKWARD
-  const VACC d = VACC(p.dy.v[i]);
-  p.out_.v[ig] = float(d * VACC(u) * act_grad_acc(g));
-  p.d_up.v[iu] = float(d * act_value_acc(g));
+  float dg, du;
+  gated_grads(p.dy.v[i], g, u, dg, du);
+  p.out_.v[ig] = dg;
+  p.d_up.v[iu] = du;
 #else
-  p.out_.v[i] = float(act_value_acc(g) * VACC(u));
+  p.out_.v[i] = gated_value(g, u);
 #endif
 }
 #endif

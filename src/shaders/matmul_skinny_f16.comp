@@ -226,21 +226,27 @@ void reduce_lanes(uint tid, uint lane) {
   }
 }
 
+// Output (m, n) from its trees' totals: the product, or (gated) gated_act.comp's formula on the
+// values the gate and up products would have stored.
+void store_row(uint z, uint m, uint n, VACC total, VACC up_total) {
+#if GATED
+  p.c.v[m * p.c_rs + n] = float(act_value_acc(float(total)) * VACC(float(up_total)));
+#else
+  store_output(z, m, n, total);
+#endif
+}
+
 // The outputs of the thread's RPT weight rows n0 + r * COLS from the accumulators: each row's KS
-// partial sums meet in a fixed tree (in `red`), lane 0 stores. Leaves `red` free for reuse.
+// partial sums meet in a fixed tree (by shuffles, or in `red`), lane 0 stores. Leaves `red` free
+// for reuse.
 void finish_rows(uint tid, uint lane, uint z, uint n0) {
   if (SHUFFLE_TREE) {  // a row's KS = 32 lanes are one subgroup: no shared memory, no barrier
     [[unroll]] for (uint r = 0; r < RPT; ++r) {
       const uint n = n0 + r * COLS;
       [[unroll]] for (uint m = 0; m < MROWS; ++m) {
         const VACC total = subgroup_tree(acc[r][m]);
-#if GATED
-        const VACC up = subgroup_tree(acc2[r][m]);
-        if (lane == 0 && n < p.N)
-          p.c.v[m * p.c_rs + n] = float(act_value_acc(float(total)) * VACC(float(up)));
-#else
-        if (lane == 0 && n < p.N) store_output(z, m, n, total);
-#endif
+        const VACC up_total = GATED != 0 ? subgroup_tree(acc2[r][m]) : VACC(0.0);
+        if (lane == 0 && n < p.N) store_row(z, m, n, total, up_total);
       }
     }
     return;
@@ -250,22 +256,17 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
     if (r > 0) barrier();  // red is read before it is reused
     [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[r][m];
     reduce_lanes(tid, lane);
+    VACC total[MMAX];
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) total[m] = red[m * LOCAL_SIZE + tid];
 #if GATED
-    VACC gate[MMAX];
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) gate[m] = red[m * LOCAL_SIZE + tid];
     barrier();  // red is read before it is reused
     [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
     reduce_lanes(tid, lane);
-    // gated_act.comp's formula on the values the two products would have stored.
+#endif
     if (lane == 0 && n < p.N) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m)
-        p.c.v[m * p.c_rs + n] = float(act_value_acc(float(gate[m])) * VACC(float(red[m * LOCAL_SIZE + tid])));
+        store_row(z, m, n, total[m], GATED != 0 ? red[m * LOCAL_SIZE + tid] : VACC(0.0));
     }
-#else
-    if (lane == 0 && n < p.N) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) store_output(z, m, n, red[m * LOCAL_SIZE + tid]);
-    }
-#endif
   }
   barrier();  // the next block's rows write red only after every lane 0 has read it
 }

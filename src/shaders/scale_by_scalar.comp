@@ -1,9 +1,8 @@
 // out[i] = in[i] * c over contiguous f32 data, with the factor c formed on the GPU from rank-0
 // tensors in device memory, so that no host round trip sits between a norm and its use:
-//   MODE 0 (clip): c = min(1, max_norm / (s0 + 1e-6)), s0 the total norm. Formed as
-//     torch.nn.utils.clip_grad_norm_ forms it in fp32 (`max_norm / t` on a tensor t is
-//     reciprocal(t) * max_norm in torch), clamped so that a NaN norm stays visible as torch.clamp
-//     keeps it, and applied always (in place: out = in).
+//   MODE 0 (clip): c = min(1, max_norm / (s0 + 1e-6)), s0 the total norm, formed as
+//     torch.nn.utils.clip_grad_norm_ forms it (grad_clip.glsl) and applied always (in place:
+//     out = in).
 //   MODE 1 (ratio): c = s0 / s1, or 0 when s1 == 0: the gradient g / norm of an L2 norm.
 //   MODE 2 (unscale + clip): out = (in * inv_scale) * c, c as in MODE 0 with s0 the norm of the
 //     unscaled gradients: GradScaler.unscale_ followed by clip_grad_norm_, each product rounded
@@ -12,6 +11,7 @@
 //   MODE 3 (scalar): c = s0, e.g. an incoming gradient applied to gradients made ahead of time.
 #version 460
 #include "common.glsl"
+#include "grad_clip.glsl"
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 
@@ -32,8 +32,7 @@ void main() {
   if (i >= p.n) return;
   float c;
   if (MODE == 0 || MODE == 2) {
-    c = (1.0 / (p.s0.v[0] + 1e-6)) * p.max_norm;
-    c = c > 1.0 ? 1.0 : c;
+    c = clip_coefficient(p.s0.v[0], p.max_norm);
   } else if (MODE == 3) {
     c = p.s0.v[0];
   } else {

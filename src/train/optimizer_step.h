@@ -6,8 +6,7 @@
 // fp32: the backward pass is seeded with 1; clip_grad_norm_ (when max_grad_norm > 0), AdamW.
 // f16 (mixed precision, `--precision f16`): dynamic loss scaling as transformers' Trainer does it
 // with fp16 (torch.amp.GradScaler through accelerate):
-//   - the backward pass is seeded with the scale S instead of 1 (exactly the gradients of S *
-//   loss);
+//   - the backward pass is seeded with the scale S instead of 1 (the gradients of S * loss);
 //   - one pass over the gradients gives the norm of the unscaled gradients and found_inf
 //     (ops::grad_norm_and_overflow); unscaling comes before clipping, as accelerate's
 //     clip_grad_norm_ unscales first, or, with clipping off, it is AdamW's gradient multiplier;
