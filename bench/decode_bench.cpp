@@ -13,7 +13,8 @@
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
 //                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4]
-//                [--skinny-groups N] [--skinny-shared-tree] [--norm-fold-rows 1..8]
+//                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
+//                [--norm-fold-rows 1..8]
 //                [--stage-floor N]
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
 // decode step's dependent stages costs before any work (see print_stage_floor).
@@ -138,6 +139,12 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-shared-tree", shared_tree,
                "skinny f16 products: the shared-memory trees even where subgroup shuffles could "
                "end them");
+  uint32_t k_split = 0;
+  app.add_option("--skinny-k-split", k_split,
+                 "groups of 32 threads sharing one weight row of the plain skinny f16 products "
+                 "(one row per thread): 0 (by shape), 1, 2, 4 or 8")
+      ->check(CLI::IsMember({0, 1, 2, 4, 8}))
+      ->capture_default_str();
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
@@ -149,6 +156,7 @@ int main(int argc, char** argv) {
     set_math_mode(MathMode::Fast);
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
+    ops::detail::set_skinny_f16_k_split(k_split);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));

@@ -55,6 +55,7 @@ uint32_t g_skinny_rows_per_thread = 0;
 uint32_t g_skinny_max_groups = 0;
 bool g_skinny_max_groups_forced = false;
 bool g_skinny_shuffle_tree = true;  // where the device allows it
+uint32_t g_skinny_k_split = 0;      // 0: by shape
 
 struct ColsumPush {
   uint64_t src, dst;
@@ -379,8 +380,10 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
   const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
+  const uint32_t k_split = skinny_f16_k_split(k, rpt, vec8);
+  const uint32_t rows_per_block = kSkinnyF16Cols / k_split * rpt;
   const Tensor norm_w = norm ? norm->weight : Tensor();
-  const int64_t zstep = g_max_groups, nstep = g_max_groups * kSkinnyF16Cols * rpt;
+  const int64_t zstep = g_max_groups, nstep = g_max_groups * int64_t{rows_per_block};
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
@@ -393,10 +396,10 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
              norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
              norm ? norm_threads_per_row_log2(k) : 0u};
-      const uint32_t blocks = div_up(nc, kSkinnyF16Cols * rpt);
-      const Grid grid{skinny_f16_groups(m, blocks), 1, static_cast<uint32_t>(zc)};
-      const std::vector<uint32_t> spec =
-          skinny_f16_spec(m, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks);
+      const uint32_t blocks = div_up(nc, rows_per_block);
+      const Grid grid{skinny_f16_groups(m, blocks, k_split), 1, static_cast<uint32_t>(zc)};
+      const std::vector<uint32_t> spec = skinny_f16_spec(
+          m, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks, k_split);
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -444,21 +447,24 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm);
 }
 
-uint32_t skinny_f16_groups(int64_t m, int64_t blocks) {
+uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
   // One activation row: two workgroups per multiprocessor where the driver reports them. On the
   // H200 (132) a decode step at batch 1 took 1.33 ms against 1.36-1.37 before (1, 4, 8 and 16
-  // per multiprocessor measured in between); at batch 8 the loop cost more than it saved.
+  // per multiprocessor measured in between); at batch 8 the loop cost more than it saved. Rows
+  // split over several thread groups (the down projection's 1,024 blocks of 2 rows) run
+  // uncapped: 1.250 ms per step against 1.270 with them capped too, 1.290 unsplit.
   const int64_t cap = g_skinny_max_groups_forced ? int64_t{g_skinny_max_groups}
-                      : m == 1 ? 2 * int64_t{vk::Context::get().info().multiprocessors}
-                               : 0;
+                      : m == 1 && k_split == 1
+                          ? 2 * int64_t{vk::Context::get().info().multiprocessors}
+                          : 0;
   if (cap == 0) return static_cast<uint32_t>(blocks);
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
 }
 
 std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks) {
-  // Ids 0..7: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE.
+                                      uint32_t blocks, uint32_t k_split) {
+  // Ids 0..8: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
@@ -466,7 +472,25 @@ std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32
           rpt,
           norm_mode,
           groups < blocks ? 1u : 0u,
-          skinny_f16_shuffle_tree() ? 1u : 0u};
+          skinny_f16_shuffle_tree() ? 1u : 0u,
+          k_split};
+}
+
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8) {
+  if (!vec8 || rpt != 1) return 1;
+  if (g_skinny_k_split != 0) return g_skinny_k_split;
+  // Split while every slice keeps one whole round of loads (8 loads of 8 halves per thread, 32
+  // threads: 2048 halves), up to 4 slices.
+  constexpr int64_t kRound = 8 * 8 * 32;
+  uint32_t split = 1;
+  while (split < 4 && k / (2 * split) >= kRound) split *= 2;
+  return split;
+}
+
+void set_skinny_f16_k_split(uint32_t split) {
+  VKF_REQUIRE(split == 0 || split == 1 || split == 2 || split == 4 || split == 8,
+              "skinny f16 k split: {} (use 0 for the automatic choice, or 1, 2, 4 or 8)", split);
+  g_skinny_k_split = split;
 }
 
 bool skinny_f16_shuffle_tree() {

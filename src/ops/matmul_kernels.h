@@ -142,8 +142,8 @@ void set_grid_limit(int64_t groups);
 // when K is split; for benchmarks.
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k);
 
-// Weight rows per group of threads of matmul_skinny_f16 (its COLS): a workgroup covers
-// kSkinnyF16Cols * skinny_f16_rows_per_thread() weight rows.
+// Groups of 32 threads per workgroup of matmul_skinny_f16 (its COLS): a block covers
+// kSkinnyF16Cols / skinny_f16_k_split() * skinny_f16_rows_per_thread() weight rows.
 constexpr int64_t kSkinnyF16Cols = 8;
 
 // Weight rows per thread of matmul_skinny_f16 (both variants) for m activation rows against n
@@ -157,9 +157,9 @@ void set_skinny_f16_rows_per_thread(uint32_t rows);
 // Workgroups of a matmul_skinny_f16 dispatch (both variants) over `blocks` blocks of weight rows:
 // each workgroup takes every so-many-th block, so fewer workgroups than blocks overlap a block's
 // epilogue with the next one's loads. The same sums in every case. The rule: for one activation
-// row (m == 1), at most two workgroups per multiprocessor where the device reports its
-// multiprocessors; else one per block.
-uint32_t skinny_f16_groups(int64_t m, int64_t blocks);
+// row (m == 1) and whole rows per thread group (k_split 1), at most two workgroups per
+// multiprocessor where the device reports its multiprocessors; else one per block.
+uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split = 1);
 // Forces the most workgroups of skinny f16 dispatches (0: one per block), for tests and
 // benchmarks; nullopt restores the rule.
 void set_skinny_f16_max_groups(std::optional<uint32_t> groups);
@@ -171,13 +171,22 @@ void set_skinny_f16_max_groups(std::optional<uint32_t> groups);
 bool skinny_f16_shuffle_tree();
 void set_skinny_f16_shuffle_tree(bool allowed);
 
+// Groups of 32 threads that share one weight row of the plain matmul_skinny_f16 variant, each
+// summing a contiguous slice of K (blocks then hold kSkinnyF16Cols / split rows): with one weight
+// row per thread and 16-byte loads, as many as keep a whole round of loads (2048 halves) per
+// slice, up to 4 (the down projection's K = 8192: 4); else 1. The slices' totals are added in
+// order, so a split changes the sums' grouping, not their determinism.
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8);
+// Forces the split where it applies (1, 2, 4 or 8; 0 restores the rule), for tests and benches.
+void set_skinny_f16_k_split(uint32_t split);
+
 // The specialization constants of a matmul_skinny_f16 dispatch (both variants; `act` is the gated
 // variant's activation, 0 for the plain one) for m activation rows, rpt weight rows per thread
 // and a grid of `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups <
-// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree().
+// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plain variant's K split.
 std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks);
+                                      uint32_t blocks, uint32_t k_split = 1);
 
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.

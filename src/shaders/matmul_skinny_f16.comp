@@ -12,8 +12,11 @@
 // blocks of rows (see main()), overlapping one block's epilogue with the next one's loads.
 // Accumulators, epilogue and output are fp32 (fp64 in the precise build). Each thread sums its k
 // in increasing order and a row's KS partial sums meet in a fixed tree (its last levels by
-// subgroup shuffles where SHUFFLE_TREE), so results are deterministic. Grid: x = blocks of COLS
-// weight rows (or fewer workgroups, BLOCK_LOOP), z = batch entries. Push constants and epilogue are the fp32 GEMMs' (matmul_push.glsl);
+// subgroup shuffles where SHUFFLE_TREE), so results are deterministic; with K_SPLIT, K_SPLIT
+// groups of KS threads share a row, each summing a contiguous slice of k, and the slices' totals
+// are added in order. Grid: x = blocks of ROWS * RPT weight rows (ROWS = COLS / K_SPLIT; or fewer
+// workgroups, BLOCK_LOOP), z = batch entries. Push constants and epilogue are the fp32 GEMMs'
+// (matmul_push.glsl);
 // p.b addresses halves and its strides (ldb, sb) count halves.
 //
 // The `gated` variant computes a gated MLP's first half in one pass: out = act(opA Wg^T) *
@@ -68,6 +71,13 @@ layout(constant_id = 6) const bool BLOCK_LOOP = false;
 // last five levels of each fixed tree (partial t += partial t + s, s = 16 .. 1) run as subgroup
 // shuffles instead of shared memory and barriers -- the same additions in the same order.
 layout(constant_id = 7) const bool SHUFFLE_TREE = false;
+// Groups of KS threads sharing one weight row, each summing a contiguous slice of its k (plain
+// variant, one weight row per thread, 16-byte loads; else 1): a long row (the down projection's
+// K = 8192) then takes one round of loads per thread instead of several. The slices' sums are
+// added in slice order.
+layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
+const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
+const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
@@ -240,6 +250,28 @@ void store_row(uint z, uint m, uint n, VACC total, VACC up_total) {
 // partial sums meet in a fixed tree (by shuffles, or in `red`), lane 0 stores. Leaves `red` free
 // for reuse.
 void finish_rows(uint tid, uint lane, uint z, uint n0) {
+  if (K_SPLIT > 1) {  // one weight row per thread; each group of KS threads sums a slice
+    const uint group = tid / KS;
+    if (SHUFFLE_TREE) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+        const VACC total = subgroup_tree(acc[0][m]);
+        if (lane == 0) red[m * LOCAL_SIZE + tid] = total;
+      }
+      barrier();
+    } else {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[0][m];
+      reduce_lanes(tid, lane);  // each group's total in its lane 0's entries
+    }
+    if (lane == 0 && group % K_SPLIT == 0 && n0 < p.N) {
+      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+        VACC total = red[m * LOCAL_SIZE + tid];
+        for (uint s = 1; s < K_SPLIT; ++s) total += red[m * LOCAL_SIZE + tid + s * KS];
+        store_row(z, m, n0, total, VACC(0.0));
+      }
+    }
+    barrier();  // red is read before the next block's rows write it
+    return;
+  }
   if (SHUFFLE_TREE) {  // a row's KS = 32 lanes are one subgroup: no shared memory, no barrier
     [[unroll]] for (uint r = 0; r < RPT; ++r) {
       const uint n = n0 + r * COLS;
@@ -286,14 +318,14 @@ void clear_accumulators() {
 // one, and a NORM prologue runs once for all its blocks. Each row's sums are the same either way.
 void main() {
   const uint tid = gl_LocalInvocationID.x;
-  const uint lane = tid % KS, col = tid / KS;
+  const uint lane = tid % KS, col = tid / KS / K_SPLIT, slice = tid / KS % K_SPLIT;
   const uint z = gl_WorkGroupID.z;
-  const uint blocks = (p.N + COLS * RPT - 1) / (COLS * RPT);
+  const uint blocks = (p.N + ROWS * RPT - 1) / (ROWS * RPT);
   const uint abase = z * p.sa, bbase = z * p.sb;
   uint blk = gl_WorkGroupID.x;
   // The thread's weight rows in block blk: n0 + r * COLS, r < RPT (consecutive rows in
   // consecutive groups of KS threads, as with RPT = 1).
-  uint n0 = blk * COLS * RPT + col;
+  uint n0 = blk * ROWS * RPT + col;
   clear_accumulators();
 
 #if GATED
@@ -303,7 +335,9 @@ void main() {
 #endif
   if (VEC8) {
     UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
-    const uint groups = p.K / 8;
+    // This thread's slice of the row: groups of 8 halves g_begin .. g_end - 1.
+    const uint slice_groups = (p.K / 8 + K_SPLIT - 1) / K_SPLIT;
+    const uint g_begin = slice * slice_groups, groups = min(p.K / 8, g_begin + slice_groups);
     // UNROLL_R loads per row issued together (those past the row, or of rows past N, are skipped,
     // not issued). Each row's k is walked in increasing order, as with RPT = 1. The first batch
     // is issued before the NORM prologue.
@@ -318,10 +352,10 @@ void main() {
       uv[u][r] = GATED != 0 && ok ? wu.v[row + (g) + u * KS] : uvec4(0); \
     }                                                                    \
   }
-    LOAD_BATCH(lane)
+    LOAD_BATCH(g_begin + lane)
     if (NORM != 0) compute_norm_rstd(tid, abase);
     while (true) {
-      uint g = lane;
+      uint g = g_begin + lane;
       while (g < groups) {
         [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
           if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
@@ -333,8 +367,8 @@ void main() {
       const uint rows_done = n0, next = BLOCK_LOOP ? blk + gl_NumWorkGroups.x : blocks;
       if (next < blocks) {  // uniform: the next block's first loads go out before the epilogue
         blk = next;
-        n0 = blk * COLS * RPT + col;
-        LOAD_BATCH(lane)
+        n0 = blk * ROWS * RPT + col;
+        LOAD_BATCH(g_begin + lane)
       }
       finish_rows(tid, lane, z, rows_done);
       if (next >= blocks) break;

@@ -92,12 +92,14 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
   for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 37},
                                       {3, 1040, 70},
                                       {8, 64, 300},
+                                      {1, 4104, 37},   // three rounds of loads, the last partial
                                       {2, 37, 45}}) {  // K % 8 != 0: the element-wise loads
     const HalfMatrix w = half_matrix(rng, {out, in});
     const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
     const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
     const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(b, {out});
     std::vector<double> one_row;
+    ops::detail::set_skinny_f16_k_split(1);  // whole rows per thread group (split: below)
     for (const uint32_t rpt : {1u, 2u, 4u}) {
       for (const uint32_t groups : {0u, 1u, 3u}) {  // workgroups taking several blocks of rows
         // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
@@ -118,6 +120,7 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
     ops::detail::set_skinny_f16_rows_per_thread(0);
     ops::detail::set_skinny_f16_max_groups(std::nullopt);
     ops::detail::set_skinny_f16_shuffle_tree(true);
+    ops::detail::set_skinny_f16_k_split(0);
   }
   // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
   // grid keeps 128 workgroups of 8 rows each.
@@ -128,6 +131,55 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(8, 512, true), 1u);
   test::expect_error([] { ops::detail::set_skinny_f16_rows_per_thread(3); },
                      {"rows per thread", "1, 2 or 4"});
+}
+
+// Rows shared by several groups of threads, each summing a slice of K: close to the reference
+// for every split (slices of uneven length, the last short or empty), and the same bits for a
+// given split whatever the workgroups and trees. One weight row per thread only: with several
+// (or scalar loads) the split does not apply.
+TEST(MatmulF16Weights, SkinnyKSplit) {
+  Rng rng(14);
+  for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 21},
+                                      {1, 4104, 37},  // 513 groups of 8: uneven slices
+                                      {3, 24, 30},    // 3 groups: some slices empty
+                                      {1, 37, 9}}) {  // K % 8 != 0: scalar loads, no split
+    const HalfMatrix w = half_matrix(rng, {out, in});
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
+    const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+    const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(b, {out});
+    const auto want = ref::linear(x, w.values, b, rows, in, out);
+    ops::detail::set_skinny_f16_rows_per_thread(1);
+    for (const uint32_t split : {1u, 2u, 4u, 8u}) {
+      ops::detail::set_skinny_f16_k_split(split);
+      std::vector<double> first;
+      for (const uint32_t groups : {0u, 1u, 3u}) {
+        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
+        ops::detail::set_skinny_f16_max_groups(groups);
+        const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
+        const std::string what = "split " + std::to_string(split) + ", " + std::to_string(groups) +
+                                 " workgroups at most, " + std::to_string(rows) + "x" +
+                                 std::to_string(out) + "x" + std::to_string(in);
+        if (groups == 0) {
+          first = got;
+          test::expect_close(got, want, atol_for(in), 1e-5, what);
+        } else {
+          EXPECT_EQ(got, first) << what;
+        }
+      }
+    }
+    ops::detail::set_skinny_f16_rows_per_thread(0);
+    ops::detail::set_skinny_f16_k_split(0);
+    ops::detail::set_skinny_f16_max_groups(std::nullopt);
+    ops::detail::set_skinny_f16_shuffle_tree(true);
+  }
+  // The rule: slices of at least 2048 halves, at most 4; never with several rows per thread or
+  // scalar loads.
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 1, true), 4u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(4096, 1, true), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 1, true), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 1, false), 1u);
+  test::expect_error([] { ops::detail::set_skinny_f16_k_split(3); }, {"k split", "1, 2, 4 or 8"});
 }
 
 TEST(MatmulF16Weights, TiledKernelVariant) {
