@@ -14,6 +14,7 @@
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
 //                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
+//                [--skinny-unstaged]
 //                [--norm-fold-rows 1..8]
 //                [--stage-floor N]
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-shared-tree", shared_tree,
                "skinny f16 products: the shared-memory trees even where subgroup shuffles could "
                "end them");
+  bool unstaged = false;
+  app.add_flag("--skinny-unstaged", unstaged,
+               "skinny f16 products with a folded norm: normalize activations per weight row "
+               "instead of staging the normalized row in shared memory");
   uint32_t k_split = 0;
   app.add_option("--skinny-k-split", k_split,
                  "groups of 32 threads sharing one weight row of the plain skinny f16 products "
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_rows_per_thread(skinny_rows);
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
     ops::detail::set_skinny_f16_k_split(k_split);
+    ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));

@@ -233,7 +233,7 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   const uint32_t blocks = div_up(n, detail::kSkinnyF16Cols * rpt);
   const uint32_t groups = detail::skinny_f16_groups(m, blocks);
   const std::vector<uint32_t> spec =
-      detail::skinny_f16_spec(m, false, vec8, static_cast<uint32_t>(act), rpt,
+      detail::skinny_f16_spec(m, k, false, vec8, static_cast<uint32_t>(act), rpt,
                               detail::skinny_norm_mode(norm ? &sn : nullptr), groups, blocks);
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};

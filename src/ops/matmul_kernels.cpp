@@ -56,6 +56,7 @@ uint32_t g_skinny_max_groups = 0;
 bool g_skinny_max_groups_forced = false;
 bool g_skinny_shuffle_tree = true;  // where the device allows it
 uint32_t g_skinny_k_split = 0;      // 0: by shape
+bool g_skinny_stage_normed = true;  // where it fits
 
 struct ColsumPush {
   uint64_t src, dst;
@@ -399,7 +400,7 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const uint32_t blocks = div_up(nc, rows_per_block);
       const Grid grid{skinny_f16_groups(m, blocks, k_split), 1, static_cast<uint32_t>(zc)};
       const std::vector<uint32_t> spec = skinny_f16_spec(
-          m, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks, k_split);
+          m, k, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks, k_split);
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;
@@ -461,10 +462,17 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
 }
 
-std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
+std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, uint32_t k_split) {
-  // Ids 0..8: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC.
+  // The normalized row staged in shared memory: one row, folded norm, 16-byte loads, and room
+  // beside the kernel's other shared arrays (8 rows x 256 partial sums, in f64 for the precise
+  // build: 16 KiB, plus the rows' rstd).
+  constexpr int64_t kOtherShared = 16 * 1024 + 64;
+  const bool staged = g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
+                      4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
+  // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
+  // STAGED_LEN4.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
@@ -473,7 +481,12 @@ std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32
           norm_mode,
           groups < blocks ? 1u : 0u,
           skinny_f16_shuffle_tree() ? 1u : 0u,
-          k_split};
+          k_split,
+          staged ? static_cast<uint32_t>(k / 4) : 1u};
+}
+
+void set_skinny_f16_stage_normed(bool staged) {
+  g_skinny_stage_normed = staged;
 }
 
 uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8) {

@@ -183,10 +183,14 @@ void set_skinny_f16_k_split(uint32_t split);
 // The specialization constants of a matmul_skinny_f16 dispatch (both variants; `act` is the gated
 // variant's activation, 0 for the plain one) for m activation rows, rpt weight rows per thread
 // and a grid of `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups <
-// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plain variant's K split.
-std::vector<uint32_t> skinny_f16_spec(int64_t m, bool trans_a, bool vec8, uint32_t act,
+// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plain variant's K split, and for one
+// activation row with a folded norm and 16-byte loads, its normalized values staged in shared
+// memory where they fit (K of them beside the kernel's 16 KiB of other shared arrays).
+std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, uint32_t k_split = 1);
+// Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
+void set_skinny_f16_stage_normed(bool staged);
 
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.

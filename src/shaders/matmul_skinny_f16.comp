@@ -77,6 +77,12 @@ layout(constant_id = 7) const bool SHUFFLE_TREE = false;
 // added in slice order.
 layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
 const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
+// K / 4 where the one activation row's normalized values are staged in shared memory once per
+// workgroup (NORM, MROWS 1, 16-byte loads; the host checks that they fit), else 1: each group of
+// 8 values is then two shared reads instead of two activation and two norm-weight loads and 8
+// normalizations per weight row and block. The same values, so the same sums.
+layout(constant_id = 9) const uint STAGED_LEN4 = 1;
+const bool STAGED = STAGED_LEN4 > 1 && NORM != 0 && MROWS == 1 && VEC8;
 const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
@@ -108,6 +114,7 @@ layout(push_constant, std430) uniform Push {
 #include "matmul_push.glsl"
 #endif
 shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
+shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as normed() makes it
 
 VACC acc[RMAX][MMAX];
 VACC acc2[RMAX][MMAX];  // the up product (gated)
@@ -199,6 +206,16 @@ void compute_norm_rstd(uint tid, uint abase) {
 // Adds the products of k = 8g..8g+7 for the thread's RPT weight rows (wg[r], wu[r]: row r's 8
 // halves there), each activation read once for all of them.
 void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
+  if (STAGED) {
+    const vec4 a0 = staged_row[2 * g], a1 = staged_row[2 * g + 1];
+    [[unroll]] for (uint r = 0; r < RPT; ++r) {
+      DOT8(acc[r][0], wg[r], a0, a1);
+#if GATED
+      DOT8(acc2[r][0], wu[r], a0, a1);
+#endif
+    }
+    return;
+  }
   Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
   // NORM: the norm weights of k = 8g..8g+7 (the host checks their 16-byte alignment).
   vec4 nw0 = vec4(0.0), nw1 = vec4(0.0);
@@ -354,6 +371,14 @@ void main() {
   }
     LOAD_BATCH(g_begin + lane)
     if (NORM != 0) compute_norm_rstd(tid, abase);
+    if (STAGED) {
+      for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE) {
+        const vec4 x = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i], w = Vec4Buf(p.norm_w).v[i];
+        staged_row[i] =
+            vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z), normed(x.w, 0, w.w));
+      }
+      barrier();
+    }
     while (true) {
       uint g = g_begin + lane;
       while (g < groups) {

@@ -614,9 +614,10 @@ TEST(DecodeOps, NormedLinear) {
     }
   }
   // The kernel's prologue itself serves up to 8 rows and several weight rows per thread (the
-  // host folds one row only): the same bits as rms_norm then the product.
+  // host folds one row only): the same bits as rms_norm then the product. One row's normalized
+  // values are staged in shared memory, except with one workgroup (the same bits either way).
   const int64_t in = 64, out = 70;
-  for (const int64_t rows : {5, 8}) {
+  for (const int64_t rows : {1, 5, 8}) {
     const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in), -3, 3));
     const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
     const auto [w, wt] = half_weights(rng, out, in);
@@ -627,6 +628,7 @@ TEST(DecodeOps, NormedLinear) {
       for (const uint32_t groups : {0u, 1u, 3u}) {  // the prologue once for several blocks
         // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
         ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
+        ops::detail::set_skinny_f16_stage_normed(groups != 1);
         ops::detail::set_skinny_f16_rows_per_thread(rpt);
         ops::detail::set_skinny_f16_max_groups(groups);
         const Tensor got = Tensor::empty({rows, out});
@@ -642,6 +644,7 @@ TEST(DecodeOps, NormedLinear) {
     ops::detail::set_skinny_f16_rows_per_thread(0);
     ops::detail::set_skinny_f16_max_groups(std::nullopt);
     ops::detail::set_skinny_f16_shuffle_tree(true);
+    ops::detail::set_skinny_f16_stage_normed(true);
   }
   // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));
