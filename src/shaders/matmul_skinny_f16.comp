@@ -1,10 +1,10 @@
 // Skinny GEMM (M <= 8 rows of fp32 activations) against a weight stored in f16 with its rows
 // contiguous (TRANS_B: B is [N, K], the Hugging Face layout, converted to half on load). Decode's
 // projections are this product, and it is memory-bound: every weight byte is read once and the
-// whole cost is how many bytes are in flight. Each workgroup owns COLS * RPT weight rows (output
-// columns); KS = 32 consecutive threads walk the contiguous k of RPT rows with 16-byte loads of 8
-// halves (VEC8), UNROLL independent loads issued before any is used (a row of K = 2048 is one
-// round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each activation once
+// whole cost is how many bytes are in flight. Each workgroup owns blocks of ROWS * RPT weight
+// rows (output columns); KS = 32 consecutive threads walk the contiguous k of RPT rows with
+// 16-byte loads of 8 halves (VEC8), UNROLL independent loads issued before any is used (a row of
+// K = 2048 is one round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each activation once
 // for RPT weight rows: with 8 activation rows the activation reads, not the weight bytes, are
 // what limits a thread that owns one weight row.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
@@ -247,7 +247,8 @@ void reduce_lanes(uint tid, uint lane) {
   barrier();
   for (uint s = KS / 2; s > 0; s /= 2) {
     if (lane < s) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] += red[m * LOCAL_SIZE + tid + s];
+      [[unroll]] for (uint m = 0; m < MROWS; ++m)
+        red[m * LOCAL_SIZE + tid] += red[m * LOCAL_SIZE + tid + s];
     }
     barrier();
   }
@@ -352,9 +353,10 @@ void main() {
 #endif
   if (VEC8) {
     UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
-    // This thread's slice of the row: groups of 8 halves g_begin .. g_end - 1.
+    // This thread's slice of its rows: groups of 8 halves g_begin .. g_end - 1 (all of them
+    // without K_SPLIT).
     const uint slice_groups = (p.K / 8 + K_SPLIT - 1) / K_SPLIT;
-    const uint g_begin = slice * slice_groups, groups = min(p.K / 8, g_begin + slice_groups);
+    const uint g_begin = slice * slice_groups, g_end = min(p.K / 8, g_begin + slice_groups);
     // UNROLL_R loads per row issued together (those past the row, or of rows past N, are skipped,
     // not issued). Each row's k is walked in increasing order, as with RPT = 1. The first batch
     // is issued before the NORM prologue.
@@ -364,7 +366,7 @@ void main() {
     [[unroll]] for (uint r = 0; r < RPT; ++r) {                          \
       const uint n = n0 + r * COLS;                                      \
       const uint row = (bbase + n * p.ldb) / 8; /* in 8-half groups */   \
-      const bool ok = n < p.N && (g) + u * KS < groups;                  \
+      const bool ok = n < p.N && (g) + u * KS < g_end;                   \
       wv[u][r] = ok ? w.v[row + (g) + u * KS] : uvec4(0);                \
       uv[u][r] = GATED != 0 && ok ? wu.v[row + (g) + u * KS] : uvec4(0); \
     }                                                                    \
@@ -374,18 +376,18 @@ void main() {
     if (STAGED) {
       for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE) {
         const vec4 x = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i], w = Vec4Buf(p.norm_w).v[i];
-        staged_row[i] =
-            vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z), normed(x.w, 0, w.w));
+        staged_row[i] = vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z),
+                             normed(x.w, 0, w.w));
       }
       barrier();
     }
     while (true) {
       uint g = g_begin + lane;
-      while (g < groups) {
+      while (g < g_end) {
         [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
-          if (g + u * KS < groups) accumulate8(wv[u], uv[u], abase, g + u * KS);
+          if (g + u * KS < g_end) accumulate8(wv[u], uv[u], abase, g + u * KS);
         g += UNROLL_R * KS;
-        if (g < groups) {
+        if (g < g_end) {
           LOAD_BATCH(g)
         }
       }
