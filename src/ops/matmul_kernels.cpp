@@ -568,6 +568,27 @@ bool f16_operands_active() {
          coopmat_choice() != "off" && coopmat_support().unsupported.empty();
 }
 
+std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,
+                                            bool b_cols, bool a_f16) {
+  // gemm(): the skinny kernels allocate nothing; otherwise split-K's partial sums, then
+  // dispatch_tiles over the chunks (a batch of them) copies both operands to f16 on the
+  // tensor-core path, or those in a slow layout where the tiled kernel's relayout takes them.
+  std::vector<GemmTemporary> out;
+  if (m <= kSkinnyMaxRows || n <= kSkinnyMaxRows || k == 0) return out;
+  const int64_t chunks = split_k_chunks(1, m, n, k);
+  if (chunks > 1) out.push_back({chunks * m * n, 4});
+  if (coopmat_plan(chunks, m, n)) {
+    if (coopmat_f16_operands()) {
+      if (!a_f16) out.push_back({m * k, 2});
+      out.push_back({k * n, 2});
+    }
+  } else if (relayout_copies(chunks, m, n, k / chunks, a_rows, b_cols)) {
+    if (a_rows) out.push_back({m * k, 4});
+    if (b_cols) out.push_back({k * n, 4});
+  }
+  return out;
+}
+
 std::optional<MatDesc> MatDesc::rows_merged() const {
   if (batch == 1) return MatDesc{t, 1, rows, cols, 0, rs, cs};
   if (rows == 1) return MatDesc{t, 1, batch, cols, 0, bs, cs};

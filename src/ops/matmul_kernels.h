@@ -24,6 +24,18 @@ namespace vkf::ops::detail {
 // cannot read it gets it widened back, exactly).
 bool f16_operands_active();
 
+// The tensors an m x n x k product allocates for its duration under the current settings on the
+// current device, as {elements, bytes per element}: split-K partial sums, the tensor-core
+// kernel's f16 operand copies, the fp32 tiled kernel's transposed operand copies. One contiguous
+// matrix per operand, f32 (a_f16: A is an f16 operand copy made before), A row-major (a_rows,
+// else column-major) and B column-major (b_cols, else row-major): Y = X W^T is a_rows and b_cols,
+// dX = dY W a_rows, dW = dY^T X neither. Memory plans count them.
+struct GemmTemporary {
+  int64_t elements, element_bytes;
+};
+std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,
+                                            bool b_cols, bool a_f16 = false);
+
 struct MatDesc {
   Tensor t;
   int64_t batch = 1, rows = 0, cols = 0;

@@ -120,6 +120,12 @@ bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_bat
   return kGainOne * flops >= kMargin * kFlopsPerByte * (a_rows ? a_bytes : b_bytes);
 }
 
+bool relayout_copies(int64_t batch, int64_t m, int64_t n, int64_t k, bool a_rows, bool b_cols) {
+  if (!relayout_allowed() || (!a_rows && !b_cols)) return false;
+  return relayout_choice() != RelayoutChoice::Auto ||
+         relayout_pays(batch, m, n, k, batch, batch, a_rows, b_cols);
+}
+
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c) {
   if (!relayout_allowed() || a.t.dtype() != DType::F32 || b.t.dtype() != DType::F32) return;
   const bool a_rows = in_slow_layout(a, true), b_cols = in_slow_layout(b, false);

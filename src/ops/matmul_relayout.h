@@ -28,6 +28,11 @@ void set_tiled_relayout(RelayoutChoice choice);
 bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_batch, int64_t b_batch,
                    bool a_rows, bool b_cols);
 
+// Whether relayout_for_tiled() copies the operands of a batch x m x n x k product whose A is
+// row-major (a_rows) and/or whose B is column-major (b_cols) -- those operands, each its own
+// batch: for memory plans.
+bool relayout_copies(int64_t batch, int64_t m, int64_t n, int64_t k, bool a_rows, bool b_cols);
+
 // Rewrites a and b (f32 operands of a tiled product into c) to the "tn" layout where that pays.
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c);
 

@@ -14,6 +14,7 @@
 
 #include "models/decoder.h"
 #include "ops/linear_cross_entropy.h"
+#include "ops/matmul_kernels.h"
 #include "vk/error.h"
 #include "vk/memory.h"
 
@@ -54,6 +55,56 @@ Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
   d.qd = d.Hq * d.D;
   d.kvd = d.Hkv * d.D;
   return d;
+}
+
+// The products of a linear layer with `in` inputs and `out` outputs over N rows, as gemm()
+// sees them (ops::detail::gemm_temporaries): the forward y = x W^T (A row-major, B column-major),
+// the input gradient dx = dy W (A row-major) and the weight gradient dW = dy^T x (A
+// column-major); a_f16: A is an f16 copy already (the fused loss's grouped dz).
+enum class Pass { Forward, InputGrad, WeightGrad };
+struct Product {
+  Pass pass;
+  int64_t rows, in, out;
+  bool a_f16 = false;
+};
+
+// What the most demanding of these products allocates while it runs, under the current settings
+// and device: split-K partial sums, f16 and transposed operand copies. Products run one at a
+// time, so a moment holds the temporaries of one.
+TensorBytes product_temporaries(std::initializer_list<Product> products) {
+  TensorBytes most;
+  for (const Product& p : products) {
+    std::vector<ops::detail::GemmTemporary> temps;
+    switch (p.pass) {
+      case Pass::Forward:
+        temps = ops::detail::gemm_temporaries(p.rows, p.out, p.in, true, true, p.a_f16);
+        break;
+      case Pass::InputGrad:
+        temps = ops::detail::gemm_temporaries(p.rows, p.in, p.out, true, false, p.a_f16);
+        break;
+      case Pass::WeightGrad:
+        temps = ops::detail::gemm_temporaries(p.out, p.in, p.rows, false, false, p.a_f16);
+        break;
+    }
+    TensorBytes t;
+    for (const auto& g : temps) t.add(g.elements, g.element_bytes);
+    if (t.bytes > most.bytes) most = t;
+  }
+  return most;
+}
+
+// The forward products of one layer's attention and MLP.
+TensorBytes attention_forward_temporaries(const ArchSpec& s, const Dims& d) {
+  using P = Pass;
+  if (s.fused_qkv)
+    return product_temporaries(
+        {{P::Forward, d.N, d.H, d.qd + 2 * d.kvd}, {P::Forward, d.N, d.qd, d.H}});
+  return product_temporaries(
+      {{P::Forward, d.N, d.H, d.qd}, {P::Forward, d.N, d.H, d.kvd}, {P::Forward, d.N, d.qd, d.H}});
+}
+TensorBytes mlp_forward_temporaries(const ArchSpec& s, const Dims& d) {
+  const int64_t first = s.fused_gate_up ? 2 * d.I : d.I;
+  return product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
 }
 
 // A normalization over rows of `width` (ops/norm.cpp): the output, and with a tape the rstd (and
@@ -391,6 +442,18 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       if (head_trains) m.workspace.add(d.V * d.H);
       m.workspace.add(chunk * d.V);
       m.workspace.add(2 * d.N);
+      // The products: each chunk's logits (h W^T), and dh = dz W, dW = dz^T h over a group of
+      // chunks whose dz are f16 where products read f16 operand copies (one chunk otherwise).
+      // The logits products' f16 copy of W is kept across a group, and is one of their
+      // temporaries.
+      const bool grouped = ops::detail::f16_operands_active();
+      const int64_t rows =
+          grouped ? std::min(d.N, ops::linear_cross_entropy_group_chunks(d.N, d.V, chunk) * chunk)
+                  : chunk;
+      if (grouped) m.workspace.add(rows * d.V, 2);
+      m.workspace += product_temporaries({{Pass::Forward, chunk, d.H, d.V},
+                                          {Pass::InputGrad, rows, d.H, d.V, grouped},
+                                          {Pass::WeightGrad, rows, d.H, d.V, grouped}});
       moments.push_back(m);
     } else {
       //  1. The logits gradient: cross-entropy writes dlogits [N, V]; a scale or soft-cap of the
@@ -402,6 +465,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
                grads_then(groups.head)};
       m.workspace.add(d.N * d.V, kF32, 1 + std::min(1, logit_ops(s)));
       m.workspace.add(d.N * d.H);
+      m.workspace += product_temporaries(
+          {{Pass::InputGrad, d.N, d.H, d.V}, {Pass::WeightGrad, d.N, d.H, d.V}});
       moments.push_back(m);
     }
     {
@@ -415,6 +480,12 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
                grads_then(all_grads - groups.missing_at_mlp)};
       m.workspace.add(d.N * d.I, kF32, n);
       m.workspace.add(d.N * d.H, kF32, 2);
+      // The products' input and weight gradients: the down projection's, then gate/up's.
+      const int64_t first = s.fused_gate_up ? 2 * d.I : d.I;
+      m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.I, d.H},
+                                          {Pass::WeightGrad, d.N, d.I, d.H},
+                                          {Pass::InputGrad, d.N, d.H, first},
+                                          {Pass::WeightGrad, d.N, d.H, first}});
       moments.push_back(m);
     }
     {
@@ -432,6 +503,14 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.N * d.kvd, kF32, 2);
       m.workspace.add(d.B * d.Hq * d.T);
       m.workspace.add(d.N * d.H, kF32, 2);
+      // The products' input and weight gradients: o's, then q's, k's and v's (or the fused one's).
+      const int64_t qkv = s.fused_qkv ? d.qd + 2 * d.kvd : d.qd;
+      m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.qd, d.H},
+                                          {Pass::WeightGrad, d.N, d.qd, d.H},
+                                          {Pass::InputGrad, d.N, d.H, qkv},
+                                          {Pass::WeightGrad, d.N, d.H, qkv},
+                                          {Pass::InputGrad, d.N, d.H, d.kvd},
+                                          {Pass::WeightGrad, d.N, d.H, d.kvd}});
       moments.push_back(m);
     }
     if (s.fused_qkv) {
@@ -446,6 +525,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.N * d.qd);
       m.workspace.add(d.N * d.kvd);
       m.workspace.add(d.N * d.H, kF32, 2);
+      m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.H, d.qd + 2 * d.kvd},
+                                          {Pass::WeightGrad, d.N, d.H, d.qd + 2 * d.kvd}});
       moments.push_back(m);
     }
     {
@@ -491,8 +572,10 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       after.add(d.N * d.H);
       last.add(d.B * d.Hq * d.T);
       attn.bytes += std::max({replaced.bytes, last.bytes, after.bytes});
+      attn += attention_forward_temporaries(s, d);
       mlp.add(d.N * d.H, kF32, held_in_mlp);
       mlp += mlp_activations(s, d);
+      mlp += mlp_forward_temporaries(s, d);
       layer_live = std::max({layer_live, attn.bytes, mlp.bytes});
     }
     // At the head: the final norm's output and, fused, one [chunk, V] logits block and the row
@@ -501,11 +584,14 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
     TensorBytes head_live;
     head_live.add(d.N * d.H);
     if (in.fused_loss) {
-      head_live.add(ops::linear_cross_entropy_chunk_rows(d.N, d.V) * d.V);
+      const int64_t chunk = ops::linear_cross_entropy_chunk_rows(d.N, d.V);
+      head_live.add(chunk * d.V);
       head_live.add(2 * d.N);
+      head_live += product_temporaries({{Pass::Forward, chunk, d.H, d.V}});
     } else {
       head_live.add(d.N * d.V, kF32, 1 + std::min(1, logit_ops(s)));
       head_live.add(d.N, kF32, 3);
+      head_live += product_temporaries({{Pass::Forward, d.N, d.H, d.V}});
     }
     if (head_live.bytes > layer_live) {
       p.activations = head_live;

@@ -16,11 +16,16 @@
 // tests/unit/test_memory_plan.cpp checks it against the measured peak of live tensor bytes of
 // real training steps.
 //
-// Mixed precision (--precision f16) plans the same bytes: tensors stay f32 in memory (master
-// weights, gradients, AdamW state, activations), the loss scale travels in push constants and one
-// scalar seed, and the loss scaler's inf/nan check adds one float per 4096 gradient elements
-// beside clipping's partial sums, allocated after backward has released the activations, far
-// below the backward peak (tests/unit/test_memory_plan.cpp measures an f16 run too).
+// Mixed precision (--precision f16) keeps every tensor f32 (master weights, gradients, AdamW
+// state, activations); the loss scale travels in push constants and one scalar seed, and the loss
+// scaler's inf/nan check adds one float per 4096 gradient elements beside clipping's partial
+// sums, after backward has released the activations. What differs is the products' temporaries:
+// each moment counts those of its most demanding product under the run's precision and device
+// (ops::detail::gemm_temporaries: split-K partial sums, the tensor-core kernel's f16 operand
+// copies, the fp32 kernel's transposed copies on NVIDIA), and the fused head loss its f16
+// gradient group where products read f16 copies. tests/unit/test_memory_plan.cpp measures fp32
+// and f16 runs, the latter also through the cooperative-matrix emulation on devices without
+// tensor cores (it passes on lavapipe and on the H200).
 //
 // What the plan does not cover: memory a tensor releases is returned to the allocator only once
 // the GPU has finished the commands queued before (vk::Stream::release), so while the GPU lags

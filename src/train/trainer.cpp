@@ -73,6 +73,8 @@ class PrecisionScope {
 
 MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<Example>& train_set,
                                 const TrainOptions& o) {
+  // The products' temporaries depend on the run's precision (f16 operand copies).
+  const PrecisionScope precision(o.precision);
   MemoryPlanInput in;
   in.batch_size = std::min<int64_t>(o.batch_size, std::max<int64_t>(1, static_cast<int64_t>(train_set.size())));
   for (const Example& e : train_set) in.seq_len = std::max(in.seq_len, static_cast<int64_t>(e.ids.size()));

@@ -1,7 +1,8 @@
 // The memory planner against measurement: real training steps (forward, backward, clipping,
 // AdamW) of small models of several shapes and architectures, with the loss fused with the LM
-// head (as train() runs it) and without, two also in mixed precision (which the same plan must
-// bound), and forward-only passes, each compared with the plan's total tensor bytes; what the
+// head (as train() runs it) and without, three also in mixed precision (with the products' f16
+// operand copies where the device or the cooperative-matrix emulation makes them), and
+// forward-only passes, each compared with the plan's total tensor bytes; what the
 // fused loss saves; plus the plan's arithmetic where nothing here can measure it (gradient
 // checkpointing, a trainable subset), the fit check's error and size parsing.
 //
@@ -25,6 +26,7 @@
 #include "models/registry.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
+#include "ops/matmul_coopmat.h"
 #include "test_models.h"
 #include "test_util.h"
 #include "train/causal_lm.h"
@@ -119,14 +121,20 @@ uint64_t measure_training(const Case& c, MatmulPrecision precision = MatmulPreci
   return s.peak_live_bytes - base;
 }
 
-train::MemoryPlan plan_for(const Case& c, bool training) {
+// The plan of a case under the precision it runs in (the products' temporaries depend on it).
+train::MemoryPlan plan_for(const Case& c, bool training,
+                           MatmulPrecision precision = MatmulPrecision::F32) {
+  const MatmulPrecision before = matmul_precision();
+  set_matmul_precision(precision);
   train::MemoryPlanInput in;
   in.batch_size = c.batch;
   in.seq_len = c.seq;
   in.training = training;
   in.gradient_accumulation_steps = c.accum;
   in.fused_loss = c.fused;
-  return train::plan_memory(models::spec_from_config(c.cfg, "config.json"), in);
+  train::MemoryPlan plan = train::plan_memory(models::spec_from_config(c.cfg, "config.json"), in);
+  set_matmul_precision(before);
+  return plan;
 }
 
 void expect_within_bound(const Case& c, const train::MemoryPlan& plan, uint64_t measured) {
@@ -169,15 +177,22 @@ TEST(MemoryPlan, TrainingEstimateBoundsTheMeasuredPeak) {
   }
 }
 
-// Mixed precision keeps every tensor f32 and adds only the loss scaler's small check buffers after
-// backward: the same plan must bound it (with clipping, the default, and with accumulation).
-TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinTheSamePlan) {
+// Mixed precision keeps every tensor f32 and adds the loss scaler's small check buffers after
+// backward; where products read f16 operand copies (tensor cores, or the cooperative-matrix
+// emulation that stands in for them here on devices without), also those copies and the fused
+// loss's f16 gradient group, which the plan counts at its moments. With clipping (the default),
+// with accumulation, and a large vocabulary (the fused loss's group at the peak).
+TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinThePlan) {
   const auto cases = training_cases();
-  for (const Case& c : {cases[0], cases[6]}) {
-    SCOPED_TRACE(c.name);
-    const uint64_t measured = measure_training(c, MatmulPrecision::F16);
-    expect_within_bound(c, plan_for(c, true), measured);
+  for (const bool emulate : {false, true}) {
+    ops::detail::set_coopmat_emulation(emulate);
+    for (const Case& c : {cases[0], cases[6], cases[1]}) {
+      SCOPED_TRACE(c.name + (emulate ? ", emulated cooperative matrices" : ""));
+      const uint64_t measured = measure_training(c, MatmulPrecision::F16);
+      expect_within_bound(c, plan_for(c, true, MatmulPrecision::F16), measured);
+    }
   }
+  ops::detail::set_coopmat_emulation(false);
 }
 
 // A forward pass without gradients and the loss, as evaluation runs it (fused) or as a forward
