@@ -146,14 +146,15 @@ float load_a(uint abase, uint m, uint k) {
 // norm_rstd[m] for every row m < MROWS with norm_fwd.comp's sums: TPR threads per row, each
 // summing its strided elements in index order, then a tree of the same shape as norm_rows.glsl's
 // (partial i += partial i + s), every row's tree at once in `red` (free until the epilogue).
-// All threads call it.
+// STAGED: the one row is read from staged_row, where main() has put it as stored. All threads
+// call it.
 void compute_norm_rstd(uint tid, uint abase) {
   const uint tpr_log2 = p.norm_tpr_log2, tpr = 1u << tpr_log2;
   const uint lane = tid & (tpr - 1u), slot = tid >> tpr_log2, slots = LOCAL_SIZE >> tpr_log2;
   for (uint m = slot; m < MROWS; m += slots) {
     VACC q = VACC(0.0);
     for (uint i = lane; i < p.K; i += tpr) {
-      const VACC v = VACC(load_a_raw(abase, m, i));
+      const VACC v = VACC(STAGED ? staged_row[i / 4][i % 4] : load_a_raw(abase, m, i));
       q += v * v;
     }
     red[m * tpr + lane] = q;
@@ -372,10 +373,15 @@ void main() {
     }                                                                    \
   }
     LOAD_BATCH(g_begin + lane)
-    if (NORM != 0) compute_norm_rstd(tid, abase);
-    if (STAGED) {
+    if (STAGED) {  // the row as stored, read from memory once for the norm and the products
+      for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE)
+        staged_row[i] = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
+      barrier();
+    }
+    if (NORM != 0) compute_norm_rstd(tid, abase);  // ends with a barrier
+    if (STAGED) {  // normalized in place: each thread rewrites the entries it reads
       for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE) {
-        const vec4 x = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i], w = Vec4Buf(p.norm_w).v[i];
+        const vec4 x = staged_row[i], w = Vec4Buf(p.norm_w).v[i];
         staged_row[i] = vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z),
                              normed(x.w, 0, w.w));
       }
