@@ -1,0 +1,117 @@
+// The launch rules of matmul_skinny_f16.comp (see matmul_kernels.h): weight rows per thread,
+// groups of threads per row (the K split), the workgroup cap, the tree form and the staged
+// activation row, and the specialization constants that carry them; each rule's measurements are
+// in bench/RESULTS.md (generation throughput). The dispatch itself is in matmul_kernels.cpp
+// (dispatch_skinny_f16) and ops/decode.cpp (the gated variant).
+#include <algorithm>
+
+#include "core/launch.h"
+#include "ops/matmul_kernels.h"
+#include "vk/context.h"
+#include "vk/error.h"
+
+namespace vkf::ops::detail {
+namespace {
+
+// Weight rows per thread: 0 chooses by shape, else forced (tests, benches).
+uint32_t g_skinny_rows_per_thread = 0;
+// Forced by set_skinny_f16_max_groups (0: one workgroup per block of weight rows), else the rule.
+uint32_t g_skinny_max_groups = 0;
+bool g_skinny_max_groups_forced = false;
+bool g_skinny_shuffle_tree = true;  // where the device allows it
+uint32_t g_skinny_k_split = 0;      // 0: by shape
+bool g_skinny_stage_normed = true;  // where it fits
+
+}  // namespace
+
+uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
+  // One activation row: two workgroups per multiprocessor where the driver reports them. On the
+  // H200 (132) a decode step at batch 1 took 1.33 ms against 1.36-1.37 before (1, 4, 8 and 16
+  // per multiprocessor measured in between); at batch 8 the loop cost more than it saved. Rows
+  // split over several thread groups (the down projection's 1,024 blocks of 2 rows) run
+  // uncapped: 1.250 ms per step against 1.270 with them capped too, 1.290 unsplit.
+  const int64_t cap = g_skinny_max_groups_forced ? int64_t{g_skinny_max_groups}
+                      : m == 1 && k_split == 1
+                          ? 2 * int64_t{vk::Context::get().info().multiprocessors}
+                          : 0;
+  if (cap == 0) return static_cast<uint32_t>(blocks);
+  return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
+}
+
+std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
+                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks, uint32_t k_split) {
+  // The normalized row staged in shared memory: one row, folded norm, 16-byte loads, and room
+  // beside the kernel's other shared arrays (8 rows x 256 partial sums, in f64 for the precise
+  // build: 16 KiB, plus the rows' rstd).
+  constexpr int64_t kOtherShared = 16 * 1024 + 64;
+  const bool staged = g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
+                      4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
+  // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
+  // STAGED_LEN4.
+  return {static_cast<uint32_t>(m),
+          trans_a ? 1u : 0u,
+          vec8 ? 1u : 0u,
+          act,
+          rpt,
+          norm_mode,
+          groups < blocks ? 1u : 0u,
+          skinny_f16_shuffle_tree() ? 1u : 0u,
+          k_split,
+          staged ? static_cast<uint32_t>(k / 4) : 1u};
+}
+
+void set_skinny_f16_stage_normed(bool staged) {
+  g_skinny_stage_normed = staged;
+}
+
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8) {
+  if (!vec8 || rpt != 1) return 1;
+  if (g_skinny_k_split != 0) return g_skinny_k_split;
+  // Split while every slice keeps one whole round of loads (8 loads of 8 halves per thread, 32
+  // threads: 2048 halves), up to 4 slices.
+  constexpr int64_t kRound = 8 * 8 * 32;
+  uint32_t split = 1;
+  while (split < 4 && k / (2 * split) >= kRound) split *= 2;
+  return split;
+}
+
+void set_skinny_f16_k_split(uint32_t split) {
+  VKF_REQUIRE(split == 0 || split == 1 || split == 2 || split == 4 || split == 8,
+              "skinny f16 k split: {} (use 0 for the automatic choice, or 1, 2, 4 or 8)", split);
+  g_skinny_k_split = split;
+}
+
+bool skinny_f16_shuffle_tree() {
+  if (!g_skinny_shuffle_tree) return false;
+  const vk::DeviceInfo& info = vk::Context::get().info();
+  return info.subgroup_shuffle && info.subgroup_size == 32 && info.min_subgroup_size == 32;
+}
+
+void set_skinny_f16_shuffle_tree(bool allowed) {
+  g_skinny_shuffle_tree = allowed;
+}
+
+void set_skinny_f16_max_groups(std::optional<uint32_t> groups) {
+  g_skinny_max_groups_forced = groups.has_value();
+  g_skinny_max_groups = groups.value_or(0);
+}
+
+void set_skinny_f16_rows_per_thread(uint32_t rows) {
+  VKF_REQUIRE(rows == 0 || rows == 1 || rows == 2 || rows == 4,
+              "skinny f16 rows per thread: {} (use 0 for the automatic choice, or 1, 2 or 4)",
+              rows);
+  g_skinny_rows_per_thread = rows;
+}
+
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
+  constexpr int64_t kMinGroups = 128;
+  if (!vec8) return 1;
+  if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
+  if (m < 2) return 1;
+  uint32_t rpt = 4;
+  while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
+  return rpt;
+}
+
+}  // namespace vkf::ops::detail
