@@ -203,6 +203,8 @@ std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool v
                                       uint32_t blocks, uint32_t k_split = 1);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
+// Restores every skinny f16 choice above that a test or benchmark forced to its rule.
+void reset_skinny_f16_settings();
 
 // matmul_skinny_f16's NORM spec constant for an RMSNorm folded into the product (0: none, 1:
 // weight w, 2: weight 1 + w); the gated variant's host uses it too.

@@ -114,4 +114,13 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
   return rpt;
 }
 
+void reset_skinny_f16_settings() {
+  g_skinny_rows_per_thread = 0;
+  g_skinny_max_groups = 0;
+  g_skinny_max_groups_forced = false;
+  g_skinny_shuffle_tree = true;
+  g_skinny_k_split = 0;
+  g_skinny_stage_normed = true;
+}
+
 }  // namespace vkf::ops::detail

@@ -4,20 +4,20 @@
 // whole cost is how many bytes are in flight. Each workgroup owns blocks of ROWS * RPT weight
 // rows (output columns); KS = 32 consecutive threads walk the contiguous k of RPT rows with
 // 16-byte loads of 8 halves (VEC8), UNROLL independent loads issued before any is used (a row of
-// K = 2048 is one round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each activation once
-// for RPT weight rows: with 8 activation rows the activation reads, not the weight bytes, are
-// what limits a thread that owns one weight row.
+// K = 2048 is one round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each
+// activation once for RPT weight rows: with 8 activation rows the activation reads, not the
+// weight bytes, are what limits a thread that owns one weight row.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
-// in cache): no shared staging and no barrier in the main loop. A workgroup may take several
-// blocks of rows (see main()), overlapping one block's epilogue with the next one's loads.
+// in cache), except that one row with a folded norm is staged in shared memory once (STAGED);
+// either way there is no barrier in the main loop. A workgroup may take several blocks of rows
+// (see main()), overlapping one block's epilogue with the next one's loads.
 // Accumulators, epilogue and output are fp32 (fp64 in the precise build). Each thread sums its k
 // in increasing order and a row's KS partial sums meet in a fixed tree (its last levels by
 // subgroup shuffles where SHUFFLE_TREE), so results are deterministic; with K_SPLIT, K_SPLIT
 // groups of KS threads share a row, each summing a contiguous slice of k, and the slices' totals
 // are added in order. Grid: x = blocks of ROWS * RPT weight rows (ROWS = COLS / K_SPLIT; or fewer
 // workgroups, BLOCK_LOOP), z = batch entries. Push constants and epilogue are the fp32 GEMMs'
-// (matmul_push.glsl);
-// p.b addresses halves and its strides (ldb, sb) count halves.
+// (matmul_push.glsl); p.b addresses halves and its strides (ldb, sb) count halves.
 //
 // The `gated` variant computes a gated MLP's first half in one pass: out = act(opA Wg^T) *
 // (opA Wu^T) for a gate and an up weight of one shape (SwiGLU, GeGLU), each activation loaded once
@@ -77,10 +77,11 @@ layout(constant_id = 7) const bool SHUFFLE_TREE = false;
 // added in slice order.
 layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
 const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
-// K / 4 where the one activation row's normalized values are staged in shared memory once per
-// workgroup (NORM, MROWS 1, 16-byte loads; the host checks that they fit), else 1: each group of
-// 8 values is then two shared reads instead of two activation and two norm-weight loads and 8
-// normalizations per weight row and block. The same values, so the same sums.
+// K / 4 where the one activation row is staged in shared memory once per workgroup (NORM, MROWS
+// 1, 16-byte loads; the host checks that it fits), else 1: read from memory once for the norm's
+// sums and the products, and normalized in place, so that each group of 8 values is two shared
+// reads instead of two activation and two norm-weight loads and 8 normalizations per weight row
+// and block. The same values, so the same sums.
 layout(constant_id = 9) const uint STAGED_LEN4 = 1;
 const bool STAGED = STAGED_LEN4 > 1 && NORM != 0 && MROWS == 1 && VEC8;
 const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
@@ -114,7 +115,7 @@ layout(push_constant, std430) uniform Push {
 #include "matmul_push.glsl"
 #endif
 shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
-shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as normed() makes it
+shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as stored, then as normed() makes it
 
 VACC acc[RMAX][MMAX];
 VACC acc2[RMAX][MMAX];  // the up product (gated)
@@ -331,7 +332,7 @@ void clear_accumulators() {
   }
 }
 
-// Workgroup x takes blocks of COLS * RPT weight rows x, x + gl_NumWorkGroups.x, ... (one block
+// Workgroup x takes blocks of ROWS * RPT weight rows x, x + gl_NumWorkGroups.x, ... (one block
 // each when the grid has as many workgroups as blocks): with fewer workgroups than blocks, the
 // first loads of a workgroup's next block are in flight while it reduces and stores the current
 // one, and a NORM prologue runs once for all its blocks. Each row's sums are the same either way.
@@ -411,7 +412,7 @@ void main() {
     if (NORM != 0) compute_norm_rstd(tid, abase);
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
     for (; blk < blocks; blk += BLOCK_LOOP ? gl_NumWorkGroups.x : blocks) {  // RPT = 1
-      n0 = blk * COLS + col;
+      n0 = blk * ROWS + col;
       if (n0 < p.N) {
         const uint row = bbase + n0 * p.ldb;
         for (uint k = lane; k < p.K; k += KS) {

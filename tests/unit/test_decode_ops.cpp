@@ -537,9 +537,7 @@ TEST(DecodeOps, GatedLinear) {
         EXPECT_EQ(got, one_row) << rpt << " rows per thread, " << groups << " workgroups at most";
       }
     }
-    ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(std::nullopt);
-    ops::detail::set_skinny_f16_shuffle_tree(true);
+    ops::detail::reset_skinny_f16_settings();
   }
   // f32 weights take the composed path.
   const auto x = test::as_f32(rng.uniform(2 * 8));
@@ -641,10 +639,7 @@ TEST(DecodeOps, NormedLinear) {
                                        " workgroups at most");
       }
     }
-    ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(std::nullopt);
-    ops::detail::set_skinny_f16_shuffle_tree(true);
-    ops::detail::set_skinny_f16_stage_normed(true);
+    ops::detail::reset_skinny_f16_settings();
   }
   // The precise math mode keeps the norm's own kernel: the same bits as rms_norm then linear.
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));

@@ -117,10 +117,7 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
         }
       }
     }
-    ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_max_groups(std::nullopt);
-    ops::detail::set_skinny_f16_shuffle_tree(true);
-    ops::detail::set_skinny_f16_k_split(0);
+    ops::detail::reset_skinny_f16_settings();
   }
   // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
   // grid keeps 128 workgroups of 8 rows each.
@@ -167,10 +164,7 @@ TEST(MatmulF16Weights, SkinnyKSplit) {
         }
       }
     }
-    ops::detail::set_skinny_f16_rows_per_thread(0);
-    ops::detail::set_skinny_f16_k_split(0);
-    ops::detail::set_skinny_f16_max_groups(std::nullopt);
-    ops::detail::set_skinny_f16_shuffle_tree(true);
+    ops::detail::reset_skinny_f16_settings();
   }
   // The rule: slices of at least 2048 halves, at most 4; never with several rows per thread or
   // scalar loads.
