@@ -66,7 +66,8 @@ shared vec4 sV[BK * ROW4];   // V row j
 shared vec4 sQ[BQ * ROW4];   // Q row i of the tile at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
 // Row group g's exchange regions: key r, query i at float 4 (g XG4 + r XP4) + i. sP holds p for
-// half 0's dv; sG holds p d(score)/d(dot) from half 0, which half 1 turns into ds in place.
+// half 0's dv; sG holds p d(score)/d(dot) from half 0 (with a soft-cap; else half 1 reads p from
+// sP), which half 1 turns into ds in place.
 shared vec4 sP[NRG * XG4];
 shared vec4 sG[NRG * XG4];
 shared float sLse2[BQ];      // the tile's logsumexp in log2 units (0 past the end)
@@ -138,6 +139,14 @@ void main() {
     FETCH_ROWS(q_next, BQ, p.q, base, q_stride, rows)
     FETCH_ROWS(do_next, BQ, p.dout, base, q_stride, rows)
   }
+  // Invocations t < BQ read query t's logsumexp and delta a tile ahead too: read in the tile, the
+  // load's latency held the whole workgroup at the barrier after the staging.
+  const uint stat_base = (b * p.a.hq + h) * p.a.tq;
+  float lse_next = 0.0, delta_next = 0.0;
+  if (t < BQ && i_lo < i_hi && uint(i_lo) + t < p.a.tq) {
+    lse_next = p.lse.v[stat_base + uint(i_lo) + t];
+    delta_next = p.delta.v[stat_base + uint(i_lo) + t];
+  }
   for (int i0 = i_lo; i0 < i_hi; i0 += BQ) {
     barrier();  // the previous tile is consumed (and sK, sV are written)
     const uint q_rows = min(uint(BQ), p.a.tq - uint(i0));
@@ -156,9 +165,12 @@ void main() {
       STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, q_stride, q_rows);
     }
     if (t < BQ) {
-      const uint at = (b * p.a.hq + h) * p.a.tq + uint(i0) + t;
-      sLse2[t] = t < q_rows ? p.lse.v[at] * LOG2E : 0.0;
-      sDelta[t] = t < q_rows ? p.delta.v[at] : 0.0;
+      sLse2[t] = t < q_rows ? lse_next * LOG2E : 0.0;
+      sDelta[t] = t < q_rows ? delta_next : 0.0;
+      if (i0 + BQ < i_hi && uint(i0 + BQ) + t < p.a.tq) {
+        lse_next = p.lse.v[stat_base + uint(i0 + BQ) + t];
+        delta_next = p.delta.v[stat_base + uint(i0 + BQ) + t];
+      }
     }
     barrier();
 
@@ -205,7 +217,7 @@ void main() {
             pr = 0.0;
           const uint at = 4u * (xg + r * XP4) + ii;
           sP[at / 4u][at % 4u] = pr;
-          sG[at / 4u][at % 4u] = pr * dfac;
+          if (softcap) sG[at / 4u][at % 4u] = pr * dfac;
         }
     } else {
       for (uint d0 = 0; d0 < DCH; d0 += 4) {
@@ -223,13 +235,16 @@ void main() {
     barrier();  // half 0's p reaches half 1
 
     // Half 1: ds = p d(score)/d(dot) (dp - delta), in place: each lane rewrites the entries it
-    // read (its own keys and queries), so only its row group needs to see the result.
+    // read (its own keys and queries), so only its row group needs to see the result. Without a
+    // soft-cap p d(score)/d(dot) is p itself (the derivative's constant scale is applied at the
+    // end): half 0 stored it only in sP, one store per score fewer on its way to the barrier.
     if (!first_half) {
       [[unroll]] for (uint c = 0; c < CQ; ++c) {
         const float dlt = sDelta[lane + LANES * c];
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
           const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
-          sG[at / 4u][at % 4u] = sG[at / 4u][at % 4u] * (dot[r][c] - dlt);
+          const float pg = softcap ? sG[at / 4u][at % 4u] : sP[at / 4u][at % 4u];
+          sG[at / 4u][at % 4u] = pg * (dot[r][c] - dlt);
         }
       }
     }
