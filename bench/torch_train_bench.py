@@ -3,10 +3,13 @@
 
     python3 bench/torch_train_bench.py [--shape 135m|1b] [--precision fp32|bf16] [--batch 8]
                                         [--seq 1024] [--steps 10] [--warmup 3]
+                                        [--profile [--top 25]]
 
 transformers' LlamaForCausalLM with SDPA attention, fused AdamW, TF32 off (so fp32 rows are true
 fp32), bf16 rows under torch.autocast. Prints one JSON line per row (tokens/s, step time, peak
 memory), the same fields train_bench prints, so bench/train_compare.sh can pair them.
+--profile then times one more step under torch.profiler and lists its CUDA kernels by GPU time
+(ms per step), to set beside `train_bench --profile`.
 """
 import argparse
 import json
@@ -33,6 +36,8 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="list one step's CUDA kernels by time")
+    ap.add_argument("--top", type=int, default=25, help="kernels listed by --profile")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -66,6 +71,17 @@ def main():
                       "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
                       "loss": round(loss.item(), 4), "device": torch.cuda.get_device_name(),
                       "torch": torch.__version__}), flush=True)
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_time_total > 0]
+        kernels.sort(key=lambda e: e.device_time_total, reverse=True)
+        total = sum(e.device_time_total for e in kernels)
+        print(f"profile: one {a.shape} {a.precision} step, {total / 1e3:.1f} ms of kernels")
+        for e in kernels[:a.top]:
+            print(f"{e.device_time_total / 1e3:9.2f} ms {e.count:6d} calls  {e.key[:110]}")
 
 
 if __name__ == "__main__":
