@@ -10,25 +10,29 @@
 // workgroups, each `group` times shorter: a GQA model with few key/value heads (3 in a 135M
 // Llama) otherwise fills barely more than one wave of the GPU, with the workgroups of the first
 // key blocks (seen by every query under a causal mask) running long after the rest are done.
-// The workgroup is made of two halves of 64 invocations that split the work by product rather
-// than by rows, so that each holds one accumulator block instead of two (fewer registers) and
-// the workgroup twice the invocations for the shared memory of one set of tiles:
-//   half 0 forms k.q, the probabilities p (hidden pairs 0) and dv += p dO;
-//   half 1 forms v.do meanwhile, then ds = p (dp - delta) d(score)/d(dot) from half 0's p, and
-//   dk += ds Q.
-// In the layout of attention_fast.glsl the row groups of each half own keys (rows rg + NRG r of
-// the block) and the lanes the tile's queries lane + 8 c, the same in both halves: invocation t
-// of half 1 finds the p it needs where invocation t of half 0 left it. Each lane forms its
-// products for 4 keys and the tile's queries from vec4 reads (8 reads feed 64 multiply-adds),
-// and adds p dO (or ds Q) into its 4 x 8 block of dv (or dk) through its row group's exchange
-// region (4 reads of p and 8 of dO feed 128 multiply-adds). Three workgroup barriers per query
-// tile (staging Q, dO, lse and delta; handing p over); sums in a fixed order (deterministic, no
-// atomics). Scores in log2 units as in the forward.
+// The workgroup is made of two halves of 64 invocations that split the accumulation by product
+// rather than by rows, so that each holds one accumulator block instead of two (fewer registers)
+// and the workgroup twice the invocations for the shared memory of one set of tiles: half 0 adds
+// dv += p dO, half 1 dk += ds Q. Before that, each half scores half of the tile's queries: it
+// forms k.q and v.do for them, turns them into p (hidden pairs 0) and ds = p (dp - delta)
+// d(score)/d(dot), and stores both in its row group's exchange regions, which one workgroup
+// barrier hands to both halves. (Until the fourteenth session half 0 formed every p and half 1
+// every dp, and half 1 waited for half 0's p before it could form ds: the whole p computation
+// and then the ds one lay on each tile's critical path, bench/RESULTS.md.)
+// In the layout of attention_fast.glsl the row groups own keys (rows rg + NRG r of the block) and
+// the lanes the tile's queries lane + 8 c, the same in both halves, half 0 taking c < CQ / 2 and
+// half 1 the rest. Each lane forms its two products for 4 keys and its queries from vec4 reads
+// (12 reads feed 64 multiply-adds), and adds p dO (or ds Q) into its 4 x 8 block of dv (or dk)
+// through its row group's exchange region (4 reads of p and 8 of dO feed 128 multiply-adds).
+// Three workgroup barriers per query tile (staging Q, dO, lse and delta; handing p and ds over);
+// sums in a fixed order (deterministic, no atomics; the same values and sums as before the
+// split). Scores in log2 units as in the forward.
 //
-// Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB), q16 (31.1 KiB,
-// lavapipe's 32 KiB) with subgroup synchronisation, and q16_shared (workgroup barriers, for
-// devices without the subgroups ROW_SHUFFLE needs). 128 invocations. The host mirrors BK = 32
-// and the sizes (src/ops/attention_coopmat.cpp).
+// Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB) and q16 (31.1
+// KiB, lavapipe's 32 KiB); q16_shared is q16 built for devices without the subgroups ROW_SHUFFLE
+// needs (this kernel synchronises through workgroup barriers only, so the two are the same code;
+// the variant keeps the family's build names). 128 invocations. The host mirrors BK = 32 and the
+// sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant q32 -DBQ=32 -DROW_SHUFFLE=1
 //!variant q16 -DBQ=16 -DROW_SHUFFLE=1
@@ -39,6 +43,7 @@
 #include "attention_common.glsl"
 #define BK 32             // keys per workgroup
 #define CQ (BQ / 8)       // queries per lane (LANES = 8)
+#define CH (CQ / 2)       // of which each half scores
 #define NRG (BK / 4)      // row groups per half (RQ = 4 keys each)
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
@@ -66,8 +71,7 @@ shared vec4 sV[BK * ROW4];   // V row j
 shared vec4 sQ[BQ * ROW4];   // Q row i of the tile at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
 // Row group g's exchange regions: key r, query i at float 4 (g XG4 + r XP4) + i. sP holds p for
-// half 0's dv; sG holds p d(score)/d(dot) from half 0 (with a soft-cap; else half 1 reads p from
-// sP), which half 1 turns into ds in place.
+// half 0's dv, sG ds for half 1's dk, each written by the half that scored query i.
 shared vec4 sP[NRG * XG4];
 shared vec4 sG[NRG * XG4];
 shared float sLse2[BQ];      // the tile's logsumexp in log2 units (0 past the end)
@@ -91,9 +95,10 @@ shared float sDelta[BQ];
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const bool first_half = t < HALF;  // p and dv; else dp, ds and dk
+  const bool first_half = t < HALF;  // accumulates dv; else dk
   const uint rg = (t % HALF) / LANES, lane = t % LANES;
   const uint xg = rg * XG4;          // this row group's exchange regions
+  const uint c0 = first_half ? 0u : CH;  // this half's queries: lane + 8 (c0 + c), c < CH
   // Grid (query heads, batch, key blocks), blocks slowest: the first blocks of every head and
   // batch (seen by the most queries under a causal mask) are dispatched first.
   const uint k0 = gl_WorkGroupID.z * BK;
@@ -174,81 +179,59 @@ void main() {
     }
     barrier();
 
-    // Half 0: dot[r][c] = K[rg + NRG r] . Q[lane + 8 c]; half 1: the same with V and dO (each
-    // lane holds one product's scores).
-    float dot[RQ][CQ];
+    // Both halves, for this lane's keys (rg + NRG r) and its half's queries (lane + 8 (c0 + c)):
+    // sc = K . Q and dp = V . dO.
+    float sc[RQ][CH], dp[RQ][CH];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = 0.0;
-    if (first_half) {
-      for (uint d0 = 0; d0 < DCH; d0 += 4) {
-        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-          vec4 qq[CQ];
-          [[unroll]] for (uint c = 0; c < CQ; ++c)
-            qq[c] = sQ[(lane + LANES * c) * ROW4 + d0 + dc];
-          [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
-            [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = fma4(qq[c], kk, dot[r][c]);
+      [[unroll]] for (uint c = 0; c < CH; ++c) sc[r][c] = dp[r][c] = 0.0;
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
+      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+        vec4 qq[CH], oo[CH];
+        [[unroll]] for (uint c = 0; c < CH; ++c) {
+          qq[c] = sQ[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
+          oo[c] = sDO[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
+        }
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
+          const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
+          [[unroll]] for (uint c = 0; c < CH; ++c) {
+            sc[r][c] = fma4(qq[c], kk, sc[r][c]);
+            dp[r][c] = fma4(oo[c], vv, dp[r][c]);
           }
         }
       }
-      // p, and p d(score)/d(dot) for half 1 (without a soft-cap the derivative is the constant
-      // scale, applied to dk once at the end). Hidden pairs get 0 (selected, so whatever exp2
-      // made of their scores is dropped); a tile whose queries all see every key of the block
-      // skips the tests.
-      float lse2[CQ];
-      [[unroll]] for (uint c = 0; c < CQ; ++c) lse2[c] = sLse2[lane + LANES * c];
+    }
+    // p, and ds = p d(score)/d(dot) (dp - delta) (without a soft-cap the derivative is the
+    // constant scale, applied to dk once at the end, and the factor here is 1). Hidden pairs get
+    // p = 0 (selected, so whatever exp2 made of their scores is dropped); a tile whose queries all
+    // see every key of the block skips the tests.
+    {
       const int pos_first = i0 + p.a.q_offset;
       const bool whole = all_keys_ok && q_rows == BQ &&
                          (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
                          (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CQ; ++c) {
+      [[unroll]] for (uint c = 0; c < CH; ++c) {
+        const uint ii = lane + LANES * (c0 + c);
+        const float lse2 = sLse2[ii], dlt = sDelta[ii];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
           float pr, dfac = 1.0;
           if (softcap) {
-            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
-            pr = exp2(p.a.softcap * th * LOG2E - lse2[c]);
+            const float th = vtanh(sc[r][c] * p.a.scale / p.a.softcap);
+            pr = exp2(p.a.softcap * th * LOG2E - lse2);
             dfac = p.a.scale * (1.0 - th * th);
           } else {
-            pr = exp2(dot[r][c] * to_log2 - lse2[c]);
+            pr = exp2(sc[r][c] * to_log2 - lse2);
           }
-          const uint ii = lane + LANES * c;
           if (!whole && (!key_ok[r] || ii >= q_rows ||
                          !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))))
             pr = 0.0;
           const uint at = 4u * (xg + r * XP4) + ii;
           sP[at / 4u][at % 4u] = pr;
-          if (softcap) sG[at / 4u][at % 4u] = pr * dfac;
-        }
-    } else {
-      for (uint d0 = 0; d0 < DCH; d0 += 4) {
-        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-          vec4 oo[CQ];
-          [[unroll]] for (uint c = 0; c < CQ; ++c)
-            oo[c] = sDO[(lane + LANES * c) * ROW4 + d0 + dc];
-          [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
-            [[unroll]] for (uint c = 0; c < CQ; ++c) dot[r][c] = fma4(oo[c], vv, dot[r][c]);
-          }
+          sG[at / 4u][at % 4u] = (pr * dfac) * (dp[r][c] - dlt);
         }
       }
     }
-    barrier();  // half 0's p reaches half 1
-
-    // Half 1: ds = p d(score)/d(dot) (dp - delta), in place: each lane rewrites the entries it
-    // read (its own keys and queries), so only its row group needs to see the result. Without a
-    // soft-cap p d(score)/d(dot) is p itself (the derivative's constant scale is applied at the
-    // end): half 0 stored it only in sP, one store per score fewer on its way to the barrier.
-    if (!first_half) {
-      [[unroll]] for (uint c = 0; c < CQ; ++c) {
-        const float dlt = sDelta[lane + LANES * c];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
-          const float pg = softcap ? sG[at / 4u][at % 4u] : sP[at / 4u][at % 4u];
-          sG[at / 4u][at % 4u] = pg * (dot[r][c] - dlt);
-        }
-      }
-    }
-    ROW_SYNC();
+    barrier();  // both halves' p and ds reach every row group
 
     // dv[r] += sum_i p[r][i] dO[i] (half 0) or dk[r] += sum_i ds[r][i] Q[i] (half 1) over the
     // tile's queries, in order (one loop per half: a selection between two shared arrays would
