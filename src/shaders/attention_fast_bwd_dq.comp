@@ -2,23 +2,26 @@
 // for a block of BQ = 32 queries of one head, walking the visible keys in tiles of BK. Same
 // arithmetic as attention_bwd_dq.comp: probabilities recomputed from the saved logsumexp,
 // ds = p (do.v - delta) d(score)/d(dot), dq = sum_j ds_ij k_j. The workgroup is made of two
-// halves of 64 invocations that split the work by product, so that the workgroup holds twice the
-// invocations for the shared memory of one set of tiles (more warps to hide latency behind):
-//   half 0 forms q.k and p d(score)/d(dot) (hidden pairs 0), half 1 do.v meanwhile and then ds
-//   from half 0's values; both add ds K into dq, half 0 for dims 0..31, half 1 for 32..63.
-// In the layout of attention_fast.glsl the row groups of each half own query rows (rg + NRG r)
-// and the lanes the tile's keys lane + 8 c, the same in both halves: invocation t of half 1 finds
-// the values it needs where invocation t of half 0 left them. Each lane forms its product for 4
-// rows and the tile's keys from vec4 reads (8 reads feed 64 multiply-adds), and adds ds K into
-// its 4 x 4 block of dq through its row group's exchange region (4 reads of ds and 4 of K feed 64
-// multiply-adds). Four workgroup barriers per key tile (staging K, V and the key flags; handing
-// half 0's values to half 1 and the score gradients back to both); sums in a fixed order
-// (deterministic, no atomics). Scores in log2 units as in the forward.
+// halves of 64 invocations, so that it holds twice the invocations for the shared memory of one
+// set of tiles (more warps to hide latency behind): each half scores half of a tile's keys (q.k
+// and do.v for them, then p d(score)/d(dot) (hidden pairs 0) and ds) and stores ds in its row
+// group's exchange region; after one workgroup barrier both add ds K into dq, half 0 for dims
+// 0..31, half 1 for 32..63. (Until the fourteenth session half 0 formed every q.k and half 1
+// every do.v, and ds took two more barriers: half 0's values to half 1, its ds back to both.)
+// In the layout of attention_fast.glsl the row groups own query rows (rg + NRG r) and the lanes
+// the tile's keys lane + 8 c, the same in both halves, half 0 taking c < CK / 2 and half 1 the
+// rest. Each lane forms its two products for 4 rows and its keys from vec4 reads (12 reads feed
+// 64 multiply-adds), and adds ds K into its 4 x 4 block of dq through its row group's exchange
+// region (4 reads of ds and 4 of K feed 64 multiply-adds). Three workgroup barriers per key tile
+// (staging K, V and the key flags; handing ds to both halves); sums in a fixed order
+// (deterministic, no atomics; the same values and sums as before the split). Scores in log2
+// units as in the forward.
 //
-// Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB), k16 (28.3 KiB,
-// lavapipe's 32 KiB) with subgroup synchronisation, and k16_shared (workgroup barriers, for
-// devices without the subgroups ROW_SHUFFLE needs). 128 invocations. The host mirrors BQ = 32
-// and the sizes (src/ops/attention_coopmat.cpp).
+// Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB) and k16 (28.3
+// KiB, lavapipe's 32 KiB); k16_shared is k16 built for devices without the subgroups ROW_SHUFFLE
+// needs (this kernel synchronises through workgroup barriers only, so the two are the same code;
+// the variant keeps the family's build names). 128 invocations. The host mirrors BQ = 32 and the
+// sizes (src/ops/attention_coopmat.cpp).
 //!novariant_base
 //!variant k32 -DBK=32 -DROW_SHUFFLE=1
 //!variant k16 -DBK=16 -DROW_SHUFFLE=1
@@ -29,6 +32,7 @@
 #include "attention_common.glsl"
 #define BQ 32             // queries per workgroup
 #define CK (BK / 8)       // keys per lane (LANES = 8)
+#define CH (CK / 2)       // of which each half scores
 #define NRG (BQ / 4)      // row groups per half (RQ = 4 rows each)
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
@@ -54,16 +58,17 @@ shared vec4 sQ[BQ * ROW4];   // Q row i of the block at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
 shared vec4 sK[BK * ROW4];   // K row j of the tile at j * ROW4
 shared vec4 sV[BK * ROW4];   // V row j
-// Row group g's exchange region: row r, key j at float 4 (g XG4 + r XP4) + j; p d(score)/d(dot)
-// from half 0, which half 1 turns into ds in place.
+// Row group g's exchange region: row r, key j at float 4 (g XG4 + r XP4) + j: ds, written by
+// the half that scored key j.
 shared vec4 sG[NRG * XG4];
 shared uint sKeyOk[BK];      // key j of the tile exists and is not padding
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const bool first_half = t < HALF;   // q.k and p; else do.v and ds
+  const bool first_half = t < HALF;   // adds dq dims 0..31; else 32..63
   const uint rg = (t % HALF) / LANES, lane = t % LANES;
   const uint xg = rg * XG4;           // this row group's exchange region
+  const uint c0 = first_half ? 0u : CH;  // this half's keys: lane + 8 (c0 + c), c < CH
   const uint dim_chunk = first_half ? lane : LANES + lane;  // the dq dims this lane adds
   // Grid (heads, batch, query blocks), blocks slowest: the last blocks of every head and batch
   // (the most keys under a causal mask) are dispatched first, the shortest ones last.
@@ -82,13 +87,14 @@ void main() {
 
   STAGE_ROWS(sQ, BQ, ROW4, p.q, q_base, p.a.hq * D, q_rows);
   STAGE_ROWS(sDO, BQ, ROW4, p.dout, q_base, p.a.hq * D, q_rows);
-  // This lane's rows: half 0 their logsumexp in log2 units, half 1 their delta. A row that saw no
-  // key has lse = +inf; none of its scores is visible, so it is never used.
-  float row_stat[RQ];
+  // This lane's rows: their logsumexp in log2 units and their delta. A row that saw no key has
+  // lse = +inf; none of its scores is visible, so it is never used.
+  float row_lse[RQ], row_delta[RQ];
   [[unroll]] for (uint r = 0; r < RQ; ++r) {
     const uint i = rg + NRG * r;
     const uint at = (b * p.a.hq + h) * p.a.tq + q0 + i;
-    row_stat[r] = i >= q_rows ? 0.0 : first_half ? p.lse.v[at] * LOG2E : p.delta.v[at];
+    row_lse[r] = i >= q_rows ? 0.0 : p.lse.v[at] * LOG2E;
+    row_delta[r] = i >= q_rows ? 0.0 : p.delta.v[at];
   }
   vec4 acc[RQ];  // dq rows, dims 4 dim_chunk + (0..3)
   [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r] = vec4(0.0);
@@ -133,72 +139,56 @@ void main() {
     }
     barrier();
 
-    // Half 0: dot[r][c] = Q[rg + NRG r] . K[lane + 8 c]; half 1: the same with dO and V.
-    float dot[RQ][CK];
+    // Both halves, for this lane's rows (rg + NRG r) and its half's keys (lane + 8 (c0 + c)):
+    // sc = Q . K and dp = dO . V.
+    float sc[RQ][CH], dp[RQ][CH];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
-      [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = 0.0;
-    if (first_half) {
-      for (uint d0 = 0; d0 < DCH; d0 += 4) {
-        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-          vec4 kk[CK];
-          [[unroll]] for (uint c = 0; c < CK; ++c)
-            kk[c] = sK[(lane + LANES * c) * ROW4 + d0 + dc];
-          [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
-            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(qq, kk[c], dot[r][c]);
+      [[unroll]] for (uint c = 0; c < CH; ++c) sc[r][c] = dp[r][c] = 0.0;
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
+      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+        vec4 kk[CH], vv[CH];
+        [[unroll]] for (uint c = 0; c < CH; ++c) {
+          kk[c] = sK[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
+          vv[c] = sV[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
+        }
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
+          const vec4 qq = sQ[(rg + NRG * r) * ROW4 + d0 + dc];
+          const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
+          [[unroll]] for (uint c = 0; c < CH; ++c) {
+            sc[r][c] = fma4(qq, kk[c], sc[r][c]);
+            dp[r][c] = fma4(oo, vv[c], dp[r][c]);
           }
         }
       }
-      // p d(score)/d(dot) (without a soft-cap the derivative is the constant scale, applied to
-      // dq once at the end). Hidden pairs get 0 (selected, so whatever exp2 made of their scores
-      // is dropped); a tile every row sees whole skips the tests.
+    }
+    // ds = p d(score)/d(dot) (dp - delta) (without a soft-cap the derivative is the constant
+    // scale, applied to dq once at the end). Hidden pairs get p = 0 (selected, so whatever exp2
+    // made of their scores is dropped); a tile every row sees whole skips the tests.
+    {
       const bool whole = (p.flags & FLAG_MASK) == 0u && k_rows == BK &&
                          (p.a.causal == 0 || j0 + BK - 1 <= pos_first) &&
                          (p.a.window == 0 || pos_last - j0 < int(p.a.window));
-      [[unroll]] for (uint c = 0; c < CK; ++c) {
-        const uint jj = lane + LANES * c;
+      [[unroll]] for (uint c = 0; c < CH; ++c) {
+        const uint jj = lane + LANES * (c0 + c);
         const bool key_ok = whole || sKeyOk[jj] != 0u;
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
           float pd;
           if (softcap) {
-            const float th = vtanh(dot[r][c] * p.a.scale / p.a.softcap);
-            pd = exp2(p.a.softcap * th * LOG2E - row_stat[r]) * (p.a.scale * (1.0 - th * th));
+            const float th = vtanh(sc[r][c] * p.a.scale / p.a.softcap);
+            pd = exp2(p.a.softcap * th * LOG2E - row_lse[r]) * (p.a.scale * (1.0 - th * th));
           } else {
-            pd = exp2(dot[r][c] * to_log2 - row_stat[r]);
+            pd = exp2(sc[r][c] * to_log2 - row_lse[r]);
           }
           const uint i = rg + NRG * r;
           if (!whole &&
               (!key_ok || i >= q_rows || !position_visible(p.a, pos_first + int(i), j0 + int(jj))))
             pd = 0.0;
           const uint at = 4u * (xg + r * XP4) + jj;
-          sG[at / 4u][at % 4u] = pd;
-        }
-      }
-    } else {
-      for (uint d0 = 0; d0 < DCH; d0 += 4) {
-        [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-          vec4 vv[CK];
-          [[unroll]] for (uint c = 0; c < CK; ++c)
-            vv[c] = sV[(lane + LANES * c) * ROW4 + d0 + dc];
-          [[unroll]] for (uint r = 0; r < RQ; ++r) {
-            const vec4 oo = sDO[(rg + NRG * r) * ROW4 + d0 + dc];
-            [[unroll]] for (uint c = 0; c < CK; ++c) dot[r][c] = fma4(oo, vv[c], dot[r][c]);
-          }
+          sG[at / 4u][at % 4u] = pd * (dp[r][c] - row_delta[r]);
         }
       }
     }
-    barrier();  // half 0's values reach half 1
-
-    // Half 1: ds = p d(score)/d(dot) (dp - delta), in place (each lane rewrites the entries it
-    // read), for the row groups of both halves: a workgroup barrier, not a row-group one.
-    if (!first_half) {
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CK; ++c) {
-          const uint at = 4u * (xg + r * XP4) + lane + LANES * c;
-          sG[at / 4u][at % 4u] = sG[at / 4u][at % 4u] * (dot[r][c] - row_stat[r]);
-        }
-    }
-    barrier();
+    barrier();  // both halves' ds reach every row group
 
     // acc[r] += sum_j ds[r][j] K[j] over the tile's keys, in order, for this lane's dims.
     [[unroll]] for (uint j4 = 0; j4 < BK / 4; ++j4) {
