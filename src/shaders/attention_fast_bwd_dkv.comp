@@ -184,20 +184,26 @@ void main() {
     float sc[RQ][CH], dp[RQ][CH];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
       [[unroll]] for (uint c = 0; c < CH; ++c) sc[r][c] = dp[r][c] = 0.0;
+    // One product after the other: fewer operands live at once than interleaved.
     for (uint d0 = 0; d0 < DCH; d0 += 4) {
       [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-        vec4 qq[CH], oo[CH];
-        [[unroll]] for (uint c = 0; c < CH; ++c) {
+        vec4 qq[CH];
+        [[unroll]] for (uint c = 0; c < CH; ++c)
           qq[c] = sQ[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
-          oo[c] = sDO[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
-        }
         [[unroll]] for (uint r = 0; r < RQ; ++r) {
           const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
+          [[unroll]] for (uint c = 0; c < CH; ++c) sc[r][c] = fma4(qq[c], kk, sc[r][c]);
+        }
+      }
+    }
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
+      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
+        vec4 oo[CH];
+        [[unroll]] for (uint c = 0; c < CH; ++c)
+          oo[c] = sDO[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
+        [[unroll]] for (uint r = 0; r < RQ; ++r) {
           const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
-          [[unroll]] for (uint c = 0; c < CH; ++c) {
-            sc[r][c] = fma4(qq[c], kk, sc[r][c]);
-            dp[r][c] = fma4(oo[c], vv, dp[r][c]);
-          }
+          [[unroll]] for (uint c = 0; c < CH; ++c) dp[r][c] = fma4(oo[c], vv, dp[r][c]);
         }
       }
     }
