@@ -7,7 +7,8 @@
 // and do.v for them, then p d(score)/d(dot) (hidden pairs 0) and ds) and stores ds in its row
 // group's exchange region; after one workgroup barrier both add ds K into dq, half 0 for dims
 // 0..31, half 1 for 32..63. (Until the fourteenth session half 0 formed every q.k and half 1
-// every do.v, and ds took two more barriers: half 0's values to half 1, its ds back to both.)
+// every do.v, and ds took two barriers where one now serves: half 0's values to half 1, then
+// half 1's ds back to both.)
 // In the layout of attention_fast.glsl the row groups own query rows (rg + NRG r) and the lanes
 // the tile's keys lane + 8 c, the same in both halves, half 0 taking c < CK / 2 and half 1 the
 // rest. Each lane forms its two products for 4 rows and its keys from vec4 reads (12 reads feed
