@@ -113,7 +113,8 @@ struct FastVariant {
   uint32_t rows;
   uint32_t shared_bytes;
 };
-// Large tiles, small tiles (32 KiB), and the build synchronised by workgroup barriers.
+// Large tiles, small tiles (32 KiB), and the build synchronised by workgroup barriers (for dq and
+// dk/dv the small build itself: they use no subgroup operations).
 struct FastKernelBuilds {
   FastVariant large, small, barriers;
 };
@@ -122,10 +123,10 @@ constexpr FastKernelBuilds kFastFwd{{"q64", 64, fast_fwd_bytes(64, false)},
                                     {"q32_shared", 32, fast_fwd_bytes(32, true)}};
 constexpr FastKernelBuilds kFastDq{{"k32", 32, fast_dq_bytes(32)},
                                    {"k16", 32, fast_dq_bytes(16)},
-                                   {"k16_shared", 32, fast_dq_bytes(16)}};
+                                   {"k16", 32, fast_dq_bytes(16)}};
 constexpr FastKernelBuilds kFastDkv{{"q32", 32, fast_dkv_bytes(32)},
                                     {"q16", 32, fast_dkv_bytes(16)},
-                                    {"q16_shared", 32, fast_dkv_bytes(16)}};
+                                    {"q16", 32, fast_dkv_bytes(16)}};
 static_assert(fast_fwd_bytes(32, true) <= 32768 && fast_dq_bytes(16) <= 32768 &&
                   fast_dkv_bytes(16) <= 32768,
               "the small builds must fit 32 KiB of shared memory (lavapipe)");

@@ -28,7 +28,8 @@
 // of a subgroup of 32 start 0, 24, 16 and 8 banks apart (XW = 16 or 32) and neither their scalar
 // writes nor their vec4 reads collide.
 //
-// The includer defines NT (invocations) and XW, and includes attention_common.glsl first.
+// The includer defines NT (invocations), XW and ROW_SHUFFLE, and includes attention_common.glsl
+// first.
 #extension GL_EXT_control_flow_attributes : require
 #if ROW_SHUFFLE
 #extension GL_KHR_shader_subgroup_basic : require

@@ -29,18 +29,18 @@
 // split). Scores in log2 units as in the forward.
 //
 // Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB) and q16 (31.1
-// KiB, lavapipe's 32 KiB); q16_shared is q16 built for devices without the subgroups ROW_SHUFFLE
-// needs (this kernel synchronises through workgroup barriers only, so the two are the same code;
-// the variant keeps the family's build names). 128 invocations. The host mirrors BK = 32 and the
-// sizes (src/ops/attention_coopmat.cpp).
+// KiB, lavapipe's 32 KiB). The kernel synchronises through workgroup barriers only, so it needs
+// no subgroup operations (ROW_SHUFFLE 0) and one build of each serves every device, the
+// family's barrier builds included. 128 invocations. The host mirrors BK = 32 and the sizes
+// (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant q32 -DBQ=32 -DROW_SHUFFLE=1
-//!variant q16 -DBQ=16 -DROW_SHUFFLE=1
-//!variant q16_shared -DBQ=16 -DROW_SHUFFLE=0
+//!variant q32 -DBQ=32
+//!variant q16 -DBQ=16
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
+#define ROW_SHUFFLE 0     // no subgroup operations (see above)
 #define BK 32             // keys per workgroup
 #define CQ (BQ / 8)       // queries per lane (LANES = 8)
 #define CH (CQ / 2)       // of which each half scores

@@ -19,18 +19,18 @@
 // units as in the forward.
 //
 // Variants by keys per tile: k32 (38.9 KiB of shared memory, NVIDIA's 48 KiB) and k16 (28.3
-// KiB, lavapipe's 32 KiB); k16_shared is k16 built for devices without the subgroups ROW_SHUFFLE
-// needs (this kernel synchronises through workgroup barriers only, so the two are the same code;
-// the variant keeps the family's build names). 128 invocations. The host mirrors BQ = 32 and the
-// sizes (src/ops/attention_coopmat.cpp).
+// KiB, lavapipe's 32 KiB). The kernel synchronises through workgroup barriers only, so it needs
+// no subgroup operations (ROW_SHUFFLE 0) and one build of each serves every device, the
+// family's barrier builds included. 128 invocations. The host mirrors BQ = 32 and the sizes
+// (src/ops/attention_coopmat.cpp).
 //!novariant_base
-//!variant k32 -DBK=32 -DROW_SHUFFLE=1
-//!variant k16 -DBK=16 -DROW_SHUFFLE=1
-//!variant k16_shared -DBK=16 -DROW_SHUFFLE=0
+//!variant k32 -DBK=32
+//!variant k16 -DBK=16
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "attention_common.glsl"
+#define ROW_SHUFFLE 0     // no subgroup operations (see above)
 #define BQ 32             // queries per workgroup
 #define CK (BK / 8)       // keys per lane (LANES = 8)
 #define CH (CK / 2)       // of which each half scores
