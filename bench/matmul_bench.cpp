@@ -10,7 +10,8 @@
 // Results go in bench/RESULTS.md by hand.
 //
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
-//                [--tile auto|medium|large] [--split-k 0|-1|N] [--tiled-variant V,...]
+//                [--tile auto|medium|large] [--split-k 0|-1|N] [--stream-k 0|-1|N] [--stream-k-region 1]
+//                [--tiled-variant V,...]
 //                [--precision fp32|f16]
 //                [--check]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
@@ -35,6 +36,7 @@
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_workgroup.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_tiling.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -200,6 +202,12 @@ int run(int argc, char** argv) {
   int64_t split_k = 0;
   app.add_option("--split-k", split_k,
                  "K-splitting: 0 by heuristic, -1 never, N forced where N divides K");
+  int64_t stream_k = 0, stream_k_region = 1;
+  app.add_option("--stream-k-region", stream_k_region,
+                 "stream-K: rounds of tiles the streamed region holds at most (1 or 2)");
+  app.add_option("--stream-k", stream_k,
+                 "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers "
+                 "forced (see ops/matmul_tiling.h)");
   std::string precision = "fp32", coopmat_tiles = "auto", coopmat_convert = "auto";
   bool check = false;
   app.add_option("--precision", precision,
@@ -236,6 +244,8 @@ int run(int argc, char** argv) {
   }
   using vkf::ops::detail::TileChoice;
   vkf::ops::detail::set_split_k(split_k);
+  vkf::ops::detail::set_stream_k(stream_k);
+  vkf::ops::detail::set_stream_k_region(stream_k_region);
   vkf::ops::detail::set_tile_choice(tile == "medium"  ? TileChoice::Medium
                                     : tile == "large" ? TileChoice::Large
                                                       : TileChoice::Auto);

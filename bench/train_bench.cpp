@@ -15,7 +15,7 @@
 //               [--loss-chunk-mib 256] [--loss-group-chunks 0] [--profile [--profile-shapes]]
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
+//               [--split-k 0] [--stream-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
 // Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
 //
@@ -51,6 +51,7 @@
 #include "ops/linear_cross_entropy.h"
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_tiling.h"
 #include "ops/optim.h"
 #include "ops/reduce.h"
 #include "profile_table.h"
@@ -80,6 +81,7 @@ struct Args {
   int64_t group_chunks = 0;
   std::string coopmat_tile = "auto";
   int64_t split_k = 0;
+  int64_t stream_k = 0;
   std::string coopmat_operands = "f16";
   std::string tile = "auto";
   // Loss-curve mode.
@@ -351,6 +353,8 @@ int main(int argc, char** argv) {
                  "roofline of the tensor-core (f16) products: the device's dense f16 peak (H200: 990)")
       ->capture_default_str();
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
+  app.add_option("--stream-k", a.stream_k,
+                 "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers forced");
   app.add_option("--split-k", a.split_k, "K-splitting of products: 0 by heuristic, -1 never, N forced")
       ->capture_default_str();
   app.add_option("--device", a.device, "Vulkan device index");
@@ -386,6 +390,7 @@ int main(int argc, char** argv) {
     ops::set_linear_cross_entropy_group_chunks(a.group_chunks);
     ops::detail::set_coopmat_choice(a.coopmat_tile);
     ops::detail::set_split_k(a.split_k);
+    ops::detail::set_stream_k(a.stream_k);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
     using ops::detail::TileChoice;
     ops::detail::set_tile_choice(a.tile == "medium"  ? TileChoice::Medium

@@ -60,6 +60,7 @@ struct ColsumPush {
 };
 
 TiledLoadCounts g_tiled_loads;
+uint64_t g_stream_k_dispatches = 0;
 
 uint64_t byte_address(const Tensor& t, int64_t element_offset) {
   return t.address() + static_cast<uint64_t>(element_offset) * dtype_size(t.dtype());
@@ -151,10 +152,28 @@ void for_each_grid_part(int64_t batch, int64_t m, int64_t n, int64_t bm, int64_t
   }
 }
 
+// The push constants of the pipelined tiled kernel: GemmPush, then stream-K's fields (zero for a
+// grid of whole tiles). Mirrors matmul_tiled_pipelined.comp's MATMUL_PUSH_EXTRA.
+struct TiledPush {
+  GemmPush gemm;
+  uint64_t sk_partials;
+  uint32_t sk_tiles_n, sk_tiles_m, sk_slices, sk_workers, sk_dp_tiles;
+};
+
+// Mirrors matmul_streamk_fixup.comp.
+struct StreamKFixupPush {
+  uint64_t partials, c, bias;
+  uint32_t m, n;
+  uint32_t c_rs, c_cs;
+  uint32_t bias_rs, bias_cs;
+  float alpha, beta;
+  uint32_t tiles_n, tiles_m, slices, workers, dp_tiles;
+};
+
 void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
   const int64_t m = c.rows, n = c.cols;
-  const TiledPlan plan = tiled_plan(c.batch, m, n);
+  const TiledPlan plan = tiled_plan(c.batch, m, n, a.cols);
   const Tile& tile = plan.tile;
   const TiledVariant& v = plan.variant;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
@@ -165,9 +184,7 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
   // The pipelined kernel's chunks of 4 elements must divide each thread's share of a slice.
   const bool whole_chunks =
       (tile.bm() * tile.bk / 256) % 4 == 0 && (tile.bn() * tile.bk / 256) % 4 == 0;
-  for_each_grid_part(c.batch, m, n, tile.bm(), tile.bn(), [&](const GridPart& g) {
-    const GemmPush push =
-        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
+  auto spec_for = [&](const GemmPush& push, bool stream_k) {
     std::vector<uint32_t> spec = {tile.tm, tile.tn, tile.bk, la.trans, lb.trans, round_f16()};
     if (v.pipelined) {
       // 16-byte loads (4 floats, or 4 halves in 8 bytes) need every line of every batch entry to
@@ -176,13 +193,55 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
           v.vec4 && whole_chunks && push.a % 16 == 0 && push.lda % 4 == 0 && push.sa % 4 == 0;
       const bool vec_b = v.vec4 && whole_chunks && push.b % (f16_b ? 8 : 16) == 0 &&
                          push.ldb % 4 == 0 && push.sb % 4 == 0;
-      spec.insert(spec.end(), {vec_a, vec_b, v.double_buffer, v.group_m, v.warp_blocks});
+      // 16-byte stores: C's rows contiguous and aligned in every batch entry, the bias too.
+      const bool vec_c = v.vec4 && push.c_cs == 1 && push.c % 16 == 0 && push.c_rs % 4 == 0 &&
+                         push.sc % 4 == 0 &&
+                         (push.bias == 0 || (push.bias % 16 == 0 && push.bias_cs == 1));
+      spec.insert(spec.end(),
+                  {vec_a, vec_b, v.double_buffer, v.group_m, v.warp_blocks, stream_k, vec_c});
       ++g_tiled_loads.dispatches;
       g_tiled_loads.vector_a += vec_a;
       g_tiled_loads.vector_b += vec_b;
+      g_tiled_loads.vector_c += vec_c;
     }
-    launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec,
-           g.first ? cost : vk::DispatchCost{});
+    return spec;
+  };
+  if (plan.stream_k) {
+    // One line of workers over the whole product, then the fix-up of the tiles they split.
+    const StreamKPlan& sk = *plan.stream_k;
+    Tensor partials = Tensor::empty({sk.workspace_elements(tile)});
+    TiledPush push{make_push(a, b, c, 0, 0, 0, m, n, alpha, beta, bias, 0, bias_stride),
+                   partials.address(),
+                   div_up(n, tile.bn()),
+                   div_up(m, tile.bm()),
+                   div_up(a.cols, tile.bk),
+                   sk.workers,
+                   sk.dp_tiles};
+    ++g_stream_k_dispatches;
+    launch(module, push, Grid{sk.workers, 1, 1}, {&a.t, &b.t, &bias, &c.t}, {&c.t, &partials},
+           spec_for(push.gemm, true), cost);
+    const int64_t region_tiles = int64_t{push.sk_tiles_n} * push.sk_tiles_m - sk.dp_tiles;
+    const StreamKFixupPush fix{partials.address(), push.gemm.c,       push.gemm.bias,
+                               push.gemm.m,        push.gemm.n,       push.gemm.c_rs,
+                               push.gemm.c_cs,     push.gemm.bias_rs, push.gemm.bias_cs,
+                               alpha,              beta,              push.sk_tiles_n,
+                               push.sk_tiles_m,    push.sk_slices,    sk.workers,
+                               sk.dp_tiles};
+    launch("matmul_streamk_fixup", fix, grid_1d(region_tiles * tile.bm() * tile.bn(), 256),
+           {&partials, &bias, &c.t}, {&c.t}, {tile.bm(), tile.bn(), v.group_m});
+    return;
+  }
+  for_each_grid_part(c.batch, m, n, tile.bm(), tile.bn(), [&](const GridPart& g) {
+    const GemmPush gemm =
+        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
+    const std::vector<uint32_t> spec = spec_for(gemm, false);
+    const vk::DispatchCost part_cost = g.first ? cost : vk::DispatchCost{};
+    if (v.pipelined) {
+      launch(module, TiledPush{gemm, 0, 0, 0, 0, 0, 0}, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
+             spec, part_cost);
+    } else {
+      launch(module, gemm, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t}, spec, part_cost);
+    }
   });
 }
 
@@ -484,9 +543,13 @@ std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, boo
       if (!a_f16) out.push_back({m * k, 2});
       out.push_back({k * n, 2});
     }
-  } else if (relayout_copies(chunks, m, n, k / chunks, a_rows, b_cols)) {
-    if (a_rows) out.push_back({m * k, 4});
-    if (b_cols) out.push_back({k * n, 4});
+  } else {
+    if (relayout_copies(chunks, m, n, k / chunks, a_rows, b_cols)) {
+      if (a_rows) out.push_back({m * k, 4});
+      if (b_cols) out.push_back({k * n, 4});
+    }
+    if (const auto sk = stream_k_plan(chunks, m, n, k / chunks))
+      out.push_back({sk->workspace_elements(kLarge), 4});
   }
   return out;
 }
@@ -681,6 +744,9 @@ void set_grid_limit(int64_t groups) {
 TiledLoadCounts tiled_load_counts() {
   return g_tiled_loads;
 }
+uint64_t stream_k_dispatches() {
+  return g_stream_k_dispatches;
+}
 
 std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   // The portable kernels in F16 precision say so: they emulate the rounding on fp32 units.
@@ -698,10 +764,13 @@ std::string gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
     plan = "coopmat " + coop->name() + " " + f16_convert_name();
   } else {
     // Split, the chunks run as batch entries of the tiled kernel (dispatch_split_k).
-    const TiledPlan tiled = tiled_plan(chunks > 1 ? chunks : batch, m, n);
+    const TiledPlan tiled = tiled_plan(chunks > 1 ? chunks : batch, m, n, k / chunks);
     const Tile& t = tiled.tile;
     plan = "tiled " + std::to_string(t.bm()) + "x" + std::to_string(t.bn()) + "x" +
            std::to_string(t.bk) + f16 + (tiled.name == "new" ? "" : " " + tiled.name);
+    if (tiled.stream_k)
+      plan += " stream-k " + std::to_string(tiled.stream_k->workers) +
+              (tiled.stream_k->dp_tiles ? "/" + std::to_string(tiled.stream_k->dp_tiles) : "");
   }
   if (chunks > 1) plan += " split-k " + std::to_string(chunks);
   return plan;

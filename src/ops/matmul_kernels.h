@@ -139,11 +139,13 @@ TileChoice tile_choice();
 void set_tiled_variant(const std::string& variant);
 std::string tiled_variant();
 // Dispatches of the pipelined tiled kernel so far, and how many of them read A / B with 16-byte
-// loads: for tests that must know which load path they exercised.
+// loads and wrote C with 16-byte stores: for tests that must know which path they exercised.
 struct TiledLoadCounts {
-  uint64_t dispatches = 0, vector_a = 0, vector_b = 0;
+  uint64_t dispatches = 0, vector_a = 0, vector_b = 0, vector_c = 0;
 };
 TiledLoadCounts tiled_load_counts();
+// Products run as stream-K so far (see matmul_tiling.h), for tests that must know.
+uint64_t stream_k_dispatches();
 // Largest workgroup count per grid dimension of one dispatch (default and maximum 65535); bigger
 // grids are split into several dispatches. Lowered by tests to exercise the split cheaply.
 void set_grid_limit(int64_t groups);

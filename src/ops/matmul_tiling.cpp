@@ -21,6 +21,10 @@ int64_t g_split_k = 0;
 
 TileChoice g_tile_choice = TileChoice::Auto;
 
+// Stream-K: 0 by rule, -1 never, N > 0 forced to N workers (see set_stream_k).
+int64_t g_stream_k = 0;
+int64_t g_stream_k_region = 1;  // rounds of tiles the stream-K region holds at most
+
 constexpr const char* kTiledVariantChoices =
     "use old, new, or new followed by any of /bk16 /single /scalar /rowmajor /warp16x2 /gm4 /gm16 "
     "/gm32 (e.g. new/bk16/single)";
@@ -112,11 +116,67 @@ Tile pick_tile(int64_t batch, int64_t m, int64_t n) {
   return large >= 256 ? kLarge : kMedium;
 }
 
-TiledPlan tiled_plan(int64_t batch, int64_t m, int64_t n) {
+bool stream_k_pays(int64_t tiles, int64_t slices, int64_t sms) {
+  // Two large workgroups run on each multiprocessor (128 registers of 256 invocations on the
+  // H200), and one alone gets through a slice almost as fast as two together (1.0 against 1.8 us):
+  // a last round of whole tiles that leaves each multiprocessor one costs about half a round, and
+  // stream-K's fix-up and partial tiles cost about 30 us. So, measured on the H200's training
+  // products (bench/RESULTS.md, fifteenth session), stream-K pays where K is at least 512 and
+  //  - more than one round of tiles leaves a last round at most half full (8192 x 576 products:
+  //    320 tiles on 264 slots; 8192 x 576 x 576 0.187 against 0.218 ms), or
+  //  - a few tiles have a long K that split-K would cut into uneven rounds, with at least 64
+  //    slices per worker (weight gradients: 576 x 576 x 8192 0.178 against 0.213 ms; the LM
+  //    head's 1280 x 576 x 49152 1.87 against 2.32). With fewer slices per worker (192 x 576 x
+  //    8192), a full single round (8192 x 512 x 2048), or a last round more than half full,
+  //    whole tiles and split-K are as fast or faster.
+  const int64_t slots = 2 * sms;
+  const int64_t last_round = tiles % slots;
+  const bool ragged_rounds = tiles > slots && last_round > 0 && last_round <= sms;
+  const bool few_long_tiles = tiles < sms && slices >= 512 && tiles * slices >= 64 * slots;
+  return slices >= 64 && (ragged_rounds || few_long_tiles);
+}
+
+std::optional<StreamKPlan> stream_k_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  if (batch != 1 || g_stream_k < 0 || k <= 0 || m <= 0 || n <= 0) return std::nullopt;
+  const TiledVariant& v = tiled_variant_slot().variant;
+  if (!v.pipelined) return std::nullopt;
+  const int64_t tiles = int64_t{div_up(m, kLarge.bm())} * int64_t{div_up(n, kLarge.bn())};
+  const int64_t slices = div_up(k, v.large_bk);
+  // The kernel indexes iterations and workspace slots in 32 bits.
+  if (tiles * slices > int64_t{1} << 31) return std::nullopt;
+  auto plan_for = [&](int64_t workers) {
+    workers = std::clamp<int64_t>(workers, 1, std::min<int64_t>(tiles * slices, 16384));
+    // Whole tiles while at least g_stream_k_region rounds of them remain: the region's tiles are
+    // then fewer than that many rounds (1: the last, incomplete round alone; 2: between one and
+    // two rounds, every worker's range then spanning about two tiles, which measured slower on
+    // the H200: 8192 x 576 x 576 0.214 against 0.187 ms). The region needs an iteration per
+    // worker.
+    auto whole_tiles = [&](int64_t rounds) {
+      return tiles >= rounds * workers ? (tiles / workers - (rounds - 1)) * workers : 0;
+    };
+    int64_t dp = whole_tiles(g_stream_k_region);
+    if ((tiles - dp) * slices < workers) dp = whole_tiles(2);
+    return StreamKPlan{static_cast<uint32_t>(workers), static_cast<uint32_t>(dp)};
+  };
+  if (g_stream_k > 0) return plan_for(g_stream_k);
+  const auto& info = vk::Context::get().info();
+  if (math_mode() != MathMode::Fast || info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ||
+      info.multiprocessors == 0 || g_tile_choice != TileChoice::Auto)
+    return std::nullopt;
+  if (!stream_k_pays(tiles, slices, info.multiprocessors)) return std::nullopt;
+  const int64_t slots = 2 * int64_t{info.multiprocessors};
+  return plan_for(slots);
+}
+
+TiledPlan tiled_plan(int64_t batch, int64_t m, int64_t n, int64_t k) {
   TiledPlan plan{pick_tile(batch, m, n), tiled_variant_slot().variant, tiled_variant_slot().name};
   TiledVariant& v = plan.variant;
   if (!v.pipelined) return plan;
   Tile& t = plan.tile;
+  if (k > 0) {
+    plan.stream_k = stream_k_plan(batch, m, n, k);
+    if (plan.stream_k) t = kLarge;
+  }
   if (t.tm == kLarge.tm && t.tn == kLarge.tn) t.bk = v.large_bk;
   // Mirrors the shared arrays of matmul_tiled_pipelined.comp: per buffer, BK rows of BM + 4 and
   // of BN + 4 floats.
@@ -138,6 +198,8 @@ TiledPlan tiled_plan(int64_t batch, int64_t m, int64_t n) {
 int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
   if (batch != 1 || g_split_k < 0) return 1;
   if (g_split_k > 0) return k % g_split_k == 0 ? g_split_k : 1;
+  // Stream-K balances a product of the tiled kernel over the device instead.
+  if (!coopmat_plan(1, m, n) && stream_k_plan(1, m, n, k)) return 1;
   if (math_mode() != MathMode::Fast ||
       vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
     return 1;
@@ -165,6 +227,18 @@ int64_t split_k_chunks(int64_t batch, int64_t m, int64_t n, int64_t k) {
 
 void set_split_k(int64_t chunks) {
   g_split_k = chunks;
+}
+
+void set_stream_k(int64_t workers) {
+  g_stream_k = workers;
+}
+int64_t stream_k_setting() {
+  return g_stream_k;
+}
+void set_stream_k_region(int64_t rounds) {
+  VKF_REQUIRE(rounds == 1 || rounds == 2, "stream-K region: 1 or 2 rounds of tiles, not {}",
+              rounds);
+  g_stream_k_region = rounds;
 }
 
 void set_tile_choice(TileChoice choice) {

@@ -26,14 +26,16 @@ uint flat_invocation(uint local_size) { return flat_group() * local_size + gl_Lo
 // The (row, column) of this workgroup's tile in a grid of gl_NumWorkGroups.x tile columns and .y
 // tile rows, rasterized in bands of `group_m` tile rows (the GEMM kernels): consecutive workgroups
 // walk down a band, then move one tile column right, so that tiles running at the same time share
-// their operands' slices in L2.
-uvec2 banded_tile(uint group_m) {
-  const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
-  const uint id = flat_group();
+// their operands' slices in L2. banded_tile_of gives the same order for tile `id` of a grid of gx
+// tile columns and gy tile rows (a stream-K worker walks tiles by index, not by workgroup).
+uvec2 banded_tile_of(uint id, uint gx, uint gy, uint group_m) {
   const uint band = group_m * gx;
   const uint first_row = (id / band) * group_m;
   const uint band_rows = min(gy - first_row, group_m);
   return uvec2(first_row + (id % band) % band_rows, (id % band) / band_rows);
+}
+uvec2 banded_tile(uint group_m) {
+  return banded_tile_of(flat_group(), gl_NumWorkGroups.x, gl_NumWorkGroups.y, group_m);
 }
 
 // Element offset of flat index i in a view of rank <= 6 with the given shape and strides.

@@ -23,6 +23,13 @@
 // Each option can be turned off (for A/B timing: ops::detail::set_tiled_variant, VKF_TILED_GEMM).
 // With ROUND_F16 every f32 operand element is rounded to f16 as it is loaded (see f16_round.glsl).
 // Grid: x = N tiles, y = M tiles (re-mapped by the rasterization), z = batch entries.
+//
+// With STREAM_K (one product, batch 1; ops/matmul_stream_k.cpp) the grid is instead a line of
+// sk_workers workgroups, each a worker that walks tiles by index (stream_k.glsl): whole tiles
+// first, stored as above, then its contiguous range of (tile, slice) iterations of the stream-K
+// region, where a tile it sums only part of goes to the workspace as a partial tile (fp32, row
+// r column c of the tile at r * BN + c) for matmul_streamk_fixup.comp to add up. Every segment
+// runs the same slice loop, so each partial is one thread's sum over its slices in increasing k.
 //!precise
 //!variant f16b -DB_F16=1
 #version 460
@@ -48,6 +55,11 @@ layout(constant_id = 7) const bool VEC4_B = false;     // B's lines start 16 (f1
 layout(constant_id = 8) const bool DOUBLE_BUFFER = true;
 layout(constant_id = 9) const uint GROUP_M = 8;  // tile rows per rasterization band; 1: row-major
 layout(constant_id = 10) const bool WARP_BLOCKS = true;
+layout(constant_id = 11) const bool STREAM_K = false;
+// C's rows are contiguous and start 16-byte aligned, as is the bias (if any): the epilogue stores
+// 4 columns at once where they are in range (a warp's store then covers 4 rows of 128 bytes, not
+// 32 scattered words per instruction).
+layout(constant_id = 12) const bool VEC4_C = false;
 
 const uint BM = TY * TM;
 const uint BN = TX * TN;
@@ -74,7 +86,12 @@ const uint B_CHUNKS = LB / B_CW;
 shared vec4 As[STAGES * A_STAGE];
 shared vec4 Bs[STAGES * B_STAGE];
 
+// Stream-K's fields after GemmPush (StreamKPush in ops/matmul_stream_k.cpp; zero without STREAM_K).
+#define MATMUL_PUSH_EXTRA \
+  uint64_t sk_partials; /* the workspace: [2 * sk_workers][BM * BN] floats */ \
+  uint sk_tiles_n, sk_tiles_m, sk_slices, sk_workers, sk_dp_tiles;
 #include "matmul_push.glsl"
+#include "stream_k.glsl"
 
 #if defined(B_F16)
 // Four halves of the f16 B in 8 bytes.
@@ -203,6 +220,80 @@ void multiply(uint stage) {
   }
 }
 
+// Sums slices [s0, s1) of the tile at (m0, n0) into acc, k in increasing order. Ends with a
+// barrier after the last multiply, so the shared buffers are free for the next segment.
+void accumulate_slices(uint s0, uint s1) {
+  [[unroll]] for (uint i = 0; i < TM; ++i)
+    [[unroll]] for (uint h = 0; h < GN; ++h) acc[i][h] = VACC4(0.0);
+  fetch(s0 * BK);
+  if (DOUBLE_BUFFER) {
+    stash(0);
+    barrier();
+    for (uint s = s0; s < s1; ++s) {
+      const bool more = s + 1 < s1;
+      if (more) fetch((s + 1) * BK);
+      multiply((s - s0) % 2);
+      if (more) stash((s + 1 - s0) % 2);
+      barrier();  // the slice just written is complete; the one just read is free
+    }
+  } else {
+    for (uint s = s0; s < s1; ++s) {
+      barrier();  // everyone is done reading the previous slice
+      stash(0);
+      barrier();
+      if (s + 1 < s1) fetch((s + 1) * BK);
+      multiply(0);
+    }
+    barrier();
+  }
+}
+
+// store_output for the 4 outputs (m, n..n+3) with VEC4_C: the same arithmetic per element.
+void store_output4(uint m, uint n, VACC4 a) {
+  VACC4 v = VACC(p.alpha) * a;
+  const uint ci = (batch_z * p.sc + m * p.c_rs + n) / 4;
+  if (p.beta != 0.0) v += VACC(p.beta) * VACC4(Vec4Buf(uint64_t(p.c)).v[ci]);
+  if (p.bias != 0) v += VACC4(Vec4Buf(p.bias).v[n / 4]);
+  Vec4Buf(uint64_t(p.c)).v[ci] = vec4(v);
+}
+
+// The epilogue of a whole tile: every in-range output of acc through store_output.
+void store_tile() {
+  [[unroll]] for (uint g = 0; g < GM; ++g)
+    [[unroll]] for (uint r = 0; r < 4; ++r) {
+      const uint m = m0 + g * 64 + ty * 4 + r;
+      if (m >= p.M) continue;
+      [[unroll]] for (uint h = 0; h < GN; ++h) {
+        const uint n = n0 + h * 64 + tx * 4;
+        if (VEC4_C && n + 4 <= p.N) {
+          store_output4(m, n, acc[g * 4 + r][h]);
+          continue;
+        }
+        [[unroll]] for (uint c = 0; c < 4; ++c)
+          if (n + c < p.N) store_output(batch_z, m, n + c, acc[g * 4 + r][h][c]);
+      }
+    }
+}
+
+// A partial tile into workspace slot `slot`, in-range or not (the fix-up reads only in-range).
+void store_partial(uint slot) {
+  const uint base = slot * (BM * BN / 4);
+  [[unroll]] for (uint g = 0; g < GM; ++g)
+    [[unroll]] for (uint r = 0; r < 4; ++r) {
+      const uint row = g * 64 + ty * 4 + r;
+      [[unroll]] for (uint h = 0; h < GN; ++h)
+        Vec4Buf(p.sk_partials).v[base + row * (BN / 4) + h * 16 + tx] = vec4(acc[g * 4 + r][h]);
+    }
+}
+
+// Tile `id` of the stream-K grid, in the banded order of the plain grid.
+void set_tile(uint id) {
+  const uvec2 tile = GROUP_M > 1 ? banded_tile_of(id, p.sk_tiles_n, p.sk_tiles_m, GROUP_M)
+                                 : uvec2(id / p.sk_tiles_n, id % p.sk_tiles_n);
+  m0 = tile.x * BM;
+  n0 = tile.y * BN;
+}
+
 void main() {
   tid = gl_LocalInvocationID.x;
   if (WARP_BLOCKS) {
@@ -214,46 +305,39 @@ void main() {
     tx = tid % TX;
     ty = tid / TX;
   }
-  batch_z = gl_WorkGroupID.z;
-  // In bands of GROUP_M tile rows (common.glsl), or row-major.
-  const uvec2 tile = GROUP_M > 1 ? banded_tile(GROUP_M) : gl_WorkGroupID.yx;
-  m0 = tile.x * BM;
-  n0 = tile.y * BN;
-  abase = batch_z * p.sa;
-  bbase = batch_z * p.sb;
-  [[unroll]] for (uint i = 0; i < TM; ++i)
-    [[unroll]] for (uint h = 0; h < GN; ++h) acc[i][h] = VACC4(0.0);
-
   const uint slices = (p.K + BK - 1) / BK;
-  fetch(0);
-  if (DOUBLE_BUFFER) {
-    stash(0);
-    barrier();
-    for (uint s = 0; s < slices; ++s) {
-      const bool more = s + 1 < slices;
-      if (more) fetch((s + 1) * BK);
-      multiply(s % 2);
-      if (more) stash((s + 1) % 2);
-      barrier();  // the slice just written is complete; the one just read is free
-    }
-  } else {
-    for (uint s = 0; s < slices; ++s) {
-      barrier();  // everyone is done reading the previous slice
-      stash(0);
-      barrier();
-      if (s + 1 < slices) fetch((s + 1) * BK);
-      multiply(0);
-    }
+  if (!STREAM_K) {
+    batch_z = gl_WorkGroupID.z;
+    // In bands of GROUP_M tile rows (common.glsl), or row-major.
+    const uvec2 tile = GROUP_M > 1 ? banded_tile(GROUP_M) : gl_WorkGroupID.yx;
+    m0 = tile.x * BM;
+    n0 = tile.y * BN;
+    abase = batch_z * p.sa;
+    bbase = batch_z * p.sb;
+    accumulate_slices(0, slices);
+    store_tile();
+    return;
   }
-
-  [[unroll]] for (uint g = 0; g < GM; ++g)
-    [[unroll]] for (uint r = 0; r < 4; ++r) {
-      const uint m = m0 + g * 64 + ty * 4 + r;
-      if (m >= p.M) continue;
-      [[unroll]] for (uint h = 0; h < GN; ++h)
-        [[unroll]] for (uint c = 0; c < 4; ++c) {
-          const uint n = n0 + h * 64 + tx * 4 + c;
-          if (n < p.N) store_output(batch_z, m, n, acc[g * 4 + r][h][c]);
-        }
+  batch_z = 0;
+  abase = 0;
+  bbase = 0;
+  const uint w = gl_WorkGroupID.x, workers = p.sk_workers;
+  for (uint t = w; t < p.sk_dp_tiles; t += workers) {
+    set_tile(t);
+    accumulate_slices(0, slices);
+    store_tile();
+  }
+  const uint total = (p.sk_tiles_n * p.sk_tiles_m - p.sk_dp_tiles) * slices;
+  const uint begin = sk_range_begin(w, total, workers), end = sk_range_begin(w + 1, total, workers);
+  for (uint i = begin; i < end;) {
+    const uint t = i / slices, s0 = i % slices, s1 = min(slices, s0 + (end - i));
+    set_tile(p.sk_dp_tiles + t);
+    accumulate_slices(s0, s1);
+    if (s0 == 0 && s1 == slices) {
+      store_tile();
+    } else {
+      store_partial(t == begin / slices ? 2 * w : 2 * w + 1);
     }
+    i += s1 - s0;
+  }
 }

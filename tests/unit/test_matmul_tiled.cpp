@@ -191,39 +191,45 @@ TEST(MatmulTiled, SameBitsAsOldLargeTileAndOptions) {
 }
 
 // Batches (of A against one B shared by the batch, and against a batch of B), into a column
-// window of a wider output with alpha, beta and a bias.
+// window of a wider output with alpha, beta and a bias: at an odd offset (element stores) and at
+// a 16-byte aligned one (4 columns per store, the ragged last columns element by element).
 TEST(MatmulTiled, SameBitsAsOldBatchesAlphaBetaBias) {
   Rng rng(3);
   Restore restore;
-  for (bool shared_b : {false, true}) {
-    const ref::MatmulShape s{3, 67, 68, 44, false, false, shared_b};
-    const auto a = test::as_f32(rng.uniform(s.a_size()));
-    const auto b = test::as_f32(rng.uniform(s.b_size()));
-    const auto bias = test::as_f32(rng.uniform(s.n));
-    const int64_t width = s.n + 5;
-    const auto before = test::as_f32(rng.uniform(s.batch * s.m * width));
-    Shape b_shape{s.k, s.n};
-    if (!shared_b) b_shape.insert(b_shape.begin(), s.batch);
-    const Tensor ta = test::to_gpu(a, {s.batch, s.m, s.k}), tb = test::to_gpu(b, b_shape);
-    const Tensor tbias = test::to_gpu(bias, {s.n});
-    const float alpha = 0.5f, beta = 0.75f;
-    auto product = [&] {
-      Tensor wide = test::to_gpu(before, {s.batch, s.m, width});
-      ops::matmul_into(ta, tb, false, false, wide.slice(2, 2, 2 + s.n), alpha, beta, tbias);
-      return wide;
-    };
-    const auto prod = ref::matmul(a, b, s);
-    std::vector<double> want = before;
-    for (int64_t z = 0; z < s.batch; ++z)
-      for (int64_t m = 0; m < s.m; ++m)
-        for (int64_t n = 0; n < s.n; ++n) {
-          double& w = want[static_cast<size_t>((z * s.m + m) * width + 2 + n)];
-          w = alpha * prod[static_cast<size_t>((z * s.m + m) * s.n + n)] + beta * w + bias[n];
-        }
-    expect_same_bits(product, want, 2 * atol_for(s.k), {{}},
-                     std::string("batch 3") + (shared_b ? " shared B" : ""),
-                     VectorLoads{true, true});
-  }
+  for (bool shared_b : {false, true})
+    for (int64_t offset : {2, 4}) {
+      const ref::MatmulShape s{3, 67, 70, 44, false, false, shared_b};
+      const auto a = test::as_f32(rng.uniform(s.a_size()));
+      const auto b = test::as_f32(rng.uniform(s.b_size()));
+      const auto bias = test::as_f32(rng.uniform(s.n));
+      const int64_t width = s.n + 10;
+      const auto before = test::as_f32(rng.uniform(s.batch * s.m * width));
+      Shape b_shape{s.k, s.n};
+      if (!shared_b) b_shape.insert(b_shape.begin(), s.batch);
+      const Tensor ta = test::to_gpu(a, {s.batch, s.m, s.k}), tb = test::to_gpu(b, b_shape);
+      const Tensor tbias = test::to_gpu(bias, {s.n});
+      const float alpha = 0.5f, beta = 0.75f;
+      auto product = [&] {
+        Tensor wide = test::to_gpu(before, {s.batch, s.m, width});
+        ops::matmul_into(ta, tb, false, false, wide.slice(2, offset, offset + s.n), alpha, beta,
+                         tbias);
+        return wide;
+      };
+      const auto prod = ref::matmul(a, b, s);
+      std::vector<double> want = before;
+      for (int64_t z = 0; z < s.batch; ++z)
+        for (int64_t m = 0; m < s.m; ++m)
+          for (int64_t n = 0; n < s.n; ++n) {
+            double& w = want[static_cast<size_t>((z * s.m + m) * width + offset + n)];
+            w = alpha * prod[static_cast<size_t>((z * s.m + m) * s.n + n)] + beta * w + bias[n];
+          }
+      const std::string what = std::string("batch 3") + (shared_b ? " shared B" : "") +
+                               ", output offset " + std::to_string(offset);
+      const uint64_t stores_before = ops::detail::tiled_load_counts().vector_c;
+      expect_same_bits(product, want, 2 * atol_for(s.k), {{}}, what, VectorLoads{true, false});
+      EXPECT_EQ(ops::detail::tiled_load_counts().vector_c > stores_before, offset == 4)
+          << what << ": 16-byte stores of C";
+    }
 }
 
 // A grid of more tile rows than one rasterization band (10 rows of 3 tiles: a band of 8 and one
