@@ -13,7 +13,7 @@
 //                [--tile auto|medium|large] [--split-k 0|-1|N] [--stream-k 0|-1|N] [--stream-k-region 1]
 //                [--tiled-variant V,...]
 //                [--precision fp32|f16]
-//                [--check]
+//                [--check] [--kernels]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]
 //                [--coopmat-operands f16|f32|all]
 // mode is nn (default), nt (A B^T, the linear layout), tn (A^T B) or tt.
@@ -153,16 +153,20 @@ CheckResult check_result(const Case& c, const std::vector<float>& a, const std::
 
 struct Timer {
   bool gpu;
-  // Milliseconds of one call of fn.
+  // Milliseconds of one call of fn; with GPU timestamps, `kernels` receives each kernel's share.
   template <typename Fn>
-  double time(Fn&& fn) const {
+  double time(Fn&& fn, std::string* kernels = nullptr) const {
     auto& stream = vkf::vk::Context::get().stream();
     if (gpu) {
       stream.set_profiling(false);
       stream.set_profiling(true);  // clears the totals
       fn();
       double ms = 0;
-      for (const auto& p : stream.profile()) ms += p.total_ms;
+      if (kernels) kernels->clear();
+      for (const auto& p : stream.profile()) {
+        ms += p.total_ms;
+        if (kernels) *kernels += fmt::format("    {:<48} {:>8.3f} ms\n", p.label, p.total_ms);
+      }
       return ms;
     }
     stream.synchronize();
@@ -209,7 +213,9 @@ int run(int argc, char** argv) {
                  "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers "
                  "forced (see ops/matmul_tiling.h)");
   std::string precision = "fp32", coopmat_tiles = "auto", coopmat_convert = "auto";
-  bool check = false;
+  bool check = false, list_kernels = false;
+  app.add_flag("--kernels", list_kernels,
+               "after each row, the kernels of its last timed call with their GPU time");
   app.add_option("--precision", precision,
                  "operand precision: fp32, or f16 (operands rounded to f16, fp32 accumulation)")
       ->check(CLI::IsMember({"fp32", "f16"}));
@@ -300,7 +306,7 @@ int run(int argc, char** argv) {
                                    ? "available"
                                    : "unavailable (no f16 RTE / subnormal guarantee)")
                  : "; no cooperative matrices (" + support.unsupported + ")");
-  fmt::print("timing: median of up to {} calls after one warm-up, {}\n", repeats,
+  fmt::print("timing: median of up to {} calls after 100 ms of warm-up calls, {}\n", repeats,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
   if (compare_bits)
     fmt::print("tiled variants: {} (each tiled result compared bit for bit with the first)\n",
@@ -332,11 +338,17 @@ int run(int argc, char** argv) {
         if (plan == last_plan) continue;  // a setting that does not apply here: same kernel
         last_plan = plan;
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
-        const double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
+        double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
+        // Then at least 100 ms of GPU work, so that clocks that idled down between processes have
+        // ramped up: the first product of a process otherwise ran at a fraction of its speed on
+        // the H200 (8192x1536x576 f16 0.56 ms first, 0.13 ms third).
+        double warm_ms = first_ms;
+        for (int i = 0; i < 2000 && warm_ms < 100.0; ++i) warm_ms += first_ms = timer.time(call);
         const int n =
             std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3, repeats);
         std::vector<double> ms;
-        for (int i = 0; i < n; ++i) ms.push_back(timer.time(call));
+        std::string kernel_times;
+        for (int i = 0; i < n; ++i) ms.push_back(timer.time(call, &kernel_times));
         const double med = median(ms), best = *std::min_element(ms.begin(), ms.end());
         const double flops = 2.0 * static_cast<double>(c.m) * c.n * c.k;
         std::string verdict;
@@ -361,6 +373,7 @@ int run(int argc, char** argv) {
         fmt::print("{:>22}  {:>4}  {:<36}  {:>10.3f}  {:>10.3f}  {:>9.1f}{}\n",
                    fmt::format("{} x {} x {}", c.m, c.n, c.k), c.mode(), plan, med, best,
                    flops / (med * 1e6), verdict);
+        if (list_kernels) fmt::print("{}", kernel_times);
         std::fflush(stdout);
       }
     }

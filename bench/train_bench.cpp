@@ -15,7 +15,7 @@
 //               [--loss-chunk-mib 256] [--loss-group-chunks 0] [--profile [--profile-shapes]]
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--stream-k 0] [--coopmat-operands f16|f32] [--tile auto|medium|large]
+//               [--split-k 0] [--stream-k 0] [--separate-projections] [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
 // Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
 //
@@ -82,6 +82,7 @@ struct Args {
   std::string coopmat_tile = "auto";
   int64_t split_k = 0;
   int64_t stream_k = 0;
+  bool separate_projections = false;
   std::string coopmat_operands = "f16";
   std::string tile = "auto";
   // Loss-curve mode.
@@ -353,6 +354,8 @@ int main(int argc, char** argv) {
                  "roofline of the tensor-core (f16) products: the device's dense f16 peak (H200: 990)")
       ->capture_default_str();
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
+  app.add_flag("--separate-projections", a.separate_projections,
+               "q, k, v and gate, up as separate products (default: one product each)");
   app.add_option("--stream-k", a.stream_k,
                  "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers forced");
   app.add_option("--split-k", a.split_k, "K-splitting of products: 0 by heuristic, -1 never, N forced")
@@ -391,6 +394,7 @@ int main(int argc, char** argv) {
     ops::detail::set_coopmat_choice(a.coopmat_tile);
     ops::detail::set_split_k(a.split_k);
     ops::detail::set_stream_k(a.stream_k);
+    models::DecoderModel::set_projection_grouping(!a.separate_projections);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
     using ops::detail::TileChoice;
     ops::detail::set_tile_choice(a.tile == "medium"  ? TileChoice::Medium

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/activation_checkpoint.h"
@@ -19,7 +20,9 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
+#include "ops/linear_group.h"
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/rope_tables.h"
@@ -208,6 +211,35 @@ const nn::ModuleAdapter* DecoderModel::effective_adapter() const {
   return adapters_enabled_ && !active_.empty() ? adapters_.at(active_).get() : nullptr;
 }
 
+namespace {
+bool& projection_grouping_slot() {
+  static bool on = [] {
+    const char* env = std::getenv("VKF_GROUP_PROJECTIONS");
+    return !(env && (std::string(env) == "off" || std::string(env) == "0"));
+  }();
+  return on;
+}
+}  // namespace
+
+void DecoderModel::set_projection_grouping(bool on) { projection_grouping_slot() = on; }
+bool DecoderModel::projection_grouping() { return projection_grouping_slot(); }
+
+bool DecoderModel::groups_projections_of(int64_t widest_output) {
+  return projection_grouping() && ops::detail::f16_operands_active() &&
+         widest_output <= kGroupedProjectionRows;
+}
+
+bool DecoderModel::groups_projections(const ops::RowNorm* pre_norm,
+                                      std::initializer_list<Tensor> weights) {
+  if (pre_norm != nullptr || nn::active_adapter() != nullptr) return false;
+  int64_t widest = 0;
+  for (const Tensor& w : weights) {
+    if (w.dtype() != DType::F32) return false;
+    widest = std::max(widest, w.dim(0));
+  }
+  return groups_projections_of(widest);
+}
+
 Tensor DecoderModel::norm(const Tensor& x, const std::string& prefix) const {
   const Tensor& w = param(prefix + ".weight");
   const float eps = static_cast<float>(spec_.norm_eps);
@@ -294,6 +326,15 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
       q = qkv.slice(2, 0, Hq * D).contiguous();
       k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
       v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
+    } else if (groups_projections(pre_norm, {P(n.q + ".weight"), P(n.k + ".weight"),
+                                             P(n.v + ".weight")})) {
+      // One product for q, k and v (ops::linear_split): the same sums as the three below.
+      std::vector<Tensor> b;
+      if (s.qkv_bias) b = {P(n.q + ".bias"), P(n.k + ".bias"), P(n.v + ".bias")};
+      auto qkv = ops::linear_split(h, {P(n.q + ".weight"), P(n.k + ".weight"), P(n.v + ".weight")}, b);
+      q = std::move(qkv[0]);
+      k = std::move(qkv[1]);
+      v = std::move(qkv[2]);
     } else {
       q = in_proj(n.q, bias(n.q, s.qkv_bias));
       k = in_proj(n.k, bias(n.k, s.qkv_bias));
@@ -413,6 +454,14 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     out = project(n.down,
                   ops::gated_linear(x, P(n.gate + ".weight"), P(n.up + ".weight"), s.act, pre_norm),
                   Tensor());
+  } else if (groups_projections(pre_norm, {P(n.gate + ".weight"), P(n.up + ".weight")})) {
+    // One product for gate and up (ops::linear_concat), whose two halves the fused activation
+    // reads: the same sums and formula as the separate form below.
+    std::vector<Tensor> b;
+    if (s.mlp_bias) b = {P(n.gate + ".bias"), P(n.up + ".bias")};
+    const Tensor gu =
+        ops::linear_concat(normalized(), {P(n.gate + ".weight"), P(n.up + ".weight")}, b);
+    out = project(n.down, ops::gated_act_fused(gu, s.act, true), bias(n.down));
   } else {
     const Tensor h = normalized();
     Tensor g, u;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -113,6 +114,24 @@ class DecoderModel {
   bool lora_on_head() const;
   // The module name nn::linear sees for the head (LoRA targets it as "lm_head").
   static constexpr const char* kHeadModule = "lm_head";
+  // Whether q/k/v and gate/up may run as one product each (groups_projections; on by default,
+  // VKF_GROUP_PROJECTIONS=off turns it off): for A/B timing. Memory plans follow the setting.
+  static void set_projection_grouping(bool on);
+  static bool projection_grouping();
+  // Whether a layer's q, k and v projections (gate and up) run as one product
+  // (ops::linear_split / linear_concat): where products read f16 operand copies on tensor cores
+  // and the widest of the projections has at most kGroupedProjectionRows outputs, not with a
+  // folded input norm (the decode step's own kernels), nor with an adapter (it hooks each
+  // projection by name), nor for f16 inference weights.
+  static bool groups_projections(const ops::RowNorm* pre_norm,
+                                 std::initializer_list<Tensor> weights);
+  // The part of that rule that depends on the shapes and settings only (train/memory_plan.cpp
+  // plans with it): measured on the H200 (bench/RESULTS.md, fifteenth session), one product of
+  // 960 or 3072 outputs instead of 576 + 192 + 192 or 1536 + 1536 made a 135M mixed-precision step
+  // 3% faster, while fp32 steps (whose products stream-K already balances) and the 1B shape's
+  // 8192-wide gate/up gained nothing and kept more memory.
+  static bool groups_projections_of(int64_t widest_output);
+  static constexpr int64_t kGroupedProjectionRows = 2048;
 
   // One decoding step (one new token per row) over `cache`, whose capacity is fixed: writes the
   // new keys and values at slot in.cached[0] and returns logits [B, 1, vocab]. Every value that

@@ -122,6 +122,31 @@ void matmul_backward(GradContext& ctx, const Tensor& a, const Tensor& b, bool tr
 
 }  // namespace
 
+namespace detail {
+
+void linear_grads(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& dx,
+                  float dx_beta, const Tensor& dw, float dw_beta) {
+  autograd::NoGradScope no_grad;
+  // Both products read G: on tensor cores with f16 operands, convert it once for the two.
+  const bool shared_f16 = dx.defined() && dw.defined() && f16_operands_active();
+  const MatDesc gd32 = describe_rows(g);  // [rows, out]
+  const MatDesc gd = shared_f16 ? describe_rows(g.to(DType::F16)) : gd32;
+  if (dx.defined()) {  // dx = G W
+    // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
+    // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
+    // copy (bitwise the same product; 1B f16 step: one more pass over G, faster products).
+    const MatDesc dxd = describe_rows(dx);
+    std::optional<MatDesc> relaid;
+    if (shared_f16 && f16_relayout_wanted(dxd, 1.0f, dx_beta, {}, gd32.cols))
+      relaid = f16_operand_relaid(gd32, true);
+    gemm(relaid ? *relaid : gd, describe_readable(weight), dxd, 1.0f, dx_beta);
+  }
+  if (dw.defined())  // dW = G^T x
+    gemm(gd.transposed(), describe_rows(x), *describe(dw), 1.0f, dw_beta);
+}
+
+}  // namespace detail
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const Problem p = check_matmul("matmul", a, b, trans_a, trans_b);
   Tensor out = Tensor::empty(result_shape(p));
@@ -193,30 +218,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   autograd::record_op("linear", {x, weight, bias}, {y}, [x, weight](GradContext& ctx) {
     const Tensor& g = ctx.grad_output(0);
     if (!g.defined()) return;
-    // Both products read G: on tensor cores with f16 operands, convert it once for the two.
-    const bool shared_f16 =
-        ctx.needs_grad(0) && ctx.needs_grad(1) && detail::f16_operands_active();
-    const MatDesc gd32 = detail::describe_rows(g);  // [rows, out]
-    const MatDesc gd = shared_f16 ? detail::describe_rows(g.to(DType::F16)) : gd32;
-    if (ctx.needs_grad(0)) {
-      const GradTarget t = ctx.grad_target(0);  // dx = G W
-      // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
-      // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
-      // copy (bitwise the same product; 1B f16 step: one more pass over G, faster products).
-      const detail::MatDesc dx = detail::describe_rows(t.tensor);
-      std::optional<detail::MatDesc> relaid;
-      if (shared_f16 && detail::f16_relayout_wanted(dx, 1.0f, beta_for(t), {}, gd32.cols))
-        relaid = detail::f16_operand_relaid(gd32, true);
-      detail::gemm(relaid ? *relaid : gd, detail::describe_readable(weight), dx, 1.0f, beta_for(t));
-    }
-    if (ctx.needs_grad(1)) {
-      const GradTarget t = ctx.grad_target(1);  // dW = G^T x
-      detail::gemm(gd.transposed(), detail::describe_rows(x), *detail::describe(t.tensor), 1.0f,
-                   beta_for(t));
-    }
+    std::optional<GradTarget> dx, dw;
+    if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
+    if (ctx.needs_grad(1)) dw = ctx.grad_target(1);
+    detail::linear_grads(g, x, weight, dx ? dx->tensor : Tensor(), dx && dx->accumulate ? 1.0f : 0.0f,
+                         dw ? dw->tensor : Tensor(), dw && dw->accumulate ? 1.0f : 0.0f);
     if (ctx.needs_grad(2)) {
       const GradTarget t = ctx.grad_target(2);  // db = column sums of G
-      detail::column_sum(gd32, t.tensor, beta_for(t));
+      detail::column_sum(detail::describe_rows(g), t.tensor, beta_for(t));
     }
   });
   return y;

@@ -1,6 +1,7 @@
-// The second pass of a stream-K GEMM (ops/matmul_stream_k.cpp): completes each tile of the
-// stream-K region that several workers summed a part of (stream_k.glsl). One invocation per
-// element of the region's tiles (a 1-D grid, grid_1d); for every in-range output of a split tile,
+// The second pass of a stream-K GEMM (ops/matmul_tiling.h, ops/matmul_kernels.cpp): completes
+// each tile of the stream-K region that several workers summed a part of (stream_k.glsl). One
+// invocation per element of the region's tiles (a 1-D grid, grid_1d); for every in-range output
+// of a split tile,
 //   out(m, n) = alpha * (partial_first + ... + partial_last) + beta * out(m, n) + bias(m, n)
 // with the partials added in increasing worker order (increasing k), as matmul_splitk_reduce adds
 // its chunks, so results are deterministic. A tile one worker summed whole was stored by it.

@@ -24,7 +24,7 @@
 // With ROUND_F16 every f32 operand element is rounded to f16 as it is loaded (see f16_round.glsl).
 // Grid: x = N tiles, y = M tiles (re-mapped by the rasterization), z = batch entries.
 //
-// With STREAM_K (one product, batch 1; ops/matmul_stream_k.cpp) the grid is instead a line of
+// With STREAM_K (one product, batch 1; ops/matmul_tiling.h) the grid is instead a line of
 // sk_workers workgroups, each a worker that walks tiles by index (stream_k.glsl): whole tiles
 // first, stored as above, then its contiguous range of (tile, slice) iterations of the stream-K
 // region, where a tile it sums only part of goes to the workspace as a partial tile (fp32, row
@@ -86,7 +86,7 @@ const uint B_CHUNKS = LB / B_CW;
 shared vec4 As[STAGES * A_STAGE];
 shared vec4 Bs[STAGES * B_STAGE];
 
-// Stream-K's fields after GemmPush (StreamKPush in ops/matmul_stream_k.cpp; zero without STREAM_K).
+// Stream-K's fields after GemmPush (TiledPush in ops/matmul_kernels.cpp; zero without STREAM_K).
 #define MATMUL_PUSH_EXTRA \
   uint64_t sk_partials; /* the workspace: [2 * sk_workers][BM * BN] floats */ \
   uint sk_tiles_n, sk_tiles_m, sk_slices, sk_workers, sk_dp_tiles;

@@ -1,6 +1,7 @@
-// The stream-K split of a tiled GEMM (ops/matmul_stream_k.cpp), shared by the kernel that computes
-// it (matmul_tiled_pipelined.comp with STREAM_K) and the pass that completes its split tiles
-// (matmul_streamk_fixup.comp), so that both derive the same ranges from the same push constants.
+// The stream-K split of a tiled GEMM (planned in ops/matmul_tiling.h, dispatched by
+// ops/matmul_kernels.cpp), shared by the kernel that computes it (matmul_tiled_pipelined.comp
+// with STREAM_K) and the pass that completes its split tiles (matmul_streamk_fixup.comp), so that
+// both derive the same ranges from the same push constants.
 //
 // The first dp_tiles tiles are whole tiles, worker w taking tiles w, w + workers, ... The rest
 // (the stream-K region) is a line of (tile, k-slice) iterations, tile-major, cut into `workers`

@@ -39,6 +39,10 @@ uint64_t align(uint64_t bytes) {
 
 struct Dims {
   int64_t B, T, N, H, I, V, Hq, Hkv, D, qd, kvd;
+  // q, k and v (gate and up) as one product of qd + 2 kvd (2 I) outputs: phi3's fused weight, or
+  // separate weights grouped (ops::linear_split / linear_concat, DecoderModel::groups_projections),
+  // which stack the weights into a transient copy in the forward and again in the backward.
+  bool qkv_one, gate_up_one, qkv_grouped, gate_up_grouped;
 };
 
 Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
@@ -54,6 +58,14 @@ Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
   d.D = s.head_dim;
   d.qd = d.Hq * d.D;
   d.kvd = d.Hkv * d.D;
+  const bool no_adapter = !in.adapter && in.adapter_parameters == 0;
+  using models::DecoderModel;
+  d.qkv_grouped = no_adapter && !s.fused_qkv &&
+                  DecoderModel::groups_projections_of(std::max(d.qd, d.kvd));
+  d.gate_up_grouped = no_adapter && s.mlp != MlpKind::Plain && !s.fused_gate_up &&
+                      DecoderModel::groups_projections_of(d.I);
+  d.qkv_one = s.fused_qkv || d.qkv_grouped;
+  d.gate_up_one = s.fused_gate_up || d.gate_up_grouped;
   return d;
 }
 
@@ -94,17 +106,23 @@ TensorBytes product_temporaries(std::initializer_list<Product> products) {
 }
 
 // The forward products of one layer's attention and MLP.
-TensorBytes attention_forward_temporaries(const ArchSpec& s, const Dims& d) {
+TensorBytes attention_forward_temporaries(const Dims& d) {
   using P = Pass;
-  if (s.fused_qkv)
-    return product_temporaries(
+  if (d.qkv_one) {
+    TensorBytes t = product_temporaries(
         {{P::Forward, d.N, d.H, d.qd + 2 * d.kvd}, {P::Forward, d.N, d.qd, d.H}});
+    if (d.qkv_grouped) t.add((d.qd + 2 * d.kvd) * d.H);  // the stacked weights
+    return t;
+  }
   return product_temporaries(
       {{P::Forward, d.N, d.H, d.qd}, {P::Forward, d.N, d.H, d.kvd}, {P::Forward, d.N, d.qd, d.H}});
 }
-TensorBytes mlp_forward_temporaries(const ArchSpec& s, const Dims& d) {
-  const int64_t first = s.fused_gate_up ? 2 * d.I : d.I;
-  return product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
+TensorBytes mlp_forward_temporaries(const Dims& d) {
+  const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
+  TensorBytes t =
+      product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
+  if (d.gate_up_grouped) t.add(2 * d.I * d.H);  // the stacked weights
+  return t;
 }
 
 // A normalization over rows of `width` (ops/norm.cpp): the output, and with a tape the rstd (and
@@ -148,8 +166,8 @@ TensorBytes mlp_activations(const ArchSpec& s, const Dims& d) {
   TensorBytes t;
   if (s.mlp == MlpKind::Plain) {
     t.add(d.N * d.I, kF32, 2);  // c_fc output, activation
-  } else if (s.fused_gate_up) {
-    t.add(d.N * 2 * d.I);  // gate_up output
+  } else if (d.gate_up_one) {
+    t.add(d.N * 2 * d.I);  // gate_up output (fused or grouped)
     t.add(d.N * d.I);      // gated activation
   } else {
     t.add(d.N * d.I, kF32, 3);  // gate, up, gated activation
@@ -480,8 +498,10 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
                grads_then(all_grads - groups.missing_at_mlp)};
       m.workspace.add(d.N * d.I, kF32, n);
       m.workspace.add(d.N * d.H, kF32, 2);
+      // Grouped gate/up: the stacked weights and their gradient's [2I, H] rows, made at once.
+      if (d.gate_up_grouped) m.workspace.add(2 * d.I * d.H, kF32, 2);
       // The products' input and weight gradients: the down projection's, then gate/up's.
-      const int64_t first = s.fused_gate_up ? 2 * d.I : d.I;
+      const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
       m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.I, d.H},
                                           {Pass::WeightGrad, d.N, d.I, d.H},
                                           {Pass::InputGrad, d.N, d.H, first},
@@ -504,7 +524,7 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.B * d.Hq * d.T);
       m.workspace.add(d.N * d.H, kF32, 2);
       // The products' input and weight gradients: o's, then q's, k's and v's (or the fused one's).
-      const int64_t qkv = s.fused_qkv ? d.qd + 2 * d.kvd : d.qd;
+      const int64_t qkv = d.qkv_one ? d.qd + 2 * d.kvd : d.qd;
       m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.qd, d.H},
                                           {Pass::WeightGrad, d.N, d.qd, d.H},
                                           {Pass::InputGrad, d.N, d.H, qkv},
@@ -527,6 +547,25 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.N * d.H, kF32, 2);
       m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.H, d.qd + 2 * d.kvd},
                                           {Pass::WeightGrad, d.N, d.H, d.qd + 2 * d.kvd}});
+      moments.push_back(m);
+    }
+    if (d.qkv_grouped) {
+      //  3c. The grouped q/k/v product (ops::linear_split): its output's gradient [N, q + 2 kv]
+      //     assembled beside dq, dk and dv, the stacked weights and the gradient rows of all
+      //     three weights, beside the residual stream's gradient.
+      const int64_t width = d.qd + 2 * d.kvd;
+      Moment m{"backward, first layer's grouped q/k/v product",
+               fmt::format("q/k/v gradient {} + weights 2 x {} f32", shape2(d.N, width),
+                           shape2(width, d.H)),
+               {},
+               grads_then(all_grads - groups.missing_at_attention)};
+      m.workspace.add(d.N * width);
+      m.workspace.add(d.N * d.qd);
+      m.workspace.add(d.N * d.kvd, kF32, 2);
+      m.workspace.add(width * d.H, kF32, 2);
+      m.workspace.add(d.N * d.H, kF32, 2);
+      m.workspace += product_temporaries(
+          {{Pass::InputGrad, d.N, d.H, width}, {Pass::WeightGrad, d.N, d.H, width}});
       moments.push_back(m);
     }
     {
@@ -560,22 +599,46 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       // Attention: q, k, v (and phi3's fused output they were copied from) live to the end of
       // the block; a q/k norm or rotary replaces q and k, the new beside the old for a moment;
       // then the attention output with its row statistics, then o_proj's output beside it.
-      TensorBytes attn, mlp;
+      // Grouped q/k/v: the product's [N, q + 2 kv] output lives only inside linear_split, beside
+      // the stacked weights and the product's temporaries, then beside the q, k, v it is copied
+      // into.
+      TensorBytes attn, mlp, qkv;
       attn.add(d.N * d.H, kF32, held_in_attention);
       if (s.fused_qkv) attn.add(d.N * (d.qd + 2 * d.kvd));
-      attn.add(d.N * d.qd);
-      attn.add(d.N * d.kvd, kF32, 2);
+      qkv.add(d.N * d.qd);
+      qkv.add(d.N * d.kvd, kF32, 2);
       TensorBytes replaced, last;
       if (s.qk_norm != QkNorm::None || layer.use_rope) replaced.add(d.N * d.qd);
       last.add(d.N * d.qd);
       TensorBytes after = last;
       after.add(d.N * d.H);
       last.add(d.B * d.Hq * d.T);
-      attn.bytes += std::max({replaced.bytes, last.bytes, after.bytes});
-      attn += attention_forward_temporaries(s, d);
+      const TensorBytes temporaries = attention_forward_temporaries(d);
+      uint64_t block = qkv.bytes + std::max({replaced.bytes, last.bytes, after.bytes}) +
+                       temporaries.bytes;
+      if (d.qkv_grouped) {
+        const uint64_t output = align(static_cast<uint64_t>(d.N * (d.qd + 2 * d.kvd)) * kF32);
+        block = std::max(block - temporaries.bytes + product_temporaries({{Pass::Forward, d.N, d.qd, d.H}}).bytes,
+                         output + std::max(temporaries.bytes, qkv.bytes));
+      }
+      attn.bytes += block;
       mlp.add(d.N * d.H, kF32, held_in_mlp);
-      mlp += mlp_activations(s, d);
-      mlp += mlp_forward_temporaries(s, d);
+      if (d.gate_up_grouped) {
+        // gate/up's output, then either the stacked weights beside the product that reads them,
+        // or (once they are freed) the activation and the down projection's output beside the
+        // down product.
+        TensorBytes during, later;
+        during.add(2 * d.I * d.H);
+        during += product_temporaries({{Pass::Forward, d.N, d.H, 2 * d.I}});
+        later.add(d.N * d.I);
+        later.add(d.N * d.H);
+        later += product_temporaries({{Pass::Forward, d.N, d.I, d.H}});
+        mlp.add(d.N * 2 * d.I);
+        mlp.bytes += std::max(during.bytes, later.bytes);
+      } else {
+        mlp += mlp_activations(s, d);
+        mlp += mlp_forward_temporaries(d);
+      }
       layer_live = std::max({layer_live, attn.bytes, mlp.bytes});
     }
     // At the head: the final norm's output and, fused, one [chunk, V] logits block and the row

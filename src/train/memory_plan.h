@@ -59,6 +59,9 @@ struct MemoryPlanInput {
   // x·Aᵀ [r], B·(x·Aᵀ) [out], its scaled copy and the sum with the base output: r + 3·out).
   int64_t adapter_parameters = 0;
   int64_t adapter_activations_per_token = 0;
+  // A PEFT adapter hooks the forward: each projection then runs as its own product (without one,
+  // q/k/v and gate/up run as one product each, DecoderModel::groups_projections).
+  bool adapter = false;
   // The loss fused with the LM head (ops::linear_cross_entropy, as train() and evaluate() take
   // it): logits exist one [chunk, V] block at a time. false: forward()'s whole [N, V] logits and
   // cross_entropy_parts (TrainOptions::fused_loss off, LoRA on the head, a forward for logits).

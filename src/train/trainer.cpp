@@ -85,6 +85,7 @@ MemoryPlan plan_training_memory(const models::ArchSpec& spec, const std::vector<
   // backward_micro_batch's choice (causal_lm_loss_parts): LoRA on the head needs whole logits.
   in.fused_loss = o.fused_loss && !(o.adapter && o.adapter->adapts_linear(models::DecoderModel::kHeadModule));
   if (o.adapter) {  // LoRA: the adapter alone trains; its tensors and forward add to the base's
+    in.adapter = true;
     in.trainable_parameters = o.adapter->trainable_count();
     in.adapter_parameters = o.adapter->trainable_count();
     for (const auto& m : o.adapter->modules()) {

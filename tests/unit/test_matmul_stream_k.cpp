@@ -72,7 +72,8 @@ void check_against_reference(Rng& rng, const Case& c, const std::vector<int64_t>
     const std::string what = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
                              std::to_string(c.k) + (c.ta ? " A^T" : "") + (c.tb ? " B^T" : "") +
                              ", " + std::to_string(w) + " workers";
-    const Tensor got = run_with(w, [&] { return ops::matmul(ta, tb, c.ta, c.tb); }, true, what);
+    const Tensor got = run_with(
+        w, [&] { return ops::matmul(ta, tb, c.ta, c.tb); }, true, what);
     test::expect_close(got, want, atol_for(c.k), kRtol, what);
   }
 }
@@ -147,8 +148,9 @@ TEST(MatmulStreamK, F16WeightAndF16Rounding) {
   const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
   const Tensor xt = test::to_gpu(x, {rows, in});
   const auto want = ref::linear(x, w, {}, rows, in, out);
-  test::expect_close(run_with(5, [&] { return ops::linear(xt, wt); }, true, "f16 weight"), want,
-                     atol_for(in), kRtol, "f16 weight");
+  test::expect_close(run_with(
+                         5, [&] { return ops::linear(xt, wt); }, true, "f16 weight"),
+                     want, atol_for(in), kRtol, "f16 weight");
 
   set_matmul_precision(MatmulPrecision::F16);
   ops::detail::set_coopmat_choice("off");  // the tiled kernel, also on tensor-core devices
@@ -158,7 +160,8 @@ TEST(MatmulStreamK, F16WeightAndF16Rounding) {
   };
   const auto wf = test::as_f32(wv);
   const Tensor wf_gpu = test::to_gpu(wf, {out, in});
-  test::expect_close(run_with(7, [&] { return ops::linear(xt, wf_gpu); }, true, "f16 rounding"),
+  test::expect_close(run_with(
+                         7, [&] { return ops::linear(xt, wf_gpu); }, true, "f16 rounding"),
                      ref::linear(rounded(x), rounded(wf), {}, rows, in, out), atol_for(in), kRtol,
                      "f16 rounding");
 }
@@ -200,8 +203,9 @@ TEST(MatmulStreamK, SameBitsAsPlainAndSplitK) {
 }
 
 // The plan: worker counts are clamped to the iterations, whole-tile rounds leave the last,
-// incomplete round to the stream-K region (two rounds with set_stream_k_region(2)), the workspace holds two partial tiles per worker (and memory
-// plans count it), and "never" and batches run the plain grid.
+// incomplete round to the stream-K region (two rounds with set_stream_k_region(2)), the workspace
+// holds two partial tiles per worker (and memory plans count it), and "never" and batches run the
+// plain grid.
 TEST(MatmulStreamK, Plan) {
   Restore restore;
   using ops::detail::stream_k_plan;
