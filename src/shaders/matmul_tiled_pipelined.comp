@@ -248,13 +248,21 @@ void accumulate_slices(uint s0, uint s1) {
   }
 }
 
-// store_output for the 4 outputs (m, n..n+3) with VEC4_C: the same arithmetic per element.
+// store_output for the 4 outputs (m, n..n+3) with VEC4_C: one 16-byte load and store each, and
+// per element store_output's scalar expressions, so that the compiler contracts them alike (a
+// vec4 form of the same sums gave other bits with beta and a bias on the H200).
 void store_output4(uint m, uint n, VACC4 a) {
-  VACC4 v = VACC(p.alpha) * a;
   const uint ci = (batch_z * p.sc + m * p.c_rs + n) / 4;
-  if (p.beta != 0.0) v += VACC(p.beta) * VACC4(Vec4Buf(uint64_t(p.c)).v[ci]);
-  if (p.bias != 0) v += VACC4(Vec4Buf(p.bias).v[n / 4]);
-  Vec4Buf(uint64_t(p.c)).v[ci] = vec4(v);
+  const vec4 old = p.beta != 0.0 ? Vec4Buf(uint64_t(p.c)).v[ci] : vec4(0.0);
+  const vec4 bias = p.bias != 0 ? Vec4Buf(p.bias).v[n / 4] : vec4(0.0);
+  vec4 result;
+  [[unroll]] for (uint c = 0; c < 4; ++c) {
+    VACC v = VACC(p.alpha) * a[c];
+    if (p.beta != 0.0) v += VACC(p.beta) * VACC(old[c]);
+    if (p.bias != 0) v += VACC(bias[c]);
+    result[c] = float(v);
+  }
+  Vec4Buf(uint64_t(p.c)).v[ci] = result;
 }
 
 // The epilogue of a whole tile: every in-range output of acc through store_output.
