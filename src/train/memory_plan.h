@@ -103,6 +103,9 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const models::ArchSpec& spec, const MemoryPlanInput& input);
 
+// Optimizer state tensors per trainable parameter: AdamW 2, SGD with momentum 1, SGD 0.
+int optimizer_moments(PlanOptimizer optimizer);
+
 // Device memory a run may plan on: the device's (budget or heap size, less a safety margin for
 // the driver, staging buffers and fragmentation) or max_memory when that is set and smaller.
 struct MemoryCapacity {

@@ -36,6 +36,11 @@ Tensor to_gpu(const std::vector<double>& v, const Shape& shape);
 // Token ids or labels as a rank-1 tensor of dtype I32 or I64.
 Tensor labels_tensor(const std::vector<int64_t>& labels, DType dtype);
 
+// The tolerance of an fp32 matrix product of depth k against its double reference: atol
+// 1e-6 + 3e-7 k with rtol kProductRtol (each output one fp32 sum of k terms).
+inline double product_atol(int64_t k) { return 1e-6 + 3e-7 * static_cast<double>(k); }
+constexpr double kProductRtol = 1e-5;
+
 // Max |a - b|, with NaN anywhere counted as infinity.
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 // Fails the current test with the worst index unless |got - want| <= atol + rtol * |want| everywhere.

@@ -27,10 +27,8 @@ using ops::matmul_into;
 using test::Rng;
 
 // fp32 sums over k: the error grows with k; a wrong element is off by O(1).
-double atol_for(int64_t k) {
-  return 1e-6 + 3e-7 * static_cast<double>(k);
-}
-constexpr double kRtol = 1e-5;
+using test::product_atol;
+constexpr double kRtol = test::kProductRtol;
 
 std::string describe(const ref::MatmulShape& s) {
   return "batch " + std::to_string(s.batch) + " M=" + std::to_string(s.m) +
@@ -49,7 +47,7 @@ void check_forward(Rng& rng, const Shape& batch, ref::MatmulShape s) {
   want_shape.push_back(s.m);
   want_shape.push_back(s.n);
   EXPECT_EQ(c.shape(), want_shape) << describe(s);
-  test::expect_close(c, ref::matmul(a, b, s), atol_for(s.k), kRtol, describe(s));
+  test::expect_close(c, ref::matmul(a, b, s), product_atol(s.k), kRtol, describe(s));
 }
 
 struct Mnk {
@@ -100,16 +98,16 @@ TEST(Matmul, StridedViews) {
   uint64_t before = stream.dispatch_count();
   Tensor c = matmul(av, bv);
   EXPECT_EQ(stream.dispatch_count() - before, 1u) << "slices are read in place";
-  test::expect_close(c, want, atol_for(61), kRtol, "slice views");
+  test::expect_close(c, want, product_atol(61), kRtol, "slice views");
 
   // A transposed view is read as the transposed operand, without a copy.
   Tensor bt = test::to_gpu(b, {61, 13}).transpose(0, 1).contiguous();  // [13, 61]
   before = stream.dispatch_count();
   Tensor c2 = matmul(av, bt.transpose(0, 1));
   EXPECT_EQ(stream.dispatch_count() - before, 1u) << "transposed views are read in place";
-  test::expect_close(c2, want, atol_for(61), kRtol, "transposed view");
+  test::expect_close(c2, want, product_atol(61), kRtol, "transposed view");
   test::expect_close(matmul(av, bt.transpose(0, 1).transpose(0, 1), false, true), want,
-                     atol_for(61), kRtol, "double transpose with trans_b");
+                     product_atol(61), kRtol, "double transpose with trans_b");
 
   // Skinny products against a window of a [40, 72] weight read as B^T: a window starting 4
   // floats in keeps every row 16-byte aligned (vec4 reads), one starting 1 float in does not.
@@ -121,8 +119,8 @@ TEST(Matmul, StridedViews) {
       for (int j = 0; j < 64; ++j) w[i * 64 + j] = big_w[i * 72 + start + j];
     Tensor wv = test::to_gpu(big_w, {40, 72}).slice(1, start, start + 64);
     test::expect_close(matmul(test::to_gpu(x, {3, 64}), wv, false, true),
-                       ref::matmul(x, w, {1, 3, 40, 64, false, true, false}), atol_for(64), kRtol,
-                       "skinny x W^T, W a window at column " + std::to_string(start));
+                       ref::matmul(x, w, {1, 3, 40, 64, false, true, false}), product_atol(64),
+                       kRtol, "skinny x W^T, W a window at column " + std::to_string(start));
   }
 
   // Batch dimensions that do not collapse to one stride, and matrices with no contiguous
@@ -135,7 +133,7 @@ TEST(Matmul, StridedViews) {
     for (int j = 1; j < 4; ++j)
       for (int r = 0; r < 30; ++r) a_sel.push_back(xa[(i * 6 + j) * 30 + r]);
   Tensor cs = matmul(test::to_gpu(xa, {4, 6, 5, 6}).slice(1, 1, 4), test::to_gpu(xb, {4, 3, 6, 7}));
-  test::expect_close(cs, ref::matmul(a_sel, xb, sb), atol_for(6), kRtol, "batch slice");
+  test::expect_close(cs, ref::matmul(a_sel, xb, sb), product_atol(6), kRtol, "batch slice");
 
   // [B=3, M=5, K=4] stored as [K, M, B]: no dimension of the matrices is contiguous.
   const auto kmb = test::as_f32(rng.uniform(4 * 5 * 3));
@@ -146,7 +144,7 @@ TEST(Matmul, StridedViews) {
   const auto w = test::as_f32(rng.uniform(4 * 9));
   const ref::MatmulShape sw{3, 5, 9, 4, false, false, true};
   test::expect_close(matmul(test::to_gpu(kmb, {4, 5, 3}).transpose(0, 2), test::to_gpu(w, {4, 9})),
-                     ref::matmul(bmk, w, sw), atol_for(4), kRtol, "no contiguous dimension");
+                     ref::matmul(bmk, w, sw), product_atol(4), kRtol, "no contiguous dimension");
 }
 
 // out = alpha * op(a) op(b) + beta * out + bias, written into a column window of a wider matrix
@@ -176,7 +174,7 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
             double& w = want[m * width + 3 + n];
             w = alpha * prod[m * s.n + n] + beta * w + (with_bias ? bias[n] : 0.0);
           }
-        test::expect_close(wide, want, atol_for(s.k) * 2, kRtol,
+        test::expect_close(wide, want, product_atol(s.k) * 2, kRtol,
                            describe(s) + " alpha " + std::to_string(alpha) + " beta " +
                                std::to_string(beta) + (with_bias ? " bias" : ""));
       }
@@ -192,7 +190,7 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
               out, 1.0f, 0.0f, test::to_gpu(bias, {s.n}));
   auto want = ref::matmul(a, b, s);
   for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % s.n];
-  test::expect_close(out, want, atol_for(s.k), kRtol, "batched bias");
+  test::expect_close(out, want, product_atol(s.k), kRtol, "batched bias");
 
   // Into a transposed view (column-major output), accumulating.
   const Tensor ta = test::to_gpu(a, {2, 3, s.m, s.k}), tb = test::to_gpu(b, {2, 3, s.k, s.n});
@@ -204,7 +202,7 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
     for (int64_t m = 0; m < s.m; ++m)
       for (int64_t n = 0; n < s.n; ++n)
         want_t[(z * s.n + n) * s.m + m] = prod[(z * s.m + m) * s.n + n] + 1.0;
-  test::expect_close(out_t, want_t, atol_for(s.k), kRtol, "into a transposed view");
+  test::expect_close(out_t, want_t, product_atol(s.k), kRtol, "into a transposed view");
 
   // Into batch entries 1..3 of a [2, 5, M, N] tensor: the batch dimensions do not collapse to one
   // stride, so the product goes through a contiguous temporary; the other entries stay 2.
@@ -215,7 +213,7 @@ TEST(Matmul, IntoWithAlphaBetaAndBias) {
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t e = 0; e < s.m * s.n; ++e)
         want_w[((i * 5) + j + 1) * s.m * s.n + e] = 0.5 * prod[(i * 3 + j) * s.m * s.n + e] + 2.0;
-  test::expect_close(wide, want_w, atol_for(s.k), kRtol, "into a batch slice");
+  test::expect_close(wide, want_w, product_atol(s.k), kRtol, "into a batch slice");
 }
 
 TEST(Linear, ForwardWithAndWithoutBias) {
@@ -235,10 +233,10 @@ TEST(Linear, ForwardWithAndWithoutBias) {
     const std::string what = "linear " + shape_str(c.x) + " -> " + std::to_string(c.out);
     Tensor y = linear(test::to_gpu(x, c.x), test::to_gpu(w, {c.out, in}));
     EXPECT_EQ(y.shape(), y_shape);
-    test::expect_close(y, ref::linear(x, w, {}, rows, in, c.out), atol_for(in), kRtol, what);
+    test::expect_close(y, ref::linear(x, w, {}, rows, in, c.out), product_atol(in), kRtol, what);
     Tensor yb =
         linear(test::to_gpu(x, c.x), test::to_gpu(w, {c.out, in}), test::to_gpu(bias, {c.out}));
-    test::expect_close(yb, ref::linear(x, w, bias, rows, in, c.out), atol_for(in), kRtol,
+    test::expect_close(yb, ref::linear(x, w, bias, rows, in, c.out), product_atol(in), kRtol,
                        what + " with bias");
   }
 }
@@ -291,7 +289,7 @@ void check_matmul_grads(Rng& rng, const Shape& batch, ref::MatmulShape s) {
                   test::to_gpu(dc, c_shape));
   std::vector<double> da, db;
   ref::matmul_backward(a, b, dc, s, da, db);
-  const double tol = atol_for(std::max(s.m, s.n) * s.batch);
+  const double tol = product_atol(std::max(s.m, s.n) * s.batch);
   test::expect_close(got[0], da, tol, kRtol, "dA " + describe(s));
   test::expect_close(got[1], db, tol, kRtol, "dB " + describe(s));
   test::expect_close(got2[0], twice(da), 2 * tol, kRtol, "accumulated dA " + describe(s));
@@ -349,7 +347,7 @@ TEST(Matmul, GradientOfOperandUsedTwice) {
     tape.backward(y, test::to_gpu(g, {m, m}));
     std::vector<double> want(d1.size());
     for (size_t i = 0; i < want.size(); ++i) want[i] = call * (d1[i] + d2[i]);
-    test::expect_close(xt.grad(), want, atol_for(2 * m), kRtol, "call " + std::to_string(call));
+    test::expect_close(xt.grad(), want, product_atol(2 * m), kRtol, "call " + std::to_string(call));
   }
 }
 
@@ -369,13 +367,13 @@ void check_linear_grads(Rng& rng, const Shape& x_shape, int64_t out, bool with_b
   std::vector<double> dx, dw, db;
   ref::linear_backward(x, w, dy, rows, in, out, with_bias, dx, dw, db);
   const std::string what = "linear " + shape_str(x_shape) + " -> " + std::to_string(out);
-  test::expect_close(got[0], dx, atol_for(out), kRtol, "dx " + what);
-  test::expect_close(got[1], dw, atol_for(rows), kRtol, "dW " + what);
-  if (with_bias) test::expect_close(got[2], db, atol_for(rows), kRtol, "db " + what);
-  test::expect_close(got2[0], twice(dx), 2 * atol_for(out), kRtol, "accumulated dx " + what);
-  test::expect_close(got2[1], twice(dw), 2 * atol_for(rows), kRtol, "accumulated dW " + what);
+  test::expect_close(got[0], dx, product_atol(out), kRtol, "dx " + what);
+  test::expect_close(got[1], dw, product_atol(rows), kRtol, "dW " + what);
+  if (with_bias) test::expect_close(got[2], db, product_atol(rows), kRtol, "db " + what);
+  test::expect_close(got2[0], twice(dx), 2 * product_atol(out), kRtol, "accumulated dx " + what);
+  test::expect_close(got2[1], twice(dw), 2 * product_atol(rows), kRtol, "accumulated dW " + what);
   if (with_bias)
-    test::expect_close(got2[2], twice(db), 2 * atol_for(rows), kRtol, "accumulated db " + what);
+    test::expect_close(got2[2], twice(db), 2 * product_atol(rows), kRtol, "accumulated db " + what);
 }
 
 TEST(Linear, GradientsMatchReference) {
@@ -518,7 +516,8 @@ TEST(Matmul, SplitK) {
           double& w = want[m * (s.n + 5) + 2 + n];
           w = 0.5 * prod[m * s.n + n] + 0.75 * w + bias[n];
         }
-      test::expect_close(wide, want, atol_for(s.k) * 2, kRtol, describe(s) + " split-K " + std::to_string(chunks));
+      test::expect_close(wide, want, product_atol(s.k) * 2, kRtol,
+                         describe(s) + " split-K " + std::to_string(chunks));
     }
   }
 }
@@ -543,7 +542,7 @@ TEST(Matmul, GridsBeyondOneDispatch) {
   const auto a = test::as_f32(rng.uniform(2)), b = test::as_f32(rng.uniform(n * 2));
   const ref::MatmulShape s{1, 1, n, 2, false, true, false};
   test::expect_close(matmul(test::to_gpu(a, {1, 2}), test::to_gpu(b, {n, 2}), false, true),
-                     ref::matmul(a, b, s), atol_for(2), kRtol, "600000 columns");
+                     ref::matmul(a, b, s), product_atol(2), kRtol, "600000 columns");
 }
 
 // A [50000, 1024] f32 weight (205 MB, an LM head) is past lavapipe's 128 MiB storage-buffer
@@ -577,7 +576,7 @@ TEST(Linear, WeightLargerThanStorageBufferRange) {
       sampled.push_back(got[r * out + o]);
     }
   }
-  test::expect_close(sampled, want, atol_for(in), kRtol, "LM-head linear");
+  test::expect_close(sampled, want, product_atol(in), kRtol, "LM-head linear");
 }
 
 }  // namespace

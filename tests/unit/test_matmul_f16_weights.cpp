@@ -44,9 +44,7 @@ HalfMatrix half_matrix(Rng& rng, const Shape& shape) {
   return h;
 }
 
-double atol_for(int64_t k) {
-  return 1e-6 + 3e-7 * static_cast<double>(k);
-}
+using test::product_atol;
 
 // y = x W^T + b for x [rows, in] (x may be a strided window), W f16 [out, in]. `x_rounded`: the
 // kernel rounds x to f16 as it loads it (F16 matmul precision on the tiled kernel).
@@ -69,7 +67,7 @@ void check_linear(Rng& rng, int64_t rows, int64_t in, int64_t out, bool bias, in
   }
   const Tensor y = ops::linear(xt, w.tensor, bt);
   EXPECT_EQ(y.shape(), (Shape{rows, out}));
-  test::expect_close(y, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
+  test::expect_close(y, ref::linear(x, w.values, b, rows, in, out), product_atol(in), 1e-5,
                      what + " rows=" + std::to_string(rows) + " in=" + std::to_string(in) +
                          " out=" + std::to_string(out));
 }
@@ -109,8 +107,8 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
         const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
         if (rpt == 1 && groups == 0) {
           one_row = got;
-          test::expect_close(got, ref::linear(x, w.values, b, rows, in, out), atol_for(in), 1e-5,
-                             "one row per thread");
+          test::expect_close(got, ref::linear(x, w.values, b, rows, in, out), product_atol(in),
+                             1e-5, "one row per thread");
         } else {
           EXPECT_EQ(got, one_row) << rpt << " rows per thread, " << groups
                                   << " workgroups at most, rows=" << rows << " out=" << out;
@@ -158,7 +156,7 @@ TEST(MatmulF16Weights, SkinnyKSplit) {
                                  std::to_string(out) + "x" + std::to_string(in);
         if (groups == 0) {
           first = got;
-          test::expect_close(got, want, atol_for(in), 1e-5, what);
+          test::expect_close(got, want, product_atol(in), 1e-5, what);
         } else {
           EXPECT_EQ(got, first) << what;
         }
@@ -211,11 +209,11 @@ TEST(MatmulF16Weights, BatchesGridSplitPrecise) {
   const HalfMatrix w = half_matrix(rng, {29, 24});
   const auto x = test::as_f32(rng.uniform(3 * 24));
   const auto want = ref::linear(x, w.values, {}, 3, 24, 29);
-  test::expect_close(ops::linear(test::to_gpu(x, {3, 1, 24}), w.tensor), want, atol_for(24), 1e-5,
-                     "3-D x");
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 1, 24}), w.tensor), want, product_atol(24),
+                     1e-5, "3-D x");
   // Several dispatches per product.
   ops::detail::set_grid_limit(2);
-  test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, atol_for(24), 1e-5,
+  test::expect_close(ops::linear(test::to_gpu(x, {3, 24}), w.tensor), want, product_atol(24), 1e-5,
                      "grid split");
   ops::detail::set_grid_limit(65535);
   // The precise build accumulates in double: about one rounding per output.
@@ -238,7 +236,7 @@ TEST(MatmulF16Weights, BatchesGridSplitPrecise) {
   ops::detail::gemm(ops::detail::describe(test::to_gpu(xs, {24, 3}))->transposed(),
                     ops::detail::describe(w.tensor)->transposed(), *ops::detail::describe(c), 1.0f,
                     0.0f);
-  test::expect_close(c, ref::linear(xt, w.values, {}, 3, 24, 29), atol_for(24), 1e-5,
+  test::expect_close(c, ref::linear(xt, w.values, {}, 3, 24, 29), product_atol(24), 1e-5,
                      "transposed opA");
 }
 
@@ -252,7 +250,7 @@ TEST(MatmulF16Weights, InputGradientThroughF16Weight) {
                       {test::to_gpu(x, {3, 20})}, test::to_gpu(dy, {3, 13}));
   std::vector<double> dx, dw, db;
   ref::linear_backward(x, w.values, dy, 3, 20, 13, false, dx, dw, db);
-  test::expect_close(grads[0], dx, atol_for(13), 1e-5, "dx = dy W with W in f16");
+  test::expect_close(grads[0], dx, product_atol(13), 1e-5, "dx = dy W with W in f16");
 }
 
 TEST(MatmulF16Weights, EmbeddingTable) {

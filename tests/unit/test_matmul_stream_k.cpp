@@ -27,10 +27,8 @@ namespace {
 
 using test::Rng;
 
-double atol_for(int64_t k) {
-  return 1e-6 + 3e-7 * static_cast<double>(k);
-}
-constexpr double kRtol = 1e-5;
+using test::product_atol;
+constexpr double kRtol = test::kProductRtol;
 
 // Restores every setting a test changes; split-K off, so that each product is one product.
 struct Restore {
@@ -74,7 +72,7 @@ void check_against_reference(Rng& rng, const Case& c, const std::vector<int64_t>
                              ", " + std::to_string(w) + " workers";
     const Tensor got = run_with(
         w, [&] { return ops::matmul(ta, tb, c.ta, c.tb); }, true, what);
-    test::expect_close(got, want, atol_for(c.k), kRtol, what);
+    test::expect_close(got, want, product_atol(c.k), kRtol, what);
   }
 }
 
@@ -127,7 +125,7 @@ TEST(MatmulStreamK, AlphaBetaBiasIntoStridedOutput) {
           return wide;
         },
         true, "alpha/beta/bias, " + std::to_string(workers) + " workers");
-    test::expect_close(got, want, 2 * atol_for(s.k), kRtol, "alpha/beta/bias");
+    test::expect_close(got, want, 2 * product_atol(s.k), kRtol, "alpha/beta/bias");
   }
 }
 
@@ -150,7 +148,7 @@ TEST(MatmulStreamK, F16WeightAndF16Rounding) {
   const auto want = ref::linear(x, w, {}, rows, in, out);
   test::expect_close(run_with(
                          5, [&] { return ops::linear(xt, wt); }, true, "f16 weight"),
-                     want, atol_for(in), kRtol, "f16 weight");
+                     want, product_atol(in), kRtol, "f16 weight");
 
   set_matmul_precision(MatmulPrecision::F16);
   ops::detail::set_coopmat_choice("off");  // the tiled kernel, also on tensor-core devices
@@ -162,8 +160,8 @@ TEST(MatmulStreamK, F16WeightAndF16Rounding) {
   const Tensor wf_gpu = test::to_gpu(wf, {out, in});
   test::expect_close(run_with(
                          7, [&] { return ops::linear(xt, wf_gpu); }, true, "f16 rounding"),
-                     ref::linear(rounded(x), rounded(wf), {}, rows, in, out), atol_for(in), kRtol,
-                     "f16 rounding");
+                     ref::linear(rounded(x), rounded(wf), {}, rows, in, out), product_atol(in),
+                     kRtol, "f16 rounding");
 }
 
 // One worker sums every tile whole, in the plain grid's order of multiply-adds: the same bits.

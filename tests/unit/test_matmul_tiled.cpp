@@ -31,10 +31,8 @@ namespace {
 using ops::detail::TileChoice;
 using test::Rng;
 
-double atol_for(int64_t k) {
-  return 1e-6 + 3e-7 * static_cast<double>(k);
-}
-constexpr double kRtol = 1e-5;
+using test::product_atol;
+constexpr double kRtol = test::kProductRtol;
 
 // Restores every setting a test changes, also when it fails. Split-K starts off, so that each
 // case is the one product it describes on every device (GPUs split few-tile products by default).
@@ -158,7 +156,7 @@ void check_product(Rng& rng, int64_t m, int64_t n, int64_t k, bool ta, bool tb, 
   const std::string name = what + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                            " K=" + std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
   expect_same_bits([&] { return ops::matmul(a.view, b.view, ta, tb); },
-                   ref::matmul(a.values, b.values, s), atol_for(k), runs, name,
+                   ref::matmul(a.values, b.values, s), product_atol(k), runs, name,
                    VectorLoads{a.aligned, b.aligned});
 }
 
@@ -226,7 +224,7 @@ TEST(MatmulTiled, SameBitsAsOldBatchesAlphaBetaBias) {
       const std::string what = std::string("batch 3") + (shared_b ? " shared B" : "") +
                                ", output offset " + std::to_string(offset);
       const uint64_t stores_before = ops::detail::tiled_load_counts().vector_c;
-      expect_same_bits(product, want, 2 * atol_for(s.k), {{}}, what, VectorLoads{true, false});
+      expect_same_bits(product, want, 2 * product_atol(s.k), {{}}, what, VectorLoads{true, false});
       EXPECT_EQ(ops::detail::tiled_load_counts().vector_c > stores_before, offset == 4)
           << what << ": 16-byte stores of C";
     }
@@ -267,7 +265,7 @@ TEST(MatmulTiled, SameBitsAsOldF16Weight) {
   const auto bias = test::as_f32(rng.uniform(static_cast<size_t>(out)));
   const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(bias, {out});
   expect_same_bits([&] { return ops::linear(xt, wt, bt); }, ref::linear(x, w, bias, rows, in, out),
-                   atol_for(in), {{}}, "f16 weight", VectorLoads{false, wt.address() % 8 == 0});
+                   product_atol(in), {{}}, "f16 weight", VectorLoads{false, wt.address() % 8 == 0});
 }
 
 // F16 matmul precision on the portable kernel (every operand element rounded to f16 as it is
@@ -286,7 +284,7 @@ TEST(MatmulTiled, SameBitsAsOldRoundedAndPrecise) {
       return v;
     };
     expect_same_bits([&] { return ops::matmul(a.view, b.view); },
-                     ref::matmul(rounded(a.values), rounded(b.values), s), atol_for(s.k), {{}},
+                     ref::matmul(rounded(a.values), rounded(b.values), s), product_atol(s.k), {{}},
                      "f16 rounding", VectorLoads{a.aligned, b.aligned});
     set_matmul_precision(MatmulPrecision::F32);
   }
