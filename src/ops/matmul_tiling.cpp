@@ -232,9 +232,6 @@ void set_split_k(int64_t chunks) {
 void set_stream_k(int64_t workers) {
   g_stream_k = workers;
 }
-int64_t stream_k_setting() {
-  return g_stream_k;
-}
 void set_stream_k_region(int64_t rounds) {
   VKF_REQUIRE(rounds == 1 || rounds == 2, "stream-K region: 1 or 2 rounds of tiles, not {}",
               rounds);

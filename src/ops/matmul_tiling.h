@@ -33,10 +33,11 @@ struct TiledVariant {
 // Stream-K (matmul_tiled_pipelined.comp with STREAM_K, stream_k.glsl): `workers` workgroups, one
 // per concurrent slot of the device, share a single product's (tile, k-slice) iterations evenly;
 // the first dp_tiles tiles go whole, worker w taking tiles w, w + workers, ..., and the rest (the
-// last, incomplete round) are cut into equal contiguous runs of iterations. Tiles split between workers are completed by a
-// second pass (matmul_streamk_fixup.comp) from a workspace of 2 * workers partial tiles. This
-// keeps every slot busy to the end where whole tiles would leave a last, mostly empty wave (the
-// 135M shape's 576-wide products: 320 tiles on 264 slots) and replaces split-K.
+// last, incomplete round) are cut into equal contiguous runs of iterations. Tiles split between
+// workers are completed by a second pass (matmul_streamk_fixup.comp) from a workspace of
+// 2 * workers partial tiles. This keeps every slot busy to the end where whole tiles would leave
+// a last, mostly empty round (the 135M shape's 576-wide products: 320 tiles on 264 slots), and
+// replaces split-K where that would cut a long K into uneven rounds.
 struct StreamKPlan {
   uint32_t workers = 0;
   uint32_t dp_tiles = 0;
@@ -64,7 +65,6 @@ bool stream_k_pays(int64_t tiles, int64_t slices, int64_t multiprocessors);
 // expected to pay); -1: never; N > 0: N workers for every single product of the tiled kernel
 // (tests: any N gives a correct product).
 void set_stream_k(int64_t workers);
-int64_t stream_k_setting();
 // How many rounds of tiles the stream-K region holds at most: 1 (the default: only the last,
 // incomplete round; the rest whole) or 2, for measurements.
 void set_stream_k_region(int64_t rounds);
