@@ -3,7 +3,8 @@
 // original single-buffered kernel ("old") -- on both tiles, every transpose combination, M, N and
 // K off every tile multiple, operands whose lines are 16-byte aligned (vector loads, also across a
 // ragged edge) and operands that are not (element loads), batches with a shared operand,
-// alpha/beta/bias into a strided output, grids rasterized in bands and split into several
+// alpha/beta/bias into a strided output (element stores, and 16-byte stores where the output's
+// rows are aligned), grids rasterized in bands and split into several
 // dispatches, split-K, the f16b variant (an f16 weight), F16 operand rounding and the precise
 // build. The old kernel's result is also checked against the double reference, and the kernel
 // profile must show that each variant ran its own module, so a switch that did nothing fails.
