@@ -10,8 +10,8 @@
 // Results go in bench/RESULTS.md by hand.
 //
 //   matmul_bench [--device N] [--quick] [--shapes MxNxK[:mode],...] [--repeats R]
-//                [--tile auto|medium|large] [--split-k 0|-1|N] [--stream-k 0|-1|N] [--stream-k-region 1]
-//                [--tiled-variant V,...]
+//                [--tile auto|medium|large] [--split-k 0|-1|N] [--stream-k 0|-1|N]
+//                [--stream-k-region 1] [--tiled-variant V,...]
 //                [--precision fp32|f16]
 //                [--check] [--kernels]
 //                [--coopmat-tile auto|off|all|<tile>,...] [--coopmat-convert auto|exact|hw|all]

@@ -15,7 +15,8 @@
 //               [--loss-chunk-mib 256] [--loss-group-chunks 0] [--profile [--profile-shapes]]
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--stream-k 0] [--separate-projections] [--coopmat-operands f16|f32] [--tile auto|medium|large]
+//               [--split-k 0] [--stream-k 0] [--separate-projections]
+//               [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
 // Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
 //

@@ -328,10 +328,12 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
       v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
     } else if (groups_projections(pre_norm, {P(n.q + ".weight"), P(n.k + ".weight"),
                                              P(n.v + ".weight")})) {
-      // One product for q, k and v (ops::linear_split): the same sums as the three below.
+      // One product for q, k and v (ops::linear_split): each output the same sum as below; the
+      // input gradient one product over the three instead of three adding into one.
       std::vector<Tensor> b;
       if (s.qkv_bias) b = {P(n.q + ".bias"), P(n.k + ".bias"), P(n.v + ".bias")};
-      auto qkv = ops::linear_split(h, {P(n.q + ".weight"), P(n.k + ".weight"), P(n.v + ".weight")}, b);
+      auto qkv =
+          ops::linear_split(h, {P(n.q + ".weight"), P(n.k + ".weight"), P(n.v + ".weight")}, b);
       q = std::move(qkv[0]);
       k = std::move(qkv[1]);
       v = std::move(qkv[2]);
@@ -456,7 +458,7 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
                   Tensor());
   } else if (groups_projections(pre_norm, {P(n.gate + ".weight"), P(n.up + ".weight")})) {
     // One product for gate and up (ops::linear_concat), whose two halves the fused activation
-    // reads: the same sums and formula as the separate form below.
+    // reads: each output the same sum and formula as the separate form below.
     std::vector<Tensor> b;
     if (s.mlp_bias) b = {P(n.gate + ".bias"), P(n.up + ".bias")};
     const Tensor gu =

@@ -593,12 +593,16 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       after.add(d.N * d.H);
       last.add(d.B * d.Hq * d.T);
       const TensorBytes temporaries = attention_forward_temporaries(d);
-      uint64_t block = qkv.bytes + std::max({replaced.bytes, last.bytes, after.bytes}) +
-                       temporaries.bytes;
+      const uint64_t after_projections =
+          qkv.bytes + std::max({replaced.bytes, last.bytes, after.bytes});
+      uint64_t block = after_projections + temporaries.bytes;
       if (d.qkv_grouped) {
+        // Inside linear_split: the output beside the stacked weights and the product's
+        // temporaries, then beside q, k, v. After it: what follows, beside o's product.
         const uint64_t output = align(static_cast<uint64_t>(d.N * (d.qd + 2 * d.kvd)) * kF32);
-        block = std::max(block - temporaries.bytes + product_temporaries({{Pass::Forward, d.N, d.qd, d.H}}).bytes,
-                         output + std::max(temporaries.bytes, qkv.bytes));
+        const uint64_t inside = output + std::max(temporaries.bytes, qkv.bytes);
+        block = std::max(inside, after_projections +
+                                     product_temporaries({{Pass::Forward, d.N, d.qd, d.H}}).bytes);
       }
       attn.bytes += block;
       mlp.add(d.N * d.H, kF32, held_in_mlp);
