@@ -88,6 +88,12 @@ void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
   const size_t n = weights.size();
   bool any_weight = false;
   for (size_t i = 0; i < n; ++i) any_weight = any_weight || ctx.needs_grad(1 + i);
+  // g as one [rows, sum N_i] matrix: the products' operand and the column sums' source.
+  Tensor g2;
+  {
+    autograd::NoGradScope no_grad;
+    g2 = (g.is_contiguous() ? g : g.contiguous()).reshape({g.numel() / g.dim(-1), g.dim(-1)});
+  }
   std::optional<GradTarget> dx;
   if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
   Tensor dw;
@@ -95,13 +101,8 @@ void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
   if (dx || any_weight) {
     // linear_grads reads the weight only for dx.
     const Tensor stacked = dx ? stack_rows(weights) : Tensor();
-    detail::linear_grads(g, x, stacked, dx ? dx->tensor : Tensor(),
+    detail::linear_grads(*detail::describe(g2), x, stacked, dx ? dx->tensor : Tensor(),
                          dx && dx->accumulate ? 1.0f : 0.0f, dw, 0.0f);
-  }
-  Tensor g2;  // g as one [rows, sum N_i] matrix, for the column sums
-  if (!biases.empty()) {
-    autograd::NoGradScope no_grad;
-    g2 = (g.is_contiguous() ? g : g.contiguous()).reshape({g.numel() / g.dim(-1), g.dim(-1)});
   }
   int64_t at = 0;
   for (size_t i = 0; i < n; ++i) {

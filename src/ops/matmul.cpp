@@ -124,13 +124,12 @@ void matmul_backward(GradContext& ctx, const Tensor& a, const Tensor& b, bool tr
 
 namespace detail {
 
-void linear_grads(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& dx,
+void linear_grads(const MatDesc& gd32, const Tensor& x, const Tensor& weight, const Tensor& dx,
                   float dx_beta, const Tensor& dw, float dw_beta) {
   autograd::NoGradScope no_grad;
   // Both products read G: on tensor cores with f16 operands, convert it once for the two.
   const bool shared_f16 = dx.defined() && dw.defined() && f16_operands_active();
-  const MatDesc gd32 = describe_rows(g);  // [rows, out]
-  const MatDesc gd = shared_f16 ? describe_rows(g.to(DType::F16)) : gd32;
+  const MatDesc gd = shared_f16 ? describe_rows(gd32.t.to(DType::F16)) : gd32;
   if (dx.defined()) {  // dx = G W
     // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
     // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed
@@ -218,14 +217,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   autograd::record_op("linear", {x, weight, bias}, {y}, [x, weight](GradContext& ctx) {
     const Tensor& g = ctx.grad_output(0);
     if (!g.defined()) return;
+    const MatDesc gd = detail::describe_rows(g);  // [rows, out]
     std::optional<GradTarget> dx, dw;
     if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
     if (ctx.needs_grad(1)) dw = ctx.grad_target(1);
-    detail::linear_grads(g, x, weight, dx ? dx->tensor : Tensor(), dx && dx->accumulate ? 1.0f : 0.0f,
-                         dw ? dw->tensor : Tensor(), dw && dw->accumulate ? 1.0f : 0.0f);
+    detail::linear_grads(gd, x, weight, dx ? dx->tensor : Tensor(),
+                         dx && dx->accumulate ? 1.0f : 0.0f, dw ? dw->tensor : Tensor(),
+                         dw && dw->accumulate ? 1.0f : 0.0f);
     if (ctx.needs_grad(2)) {
       const GradTarget t = ctx.grad_target(2);  // db = column sums of G
-      detail::column_sum(detail::describe_rows(g), t.tensor, beta_for(t));
+      detail::column_sum(gd, t.tensor, beta_for(t));
     }
   });
   return y;

@@ -114,11 +114,11 @@ void gemm(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, flo
 // settings: for a caller that converts an operand itself, so that it converts it as gemm() would.
 bool f16_relayout_wanted(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k);
 
-// The two products of a linear layer's backward (y = x W^T, W [out, in]) for the gradient g of y:
-// dx = g W into dx and dW = g^T x into dw, each accumulating with beta 1 (undefined: not wanted).
-// With f16 operands on tensor cores g is converted once for both (and relaid for dx where the
-// device prefers it). Records nothing.
-void linear_grads(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& dx,
+// The two products of a linear layer's backward (y = x W^T, W [out, in]) for the gradient of y,
+// g (as describe_rows gives it: [rows, out]): dx = g W into dx and dW = g^T x into dw, each
+// accumulating with beta 1 (undefined: not wanted). With f16 operands on tensor cores g is
+// converted once for both (and relaid for dx where the device prefers it). Records nothing.
+void linear_grads(const MatDesc& g, const Tensor& x, const Tensor& weight, const Tensor& dx,
                   float dx_beta, const Tensor& dw, float dw_beta);
 
 // dst[n] = sum_r src(r, n) + beta * dst[n] over a single matrix src (batch 1, cs == 1) and a

@@ -37,9 +37,7 @@ void main() {
   const uint w_first = sk_worker_of(t * p.slices, total, p.workers);
   const uint w_last = sk_worker_of((t + 1) * p.slices - 1, total, p.workers);
   if (w_first == w_last) return;
-  const uint id = p.dp_tiles + t;
-  const uvec2 tile = GROUP_M > 1 ? banded_tile_of(id, p.tiles_n, p.tiles_m, GROUP_M)
-                                 : uvec2(id / p.tiles_n, id % p.tiles_n);
+  const uvec2 tile = sk_tile_of(p.dp_tiles + t, p.tiles_n, p.tiles_m, GROUP_M);
   const uint m = tile.x * BM + e / BN, n = tile.y * BN + e % BN;
   if (m >= p.M || n >= p.N) return;
   // Ranges are contiguous: every worker after the first starts inside tile t (slot 2w); the first

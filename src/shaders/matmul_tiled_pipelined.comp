@@ -296,8 +296,7 @@ void store_partial(uint slot) {
 
 // Tile `id` of the stream-K grid, in the banded order of the plain grid.
 void set_tile(uint id) {
-  const uvec2 tile = GROUP_M > 1 ? banded_tile_of(id, p.sk_tiles_n, p.sk_tiles_m, GROUP_M)
-                                 : uvec2(id / p.sk_tiles_n, id % p.sk_tiles_n);
+  const uvec2 tile = sk_tile_of(id, p.sk_tiles_n, p.sk_tiles_m, GROUP_M);
   m0 = tile.x * BM;
   n0 = tile.y * BN;
 }
@@ -344,7 +343,7 @@ void main() {
     if (s0 == 0 && s1 == slices) {
       store_tile();
     } else {
-      store_partial(t == begin / slices ? 2 * w : 2 * w + 1);
+      store_partial(sk_partial_slot(w, t, total, workers, slices));
     }
     i += s1 - s0;
   }

@@ -24,6 +24,12 @@ uint sk_worker_of(uint i, uint total, uint workers) {
   return i < long_part ? i / (q + 1) : r + (i - long_part) / q;
 }
 
+// The (tile row, tile column) of tile `id` of a tiles_m x tiles_n grid, in the plain grid's
+// banded order (common.glsl; bands of one row are row-major).
+uvec2 sk_tile_of(uint id, uint tiles_n, uint tiles_m, uint group_m) {
+  return banded_tile_of(id, tiles_n, tiles_m, group_m);
+}
+
 // The workspace slot of worker w's partial sum of region tile t (t is in w's range).
 uint sk_partial_slot(uint w, uint t, uint total, uint workers, uint slices) {
   return sk_range_begin(w, total, workers) / slices == t ? 2 * w : 2 * w + 1;

@@ -115,12 +115,10 @@ TensorBytes attention_forward_temporaries(const Dims& d) {
   return product_temporaries(
       {{P::Forward, d.N, d.H, d.qd}, {P::Forward, d.N, d.H, d.kvd}, {P::Forward, d.N, d.qd, d.H}});
 }
+// (The forward plan counts grouped gate/up's products and stacked weights phase by phase.)
 TensorBytes mlp_forward_temporaries(const Dims& d) {
   const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
-  TensorBytes t =
-      product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
-  if (d.gate_up_grouped) t.add(2 * d.I * d.H);  // the stacked weights
-  return t;
+  return product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
 }
 
 // A normalization over rows of `width` (ops/norm.cpp): the output, and with a tape the rstd (and
