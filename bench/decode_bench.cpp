@@ -12,7 +12,8 @@
 //
 //   decode_bench [--shape 1b|135m|tiny] [--dtype f32,f16] [--modes replay,eager,generic]
 //                [--no-replay] [--host-argmax] [--prompt 32] [--new 64] [--batch 1,8] [--gbps 4300]
-//                [--profile [--profile-shapes]] [--top 20] [--skinny-rows 0|1|2|4]
+//                [--profile [--profile-shapes]] [--stage-profile] [--top 20]
+//                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged]
 //                [--norm-fold-rows 1..8]
@@ -21,6 +22,9 @@
 // decode step's dependent stages costs before any work (see print_stage_floor).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
+// --stage-profile splits the replayed step's GPU time into its dependent stages instead (a
+// timestamp at each of the graph's barriers: the stages as replay runs them, concurrent
+// dispatches within a stage together), with --profile-shapes naming products by shape.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -117,6 +121,9 @@ int main(int argc, char** argv) {
   int top = 20;
   app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
   app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
+  bool stage_profile = false;
+  app.add_flag("--stage-profile", stage_profile,
+               "GPU time of the replayed decode step per dependent stage (timestamps at barriers)");
   bool profile_shapes = false;
   app.add_flag("--profile-shapes", profile_shapes,
                "with --profile: list products per shape (M x N x K) instead of per kernel");
@@ -241,7 +248,18 @@ int main(int argc, char** argv) {
           uint64_t dispatches = 0;
           run(s, n, dispatches);  // warm-up: pipelines, caches
           profiling = profile && mode == "eager";
+          const bool stage_timed = stage_profile && mode == "replay";
+          if (stage_timed) stream.set_stage_timing(true, profile_shapes);
           const auto tokens = run(s, n, dispatches);
+          if (stage_timed) {
+            stream.set_stage_timing(false);
+            std::fprintf(stderr, "stage profile: %s weights, replay, batch %lld (%llu replays)\n",
+                         dtype.c_str(), static_cast<long long>(batch),
+                         static_cast<unsigned long long>(stream.stage_timed_replays()));
+            bench::print_profile(
+                stream.stage_profile(), static_cast<double>(stream.stage_timed_replays()),
+                1e3 * s / static_cast<double>(new_tokens - 1), top, {67, 990, gbps});
+          }
           if (profiling) {
             auto prof = stream.profile();
             stream.set_profiling(false);

@@ -97,6 +97,13 @@ Stream::Batch& Stream::current() {
 }
 
 void Stream::full_barrier() {
+  if (capture_ && capture_->stage_queries_ && capture_->stage_open_ &&
+      capture_->stages_.size() + 1 < kMaxStageQueries) {
+    // Latched once every earlier command has completed: the end of the stage.
+    vkCmdWriteTimestamp(capture_->cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                        capture_->stage_queries_, static_cast<uint32_t>(capture_->stages_.size()));
+    capture_->stage_open_ = false;
+  }
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
@@ -161,6 +168,9 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
   if (capture_) {
     // A graph is one command buffer: the batch limit never splits or submits it.
     ++capture_->dispatches_;  // counted in dispatch_count() when replayed
+    stage_label(
+        stage_detail_ && !cost.detail.empty() ? kernel.name + " " + cost.detail : kernel.name,
+        cost);
     return;
   }
   ++dispatches_total_;
@@ -176,6 +186,7 @@ void Stream::copy(const Allocation& src, uint64_t src_offset, const Allocation& 
   hazard({&r, 1}, {&w, 1});
   VkBufferCopy region{src.offset + src_offset, dst.offset + dst_offset, bytes};
   vkCmdCopyBuffer(b.cmd, src.buffer(), dst.buffer(), 1, &region);
+  if (capture_) stage_label("copy", {0, 2.0 * static_cast<double>(bytes)});
   if (!capture_ && ++b.commands >= b.limit) submit();
 }
 
@@ -186,6 +197,7 @@ void Stream::fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32
   BufferRange w{dst.block_id(), dst.offset + offset, bytes};
   hazard({}, {&w, 1});
   vkCmdFillBuffer(b.cmd, dst.buffer(), dst.offset + offset, bytes, pattern);
+  if (capture_) stage_label("fill", {0, static_cast<double>(bytes)});
   if (!capture_ && ++b.commands >= b.limit) submit();
 }
 
@@ -386,6 +398,66 @@ void Stream::begin_capture() {
   graphs_.push_back(&g);
   ctx_.allocator().hold_cached_blocks(true);  // kept blocks may become part of the recording
   full_barrier();  // a replay starts after everything submitted before it
+  if (stage_timing_ && ctx_.info().timestamps) {
+    VkQueryPoolCreateInfo qci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qci.queryCount = kMaxStageQueries;
+    VKF_VK_CHECK(vkCreateQueryPool(ctx_.device(), &qci, nullptr, &g.stage_queries_));
+    vkCmdResetQueryPool(g.cmd_, g.stage_queries_, 0, kMaxStageQueries);
+    // The start: once what was submitted before the replay has completed.
+    vkCmdWriteTimestamp(g.cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, g.stage_queries_, 0);
+  }
+}
+
+void Stream::stage_label(const std::string& label, const DispatchCost& cost) {
+  Graph& g = *capture_;
+  if (!g.stage_queries_) return;
+  if (!g.stage_open_) {
+    if (g.stages_.size() + 1 >= kMaxStageQueries) {  // the last timed stage takes the rest
+      g.stage_open_ = true;
+      g.stages_.back().first += " + " + label;
+      return;
+    }
+    g.stages_.emplace_back(label, cost);
+    g.stage_open_ = true;
+    return;
+  }
+  auto& [name, total] = g.stages_.back();
+  name += " + " + label;
+  total.flops += cost.flops;
+  total.bytes += cost.bytes;
+}
+
+void Stream::set_stage_timing(bool on, bool by_detail) {
+  stage_timing_ = on;
+  stage_detail_ = on && by_detail;
+  if (on) stage_profile_.clear(), stage_replays_ = 0;
+}
+
+std::vector<KernelProfile> Stream::stage_profile() const {
+  std::vector<KernelProfile> out;
+  for (const auto& [k, v] : stage_profile_) out.push_back(v);
+  return out;
+}
+
+void Stream::collect_stage_times(Graph& g) {
+  if (!g.stage_queries_ || g.stages_.empty() || !stage_timing_) return;
+  const size_t n = g.stages_.size();
+  std::vector<uint64_t> ts(n + 1);
+  VKF_VK_CHECK(vkGetQueryPoolResults(ctx_.device(), g.stage_queries_, 0,
+                                     static_cast<uint32_t>(ts.size()), ts.size() * sizeof(uint64_t),
+                                     ts.data(), sizeof(uint64_t),
+                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+  const double ns = ctx_.info().timestamp_period_ns;
+  ++stage_replays_;
+  for (size_t i = 0; i < n; ++i) {
+    auto& p = stage_profile_[g.stages_[i].first];
+    p.label = g.stages_[i].first;
+    p.calls += 1;
+    p.total_ms += static_cast<double>(ts[i + 1] - ts[i]) * ns * 1e-6;
+    p.flops += g.stages_[i].second.flops;
+    p.bytes += g.stages_[i].second.bytes;
+  }
 }
 
 std::unique_ptr<Graph> Stream::end_capture() {
@@ -451,6 +523,7 @@ void Stream::wait(Graph& g) {
   }
   VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g.fence_));
   g.pending_ = false;
+  collect_stage_times(g);
   ctx_.check_validation();
 }
 
@@ -463,6 +536,8 @@ void Stream::destroy(Graph& g) {
   graphs_.erase(std::remove(graphs_.begin(), graphs_.end(), &g), graphs_.end());
   if (g.cmd_) vkFreeCommandBuffers(dev, pool_, 1, &g.cmd_);
   if (g.fence_) vkDestroyFence(dev, g.fence_, nullptr);
+  if (g.stage_queries_) vkDestroyQueryPool(dev, g.stage_queries_, nullptr);
+  g.stage_queries_ = VK_NULL_HANDLE;
   g.cmd_ = VK_NULL_HANDLE;
   g.fence_ = VK_NULL_HANDLE;
   // Normal deferral now (another graph may still use some of them).

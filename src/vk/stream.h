@@ -16,7 +16,9 @@
 // and at end_capture() the graph claims the free parts of every range its commands touched. Host
 // transfers (upload, download) cannot be captured; read_back() records a copy into host-visible
 // memory that can, and write_constants() bakes a small table into the recording. Profiling does
-// not time the dispatches of a graph.
+// not time the dispatches of a graph; stage timing (set_stage_timing) times a graph's stages
+// instead: a timestamp at each of its barriers, so a replay's time is split into the dependent
+// stages it really runs, concurrency within a stage included.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -81,6 +83,11 @@ class Graph {
   bool touches(const BufferRange& r) const;
 
   Stream& stream_;
+  // Stage timing: timestamp 0 at the start, timestamp i + 1 when stage i ends; stages_[i] names
+  // stage i's commands (labels joined) and sums their declared cost.
+  VkQueryPool stage_queries_ = VK_NULL_HANDLE;
+  std::vector<std::pair<std::string, DispatchCost>> stages_;
+  bool stage_open_ = false;  // commands recorded since the last timestamp
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   bool pending_ = false;              // submitted and not yet waited for
@@ -139,11 +146,21 @@ class Stream {
   // shape) instead of per kernel.
   void set_profiling(bool on, bool by_detail = false);
   bool profiling() const { return profiling_; }
-  bool profiling_detail() const { return profiling_ && profile_detail_; }
+  bool profiling_detail() const {
+    return (profiling_ && profile_detail_) || (stage_timing_ && stage_detail_);
+  }
   // Per-label totals since profiling was turned on (synchronizes first).
   std::vector<KernelProfile> profile();
   uint64_t dispatch_count() const { return dispatches_total_; }
   uint64_t barrier_count() const { return barriers_total_; }
+
+  // Stage timing of graphs captured while it is on (see the header comment): every wait() for
+  // their replays adds each stage's time to stage_profile(), one entry per distinct stage (its
+  // commands' labels joined by " + "; `by_detail` as for set_profiling). Turning it on clears
+  // what was collected.
+  void set_stage_timing(bool on, bool by_detail = false);
+  std::vector<KernelProfile> stage_profile() const;
+  uint64_t stage_timed_replays() const { return stage_replays_; }  // that stage_profile() sums
 
  private:
   struct Batch {
@@ -169,6 +186,8 @@ class Stream {
   void free_after_use(const Allocation& a);
   void host_read_barrier();  // transfer writes recorded so far become visible to host reads
   void destroy(Graph& graph);
+  void stage_label(const std::string& label, const DispatchCost& cost);  // capture, stage timing
+  void collect_stage_times(Graph& graph);
   friend class Graph;
 
   Context& ctx_;
@@ -187,6 +206,12 @@ class Stream {
   bool profiling_ = false;
   bool profile_detail_ = false;
   std::map<std::string, KernelProfile> profile_;
+  bool stage_timing_ = false;
+  bool stage_detail_ = false;
+  std::map<std::string, KernelProfile> stage_profile_;
+  uint64_t stage_replays_ = 0;
+  // Timestamps a stage-timed graph holds at most; stages past it are not timed apart.
+  static constexpr uint32_t kMaxStageQueries = 4096;
   uint64_t dispatches_total_ = 0;
   uint64_t barriers_total_ = 0;
   // Batch sizes: a batch begun while the GPU is idle (after a synchronize, e.g. the per-step loss
