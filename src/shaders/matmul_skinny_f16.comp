@@ -84,6 +84,7 @@ const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
 // and block. The same values, so the same sums.
 layout(constant_id = 9) const uint STAGED_LEN4 = 1;
 const bool STAGED = STAGED_LEN4 > 1 && NORM != 0 && MROWS == 1 && VEC8;
+const uint STAGED_PER_THREAD = (STAGED_LEN4 + LOCAL_SIZE - 1) / LOCAL_SIZE;  // vec4s staged each
 const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
@@ -374,17 +375,28 @@ void main() {
     }                                                                    \
   }
     LOAD_BATCH(g_begin + lane)
+    // STAGED: the norm weights this thread applies below, loaded with the row so that their
+    // latency overlaps its instead of following the norm's tree.
+    vec4 norm_w_ahead[STAGED_PER_THREAD];
     if (STAGED) {  // the row as stored, read from memory once for the norm and the products
-      for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE)
-        staged_row[i] = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
+      [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
+        const uint i = tid + j * LOCAL_SIZE;
+        if (i < p.K / 4) {
+          staged_row[i] = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
+          norm_w_ahead[j] = Vec4Buf(p.norm_w).v[i];
+        }
+      }
       barrier();
     }
     if (NORM != 0) compute_norm_rstd(tid, abase);  // ends with a barrier
     if (STAGED) {  // normalized in place: each thread rewrites the entries it reads
-      for (uint i = tid; i < p.K / 4; i += LOCAL_SIZE) {
-        const vec4 x = staged_row[i], w = Vec4Buf(p.norm_w).v[i];
-        staged_row[i] = vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z),
-                             normed(x.w, 0, w.w));
+      [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
+        const uint i = tid + j * LOCAL_SIZE;
+        if (i < p.K / 4) {
+          const vec4 x = staged_row[i], w = norm_w_ahead[j];
+          staged_row[i] = vec4(normed(x.x, 0, w.x), normed(x.y, 0, w.y), normed(x.z, 0, w.z),
+                               normed(x.w, 0, w.w));
+        }
       }
       barrier();
     }
