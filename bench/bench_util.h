@@ -49,6 +49,19 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
+// Replays a captured graph until `ms` milliseconds have passed: GPU clocks fall to a fraction of
+// their peak within about a second of light use (the H200's SM clock drops from 1,980 to 345 MHz)
+// and short timed bursts do not bring them back, so a measurement that follows host work starts
+// with this.
+inline void warm_clocks(vk::Stream& stream, vk::Graph& graph, double ms) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  do {
+    stream.replay(graph);
+    stream.wait(graph);
+  } while (std::chrono::steady_clock::now() < until);
+}
+
 // The median wall time in microseconds of `replays` replays of a captured graph, each waited for:
 // what a chain of dependent dispatches costs with no host work between them.
 inline double median_replay_us(vk::Stream& stream, vk::Graph& graph, int replays) {

@@ -17,9 +17,13 @@
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged]
 //                [--norm-fold-rows 1..8]
-//                [--stage-floor N]
+//                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
+// --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
+// have ramped up (measured on the H200: the usual single warm-up run already suffices).
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
-// decode step's dependent stages costs before any work (see print_stage_floor).
+// decode step's dependent stages costs before any work (see print_stage_floor). --stage-stream N
+// times N dependent stages that only stream weights, by how the weights are allocated: the floor
+// under a decode product of that size (see print_stage_stream).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 // --stage-profile splits the replayed step's GPU time into its dependent stages instead (a
@@ -94,6 +98,68 @@ void print_stage_floor(int n) {
   }
 }
 
+// How fast dependent stages stream weights, by how the weights are allocated: a replayed graph of
+// n stages of stage_stream.comp, each reading `groups` x 32 KiB of weights, cycling over
+// `distinct` weight sets that are either tensors of their own (as a model's weights) or
+// consecutive ranges of one tensor of at least `one_bytes`. Median of 7 replays.
+void print_stage_stream(int n, double warm_ms) {
+  auto& stream = vk::Context::get().stream();
+  struct Push {
+    uint64_t weights, act_in, act_out, sink;
+  };
+  constexpr int64_t kGroupBytes = 8 * 256 * 16;
+  const Tensor act[2] = {Tensor::zeros({256}), Tensor::zeros({256})};
+  const Tensor sink = Tensor::zeros({256}, DType::I32);
+  for (const uint32_t groups : {264u, 1056u}) {
+    const int64_t stage_bytes = groups * kGroupBytes;
+    for (const int distinct : {16, n}) {
+      for (const int64_t one_bytes : {int64_t{0}, distinct * stage_bytes, int64_t{5} << 30}) {
+        // random bits: no compression of uniform data can help
+        std::vector<Tensor> sets;
+        std::vector<uint64_t> address;
+        if (one_bytes == 0) {
+          for (int i = 0; i < distinct; ++i) {
+            sets.push_back(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                             {stage_bytes / 4}));
+            address.push_back(sets.back().address());
+          }
+        } else {
+          sets.push_back(Tensor::zeros({one_bytes / 4}));
+          for (int i = 0; i < distinct; ++i) {
+            const Tensor part = sets[0].slice(0, i * stage_bytes / 4, (i + 1) * stage_bytes / 4);
+            part.copy_(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                         {stage_bytes / 4}));
+            address.push_back(part.address());
+          }
+        }
+        stream.synchronize();
+        stream.begin_capture();
+        stream.fill(act[0].allocation(), static_cast<uint64_t>(act[0].offset()) * 4, 256 * 4, 0);
+        for (int i = 0; i < n; ++i) {
+          const Tensor &in = act[i % 2], &out = act[(i + 1) % 2];
+          const Tensor& w = sets[one_bytes == 0 ? i % distinct : 0];
+          const Push push{address[i % distinct], in.address(), out.address(), sink.address()};
+          launch_raw("stage_stream", {}, &push, sizeof(push), {groups, 1, 1}, {&w, &in},
+                     {&out, &sink}, {0, static_cast<double>(stage_bytes)});
+        }
+        const auto graph = stream.end_capture();
+        if (warm_ms > 0) bench::warm_clocks(stream, *graph, warm_ms);
+        const double us = bench::median_replay_us(stream, *graph, 7);
+        const std::vector<float> out = act[n % 2].to_float();
+        const bool ok = std::all_of(out.begin(), out.end(), [&](float v) { return v == n; });
+        fmt::print(
+            "stage stream: {:.2f} us per stage of {} workgroups ({:.1f} MB, {:.0f} GB/s), {} "
+            "stages over {} weight sets ({:.2f} GB) in {}{}\n",
+            us / n, groups, stage_bytes / 1e6, stage_bytes * n / us / 1e3, n, distinct,
+            distinct * stage_bytes / 1e9,
+            one_bytes == 0 ? std::string("tensors of their own")
+                           : fmt::format("one tensor of {:.2f} GB", one_bytes / 1e9),
+            ok ? "" : "; WRONG outputs");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +228,16 @@ int main(int argc, char** argv) {
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
                  "dependent stage (e.g. 512)")
       ->check(CLI::Range(0, 100000));
+  double warmup_ms = 0;
+  app.add_option("--warmup-ms", warmup_ms,
+                 "keep the GPU busy this long before each timed run, so that its clocks have "
+                 "ramped up (untimed decoding; --stage-stream: replays)")
+      ->capture_default_str();
+  int stage_stream = 0;
+  app.add_option("--stage-stream", stage_stream,
+                 "only time N dependent weight-streaming stages over weight sets of different "
+                 "total sizes (e.g. 64)")
+      ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   try {
     if (device >= 0) vk::Context::select_device(device);
@@ -175,6 +251,10 @@ int main(int argc, char** argv) {
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
     if (stage_floor > 0) {
       print_stage_floor(stage_floor);
+      return 0;
+    }
+    if (stage_stream > 0) {
+      print_stage_stream(stage_stream, warmup_ms);
       return 0;
     }
     std::vector<std::string> dtype_list = bench::split_list(dtypes);
@@ -246,7 +326,13 @@ int main(int argc, char** argv) {
           double s = 0;
           int64_t n = 0;
           uint64_t dispatches = 0;
-          run(s, n, dispatches);  // warm-up: pipelines, caches
+          // Warm-up: pipelines, caches, and (--warmup-ms) the GPU's clocks.
+          const auto warm_start = std::chrono::steady_clock::now();
+          do {
+            run(s, n, dispatches);
+          } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                             warm_start)
+                       .count() < warmup_ms);
           profiling = profile && mode == "eager";
           const bool stage_timed = stage_profile && mode == "replay";
           if (stage_timed) stream.set_stage_timing(true, profile_shapes);

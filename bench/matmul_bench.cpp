@@ -201,6 +201,11 @@ int run(int argc, char** argv) {
   app.add_option("--budget", budget_s,
                  "seconds of timed calls per shape (at least 3 calls); 1 with --quick")
       ->check(CLI::PositiveNumber);
+  double warmup_ms = 500;
+  app.add_option("--warmup-ms", warmup_ms,
+                 "untimed calls of each row first, for this long (GPU clocks ramp up)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--tile", tile, "tile of the tiled kernel")
       ->check(CLI::IsMember({"auto", "medium", "large"}));
   int64_t split_k = 0;
@@ -306,7 +311,8 @@ int run(int argc, char** argv) {
                                    ? "available"
                                    : "unavailable (no f16 RTE / subnormal guarantee)")
                  : "; no cooperative matrices (" + support.unsupported + ")");
-  fmt::print("timing: median of up to {} calls after 100 ms of warm-up calls, {}\n", repeats,
+  fmt::print("timing: median of up to {} calls after {} ms of warm-up calls, {}\n", repeats,
+             warmup_ms,
              timer.gpu ? "GPU timestamps around each dispatch" : "wall clock around synchronize()");
   if (compare_bits)
     fmt::print("tiled variants: {} (each tiled result compared bit for bit with the first)\n",
@@ -339,11 +345,13 @@ int run(int argc, char** argv) {
         last_plan = plan;
         auto call = [&] { vkf::ops::matmul_into(a, b, c.trans_a, c.trans_b, out); };
         double first_ms = timer.time(call);  // warm-up: pipeline creation, first touch
-        // Then at least 100 ms of GPU work, so that clocks that idled down between processes have
-        // ramped up: the first product of a process otherwise ran at a fraction of its speed on
-        // the H200 (8192x1536x576 f16 0.56 ms first, 0.13 ms third).
+        // Then --warmup-ms of GPU work, so that clocks have ramped up: the H200's SM clock falls
+        // from 1,980 to 345 MHz within about a second of light use (the host's checks and input
+        // generation between rows) and takes a few hundred ms of work to come back; with 100 ms
+        // here, rows after the first few of a process ran up to 3x slow.
         double warm_ms = first_ms;
-        for (int i = 0; i < 2000 && warm_ms < 100.0; ++i) warm_ms += first_ms = timer.time(call);
+        for (int i = 0; i < 100000 && warm_ms < warmup_ms; ++i)
+          warm_ms += first_ms = timer.time(call);
         const int n =
             std::clamp(static_cast<int>(budget_s * 1000.0 / std::max(first_ms, 1e-3)), 3, repeats);
         std::vector<double> ms;
