@@ -462,8 +462,11 @@ std::pair<std::vector<double>, Tensor> half_weights(Rng& rng, int64_t rows, int6
 TEST(DecodeOps, LinearAccumulate) {
   Rng rng(25);
   for (const bool half : {false, true}) {
-    for (const int64_t rows : {1, 3, 12}) {
-      const int64_t in = 40, out = 21;
+    // in = 8192: one activation row's weight rows split over several thread groups (the down
+    // projection's form), each group's slice summed apart and the slices added in order.
+    for (const auto& [rows, in] :
+         {std::pair<int64_t, int64_t>{1, 40}, {3, 40}, {12, 40}, {1, 8192}}) {
+      const int64_t out = 21;
       const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
       const auto r = test::as_f32(rng.uniform(static_cast<size_t>(rows * out)));
       const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
