@@ -4,7 +4,8 @@
 // implementations with bitwise the same results (set_tiled_variant); the tile, variant and K
 // split of a product are planned in matmul_tiling.cpp. In F16 precision the tensor-core kernel
 // (matmul_coopmat.h) replaces the tiled one where the device allows, and the portable kernels
-// round their operands to f16 (a specialization constant). The skinny f16 kernel's launch rules
+// round their operands to f16 (a specialization constant); that path, from the f16 operand copies
+// to the tensor-core dispatches, is matmul_tensor_cores.cpp. The skinny f16 kernel's launch rules
 // are in matmul_skinny_f16.cpp.
 #include "ops/matmul_kernels.h"
 
@@ -16,6 +17,7 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/matmul_coopmat.h"
+#include "ops/matmul_dispatch.h"
 #include "ops/matmul_relayout.h"
 #include "ops/matmul_tiling.h"
 #include "ops/matmul_workgroup.h"
@@ -30,17 +32,6 @@ namespace {
 // tests lower it to exercise the split into several dispatches on small problems.
 int64_t g_max_groups = 65535;
 constexpr uint32_t kSkinnyMaxRows = 8;  // matmul_skinny's MMAX
-
-// Mirrors matmul_push.glsl.
-struct GemmPush {
-  uint64_t a, b, c, bias;
-  uint32_t m, n, k;
-  uint32_t lda, ldb;
-  uint32_t c_rs, c_cs;
-  uint32_t sa, sb, sc;
-  uint32_t bias_rs, bias_cs;
-  float alpha, beta;
-};
 
 struct SplitKPush {
   uint64_t partial, c, bias;
@@ -62,25 +53,10 @@ struct ColsumPush {
 TiledLoadCounts g_tiled_loads;
 uint64_t g_stream_k_dispatches = 0;
 
-uint64_t byte_address(const Tensor& t, int64_t element_offset) {
-  return t.address() + static_cast<uint64_t>(element_offset) * dtype_size(t.dtype());
-}
-
 // Largest element offset a description reaches; the kernels index in 32 bits.
 void check_extent(const MatDesc& d, const char* what) {
   const int64_t last = (d.batch - 1) * d.bs + (d.rows - 1) * d.rs + (d.cols - 1) * d.cs;
   checked_u32(last, what);
-}
-
-// Which of a matrix's dimensions is contiguous, as the kernels' TRANS flags say it: false when
-// element (r, c) is at r*ld + c, true when it is at c*ld + r.
-struct KernelLayout {
-  bool trans;
-  uint32_t ld;
-};
-KernelLayout kernel_layout(const MatDesc& d) {
-  if (d.cs == 1 || d.cols == 1) return {false, d.rows == 1 ? 0u : checked_u32(d.rs, "row stride")};
-  return {true, checked_u32(d.cs, "column stride")};
 }
 
 // A stride as the kernels take it; one along a dimension of extent 1 is never used.
@@ -89,67 +65,9 @@ uint32_t stride_u32(int64_t stride, int64_t extent) {
   return extent <= 1 ? 0u : static_cast<uint32_t>(stride);
 }
 
-// The push constants for the sub-problem of batch entries from z0, rows from m0 (mc of them) and
-// columns from n0 (nc of them); the bias is indexed bias[m*bias_rs + n*bias_cs].
-GemmPush make_push(const MatDesc& a, const MatDesc& b, const MatDesc& c, int64_t z0, int64_t m0,
-                   int64_t n0, int64_t mc, int64_t nc, float alpha, float beta, const Tensor& bias,
-                   int64_t bias_rs, int64_t bias_cs) {
-  GemmPush push{};
-  push.a = byte_address(a.t, z0 * a.bs + m0 * a.rs);
-  push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
-  push.c = byte_address(c.t, z0 * c.bs + m0 * c.rs + n0 * c.cs);
-  push.bias = bias.defined() ? byte_address(bias, m0 * bias_rs + n0 * bias_cs) : 0;
-  push.m = static_cast<uint32_t>(mc);
-  push.n = static_cast<uint32_t>(nc);
-  push.k = static_cast<uint32_t>(a.cols);
-  push.lda = kernel_layout(a).ld;
-  push.ldb = kernel_layout(b).ld;
-  push.c_rs = stride_u32(c.rs, c.rows);
-  push.c_cs = stride_u32(c.cs, c.cols);
-  push.sa = stride_u32(a.bs, a.batch);
-  push.sb = stride_u32(b.bs, b.batch);
-  push.sc = stride_u32(c.bs, c.batch);
-  push.bias_rs = stride_u32(bias_rs, c.rows);
-  push.bias_cs = stride_u32(bias_cs, c.cols);
-  push.alpha = alpha;
-  push.beta = beta;
-  return push;
-}
-
 // F16 precision: the portable kernels round every operand element to f16.
 uint32_t round_f16() {
   return matmul_precision() == MatmulPrecision::F16 ? 1u : 0u;
-}
-
-// One dispatch of a tile grid over a batch x m x n output: at most g_max_groups workgroups per
-// grid dimension, so a larger grid is cut into parts, each covering entries [z0, z0 + zc), rows
-// [m0, m0 + mc) and columns [n0, n0 + nc). `first` marks the part that carries the product's cost.
-struct GridPart {
-  int64_t z0, m0, n0, zc, mc, nc;
-  Grid grid;
-  bool first;
-};
-template <typename Fn>
-void for_each_grid_part(int64_t batch, int64_t m, int64_t n, int64_t bm, int64_t bn, Fn&& fn) {
-  const int64_t zstep = g_max_groups, mstep = g_max_groups * bm, nstep = g_max_groups * bn;
-  bool first = true;
-  for (int64_t z0 = 0; z0 < batch; z0 += zstep) {
-    for (int64_t m0 = 0; m0 < m; m0 += mstep) {
-      for (int64_t n0 = 0; n0 < n; n0 += nstep) {
-        GridPart g{z0,
-                   m0,
-                   n0,
-                   std::min(zstep, batch - z0),
-                   std::min(mstep, m - m0),
-                   std::min(nstep, n - n0),
-                   {},
-                   first};
-        g.grid = Grid{div_up(g.nc, bn), div_up(g.mc, bm), static_cast<uint32_t>(g.zc)};
-        fn(g);
-        first = false;
-      }
-    }
-  }
 }
 
 // The push constants of the pipelined tiled kernel: GemmPush, then stream-K's fields (zero for a
@@ -245,124 +163,15 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
   });
 }
 
-// The tensor-core kernel over the same grid parts as dispatch_tiled.
-void dispatch_coopmat(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
-                      const Tensor& bias, int64_t bias_stride, const CoopmatTile& tile,
-                      const vk::DispatchCost& cost) {
-  const int64_t m = c.rows, n = c.cols;
-  const CoopmatSupport support = coopmat_support();
-  const std::string module = coopmat_module();
-  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  const bool f16_a = a.t.dtype() == DType::F16, f16_b = b.t.dtype() == DType::F16;
-  for_each_grid_part(c.batch, m, n, tile.bm, tile.bn, [&](const GridPart& g) {
-    const GemmPush push =
-        make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, alpha, beta, bias, 0, bias_stride);
-    // 16-byte reads (4 floats or 8 halves) need every line of every batch entry to start 16-byte
-    // aligned.
-    const uint32_t per_a = f16_a ? 8 : 4, per_b = f16_b ? 8 : 4;
-    const bool vec_a = push.a % 16 == 0 && push.lda % per_a == 0 && push.sa % per_a == 0;
-    const bool vec_b = push.b % 16 == 0 && push.ldb % per_b == 0 && push.sb % per_b == 0;
-    launch(module, push, g.grid, {&a.t, &b.t, &bias, &c.t}, {&c.t},
-           coopmat_spec(tile, support, la.trans, lb.trans, vec_a, vec_b, f16_a, f16_b),
-           g.first ? cost : vk::DispatchCost{});
-  });
-}
-
-thread_local F16OperandReuse* g_reuse = nullptr;  // the innermost F16OperandReuse::Use's
-
-// An f32 operand of a tensor-core product as f16, converted once (see set_coopmat_f16_operands):
-// with `relayout` (relayout_for), transposed into the kernel's faster layout where
-// matmul_relayout.h says so, else, when it is a whole contiguous tensor, the same view of an f16
-// copy; otherwise itself. `is_a`: the A operand.
-MatDesc f16_operand_converted(const MatDesc& d, bool is_a, bool relayout) {
-  // In the kernel's faster layout where the operand is not (matmul_relayout.h).
-  if (relayout)
-    if (const auto relaid = f16_operand_relaid(d, is_a)) return *relaid;
-  if (d.t.dtype() != DType::F32 || !d.t.is_contiguous() || d.batch * d.rows * d.cols != d.t.numel())
-    return d;
-  autograd::NoGradScope no_grad;
-  MatDesc h = d;
-  h.t = d.t.to(DType::F16);
-  return h;
-}
-
-MatDesc f16_operand(const MatDesc& d, bool is_a, bool relayout) {
-  if (!coopmat_f16_operands()) return d;
-  if (!g_reuse || d.t.dtype() != DType::F32) return f16_operand_converted(d, is_a, relayout);
-  // A kept copy may be in either layout: both kernels read both.
-  if (const MatDesc* kept = g_reuse->find(d, is_a)) return *kept;
-  const MatDesc h = f16_operand_converted(d, is_a, relayout);
-  if (h.t.dtype() == DType::F16) g_reuse->keep(d, is_a, h);
-  return h;
-}
-
-// The workgroup-scope kernel's tile for a product into c of depth k, judged before the operands
-// are converted (its rule decides their layout, see f16_relayout_wanted): nullopt where it does
-// not take it (bias, alpha != 1, beta other than 0 or 1, C contiguous along neither dimension,
-// or no tile for the shape).
-std::optional<WorkgroupTile> workgroup_takes(const MatDesc& c, float alpha, float beta,
-                                             const Tensor& bias, int64_t k) {
-  if (bias.defined() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ||
-      c.t.dtype() != DType::F32)
-    return std::nullopt;
-  if (c.cs != 1 && c.cols != 1 && c.rs != 1 && c.rows != 1) return std::nullopt;
-  return workgroup_plan(c.rows, c.cols, k);
-}
-
-// Whether the operands' f16 copies go in the "tn" layout (matmul_relayout.h) for a product into
-// c of depth k that the workgroup-scope kernel takes with `tile` (nullopt: it does not): the
-// subgroup-scope kernel always gains from it, the workgroup-scope one only on large products.
-bool relayout_for(const std::optional<WorkgroupTile>& tile, const MatDesc& c, int64_t k) {
-  return !tile || workgroup_relayout_pays(c.rows, c.cols, k);
-}
-
-// The workgroup-scope kernel with the tile workgroup_takes() gave: false leaves the product to
-// the other kernels (an operand not f16, or not aligned). a and b are already converted to f16
-// where they could be.
-bool dispatch_workgroup(const MatDesc& a, const MatDesc& b, const MatDesc& c, float beta,
-                        const WorkgroupTile& tile, const vk::DispatchCost& cost) {
-  if (a.t.dtype() != DType::F16 || b.t.dtype() != DType::F16) return false;
-  const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
-  // C is contiguous along one dimension (workgroup_takes): rows, else columns.
-  const bool c_column_major = !(c.cs == 1 || c.cols == 1);
-  const WorkgroupGemmKey key{tile, la.trans, lb.trans, c_column_major, beta == 1.0f};
-  // Every load and store declares 16-byte alignment: each tile's first element, in every batch
-  // entry and grid part, must be 16-byte aligned (tile corners are multiples of 8 elements). The
-  // parts are all checked before any is launched.
-  std::vector<std::pair<GemmPush, GridPart>> parts;
-  bool aligned = true;
-  for_each_grid_part(c.batch, c.rows, c.cols, tile.bm, tile.bn, [&](const GridPart& g) {
-    const GemmPush push = make_push(a, b, c, g.z0, g.m0, g.n0, g.mc, g.nc, 1.0f, beta, {}, 0, 0);
-    const uint32_t c_ld = key.c_column_major ? push.c_cs : push.c_rs;
-    aligned = aligned && push.a % 16 == 0 && push.lda % 8 == 0 && push.sa % 8 == 0 &&
-              push.b % 16 == 0 && push.ldb % 8 == 0 && push.sb % 8 == 0 && push.c % 16 == 0 &&
-              c_ld % 4 == 0 && push.sc % 4 == 0;
-    parts.emplace_back(push, g);
-  });
-  if (!aligned) return false;
-  const std::string module = workgroup_gemm_module(key);
-  for (const auto& [push, g] : parts)
-    launch(module, push, g.grid, {&a.t, &b.t, &c.t}, {&c.t}, {},
-           g.first ? cost : vk::DispatchCost{});
-  return true;
-}
-
 // A product with M and N past the skinny range: on cooperative matrices when the F16 plan says
 // so (workgroup scope where that kernel takes it), else the tiled kernel.
 void dispatch_tiles(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
                     const Tensor& bias, int64_t bias_stride, const vk::DispatchCost& cost) {
-  if (const auto tile = coopmat_plan(c.batch, c.rows, c.cols)) {
-    const auto workgroup = workgroup_takes(c, alpha, beta, bias, a.cols);
-    const bool relayout = relayout_for(workgroup, c, a.cols);
-    const MatDesc ha = f16_operand(a, true, relayout), hb = f16_operand(b, false, relayout);
-    if (workgroup && dispatch_workgroup(ha, hb, c, beta, *workgroup, cost)) return;
-    dispatch_coopmat(ha, hb, c, alpha, beta, bias, bias_stride, *tile, cost);
-  } else {
-    // The fp32 tiled kernel, with its operands in its fastest layout where that pays.
-    MatDesc ta = a, tb = b;
-    relayout_for_tiled(ta, tb, c);
-    dispatch_tiled(ta, tb, c, alpha, beta, bias, bias_stride, cost);
-  }
+  if (dispatch_tensor_cores(a, b, c, alpha, beta, bias, bias_stride, cost)) return;
+  // The fp32 tiled kernel, with its operands in its fastest layout where that pays.
+  MatDesc ta = a, tb = b;
+  relayout_for_tiled(ta, tb, c);
+  dispatch_tiled(ta, tb, c, alpha, beta, bias, bias_stride, cost);
 }
 
 void dispatch_split_k(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha, float beta,
@@ -472,6 +281,44 @@ bool storage_overlaps(const MatDesc& x, const MatDesc& y) {
 
 }  // namespace
 
+uint64_t byte_address(const Tensor& t, int64_t element_offset) {
+  return t.address() + static_cast<uint64_t>(element_offset) * dtype_size(t.dtype());
+}
+
+KernelLayout kernel_layout(const MatDesc& d) {
+  if (d.cs == 1 || d.cols == 1) return {false, d.rows == 1 ? 0u : checked_u32(d.rs, "row stride")};
+  return {true, checked_u32(d.cs, "column stride")};
+}
+
+GemmPush make_push(const MatDesc& a, const MatDesc& b, const MatDesc& c, int64_t z0, int64_t m0,
+                   int64_t n0, int64_t mc, int64_t nc, float alpha, float beta, const Tensor& bias,
+                   int64_t bias_rs, int64_t bias_cs) {
+  GemmPush push{};
+  push.a = byte_address(a.t, z0 * a.bs + m0 * a.rs);
+  push.b = byte_address(b.t, z0 * b.bs + n0 * b.cs);
+  push.c = byte_address(c.t, z0 * c.bs + m0 * c.rs + n0 * c.cs);
+  push.bias = bias.defined() ? byte_address(bias, m0 * bias_rs + n0 * bias_cs) : 0;
+  push.m = static_cast<uint32_t>(mc);
+  push.n = static_cast<uint32_t>(nc);
+  push.k = static_cast<uint32_t>(a.cols);
+  push.lda = kernel_layout(a).ld;
+  push.ldb = kernel_layout(b).ld;
+  push.c_rs = stride_u32(c.rs, c.rows);
+  push.c_cs = stride_u32(c.cs, c.cols);
+  push.sa = stride_u32(a.bs, a.batch);
+  push.sb = stride_u32(b.bs, b.batch);
+  push.sc = stride_u32(c.bs, c.batch);
+  push.bias_rs = stride_u32(bias_rs, c.rows);
+  push.bias_cs = stride_u32(bias_cs, c.cols);
+  push.alpha = alpha;
+  push.beta = beta;
+  return push;
+}
+
+int64_t max_groups_per_dimension() {
+  return g_max_groups;
+}
+
 uint32_t skinny_norm_mode(const RowNorm* norm) {
   return norm == nullptr ? 0u : norm->one_plus ? 2u : 1u;
 }
@@ -497,36 +344,6 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("{}x{}x{} normed", c.rows, c.cols, a.cols);
   dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm);
-}
-
-bool f16_relayout_wanted(const MatDesc& c, float alpha, float beta, const Tensor& bias, int64_t k) {
-  return relayout_for(workgroup_takes(c, alpha, beta, bias, k), c, k);
-}
-
-F16OperandReuse::Use::Use(F16OperandReuse& reuse) : previous_(g_reuse) {
-  g_reuse = &reuse;
-}
-F16OperandReuse::Use::~Use() {
-  g_reuse = previous_;
-}
-
-const MatDesc* F16OperandReuse::find(const MatDesc& d, bool is_a) const {
-  for (const Copy& c : copies_) {
-    const MatDesc& s = c.source;
-    if (s.t.address() == d.t.address() && s.batch == d.batch && s.rows == d.rows &&
-        s.cols == d.cols && s.bs == d.bs && s.rs == d.rs && s.cs == d.cs && c.is_a == is_a)
-      return &c.copy;
-  }
-  return nullptr;
-}
-
-void F16OperandReuse::keep(const MatDesc& d, bool is_a, const MatDesc& copy) {
-  copies_.push_back({d, is_a, copy});
-}
-
-bool f16_operands_active() {
-  return coopmat_f16_operands() && matmul_precision() == MatmulPrecision::F16 &&
-         coopmat_choice() != "off" && coopmat_support().unsupported.empty();
 }
 
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,
