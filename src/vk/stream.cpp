@@ -99,7 +99,9 @@ Stream::Batch& Stream::current() {
 void Stream::full_barrier() {
   if (capture_ && capture_->stage_queries_ && capture_->stage_open_ &&
       capture_->stages_.size() + 1 < kMaxStageQueries) {
-    // Latched once every earlier command has completed: the end of the stage.
+    // Latched once every earlier command has completed: the end of the stage. The last stage a
+    // pool has room for stays open through its barriers and takes the rest of the graph; its end
+    // is written once, by end_capture() (a query is written at most once per reset).
     vkCmdWriteTimestamp(capture_->cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                         capture_->stage_queries_, static_cast<uint32_t>(capture_->stages_.size()));
     capture_->stage_open_ = false;
@@ -413,11 +415,6 @@ void Stream::stage_label(const std::string& label, const DispatchCost& cost) {
   Graph& g = *capture_;
   if (!g.stage_queries_) return;
   if (!g.stage_open_) {
-    if (g.stages_.size() + 1 >= kMaxStageQueries) {  // the last timed stage takes the rest
-      g.stage_open_ = true;
-      g.stages_.back().first += " + " + label;
-      return;
-    }
     g.stages_.emplace_back(label, cost);
     g.stage_open_ = true;
     return;
@@ -464,6 +461,11 @@ std::unique_ptr<Graph> Stream::end_capture() {
   VKF_REQUIRE(capture_, "end_capture: no capture is in progress");
   full_barrier();  // and whatever is submitted after a replay sees all that it wrote
   Graph& g = *capture_;
+  if (g.stage_queries_ && g.stage_open_) {  // the last stage the pool has room for (full_barrier)
+    vkCmdWriteTimestamp(g.cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, g.stage_queries_,
+                        static_cast<uint32_t>(g.stages_.size()));
+    g.stage_open_ = false;
+  }
   capture_ = nullptr;
   capture_batch_ = Batch{};
   written_since_barrier_ = std::move(saved_written_);
