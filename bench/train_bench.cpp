@@ -13,12 +13,16 @@
 //   train_bench [--shape 135m|1b|tiny] [--precision fp32|f16] [--batch 8] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--loss fused|unfused|both] [--check]
 //               [--loss-chunk-mib 256] [--loss-group-chunks 0] [--profile [--profile-shapes]]
+//               [--stage-profile [--profile-shapes]]
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
 //               [--split-k 0] [--stream-k 0] [--separate-projections]
 //               [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
 // Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
+// --stage-profile times the replayed step instead, stage by stage (timestamps at the recorded
+// graph's barriers, Stream::set_stage_timing): concurrent dispatches count together, and nothing
+// is serialized as --profile's per-dispatch timestamps are.
 //
 // Loss curve (--model DIR --tokens FILE): trains a Hugging Face model folder on fixed batches read
 // from a token file (int32 little-endian, consecutive [batch, seq] blocks, one per step, used in
@@ -73,6 +77,7 @@ struct Args {
   int steps = 10, warmup = 3, top = 20;
   bool profile = false;
   bool profile_shapes = false;
+  bool stage_profile = false;
   bool replay = true;  // steps captured once and replayed (train/step_runner.h)
   double peak_tflops = 67, peak_tflops_f16 = 990, peak_gbps = 4300;
   int device = -1;
@@ -201,8 +206,13 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
     // tensors hold).
     train::StepRunner runner(model, update, how, replay);
     auto step = [&] { return runner.run(++step_number, micro, nullptr); };
+    // Stage timing must be on when the warm-up captures the step; turned on again after it, it
+    // drops what the warm-up's replays collected.
+    const bool stage_timed = a.stage_profile && replay;
+    if (stage_timed) stream.set_stage_timing(true, a.profile_shapes);
     for (int i = 0; i < a.warmup; ++i) step();
     stream.synchronize();
+    if (stage_timed) stream.set_stage_timing(true, a.profile_shapes);
     alloc.reset_peak();
     vk::reset_memory_peak();
     if (a.profile) stream.set_profiling(true, a.profile_shapes);
@@ -238,6 +248,15 @@ int run_throughput(const Args& a, MatmulPrecision precision) {
       stream.set_profiling(false);
       bench::print_profile(std::move(prof), a.steps, sec * 1e3, a.top,
                            {a.peak_tflops, a.peak_tflops_f16, a.peak_gbps});
+    }
+    if (stage_timed) {
+      stream.synchronize();
+      stream.set_stage_timing(false);
+      std::fprintf(stderr, "stage profile of the replayed step (%llu replays):\n",
+                   static_cast<unsigned long long>(stream.stage_timed_replays()));
+      bench::print_profile(stream.stage_profile(),
+                           static_cast<double>(std::max<uint64_t>(stream.stage_timed_replays(), 1)),
+                           sec * 1e3, a.top, {a.peak_tflops, a.peak_tflops_f16, a.peak_gbps});
     }
   }
   return 0;
@@ -349,6 +368,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--profile-shapes", a.profile_shapes,
                "with --profile: list products per shape and layout (kernel MxNxK ab)");
+  app.add_flag("--stage-profile", a.stage_profile,
+               "GPU time of the replayed step per dependent stage (timestamps at its barriers)");
   app.add_option("--top", a.top, "kernels listed by --profile")->capture_default_str();
   app.add_option("--peak-tflops", a.peak_tflops, "roofline: the device's fp32 peak (H200: 67)")->capture_default_str();
   app.add_option("--peak-tflops-f16", a.peak_tflops_f16,
