@@ -428,7 +428,10 @@ void Stream::stage_label(const std::string& label, const DispatchCost& cost) {
 void Stream::set_stage_timing(bool on, bool by_detail) {
   stage_timing_ = on;
   stage_detail_ = on && by_detail;
-  if (on) stage_profile_.clear(), stage_replays_ = 0;
+  if (on) {
+    stage_profile_.clear();
+    stage_replays_ = 0;
+  }
 }
 
 std::vector<KernelProfile> Stream::stage_profile() const {
