@@ -112,8 +112,12 @@ void print_stage_stream(int n, double warm_ms) {
   const Tensor sink = Tensor::zeros({256}, DType::I32);
   for (const uint32_t groups : {264u, 1056u}) {
     const int64_t stage_bytes = groups * kGroupBytes;
-    for (const int distinct : {16, n}) {
-      for (const int64_t one_bytes : {int64_t{0}, distinct * stage_bytes, int64_t{5} << 30}) {
+    std::vector<int> set_counts{std::min(16, n)};
+    if (n > 16) set_counts.push_back(n);
+    for (const int distinct : set_counts) {
+      const int64_t sets_bytes = distinct * stage_bytes;
+      for (const int64_t one_bytes :
+           {int64_t{0}, sets_bytes, std::max(sets_bytes, int64_t{5} << 30)}) {
         // random bits: no compression of uniform data can help
         std::vector<Tensor> sets;
         std::vector<uint64_t> address;

@@ -27,6 +27,8 @@ struct GradSlot {
 struct GradTarget {
   Tensor tensor;
   bool accumulate;  // write `tensor += g` when true, `tensor = g` when false
+  // The beta of a product or sum that writes the gradient into `tensor`: 1 adds, 0 overwrites.
+  float beta() const { return accumulate ? 1.0f : 0.0f; }
 };
 
 class Tape;

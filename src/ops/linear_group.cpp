@@ -102,7 +102,7 @@ void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
     // linear_grads reads the weight only for dx.
     const Tensor stacked = dx ? stack_rows(weights) : Tensor();
     detail::linear_grads(*detail::describe(g2), x, stacked, dx ? dx->tensor : Tensor(),
-                         dx && dx->accumulate ? 1.0f : 0.0f, dw, 0.0f);
+                         dx ? dx->beta() : 0.0f, dw, 0.0f);
   }
   int64_t at = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -111,8 +111,7 @@ void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
     if (!biases.empty() && ctx.needs_grad(1 + n + i)) {
       const GradTarget t = ctx.grad_target(1 + n + i);
       autograd::NoGradScope no_grad;
-      detail::column_sum(*detail::describe(g2.slice(1, at, at + rows)), t.tensor,
-                         t.accumulate ? 1.0f : 0.0f);
+      detail::column_sum(*detail::describe(g2.slice(1, at, at + rows)), t.tensor, t.beta());
     }
     at += rows;
   }

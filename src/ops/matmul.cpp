@@ -76,10 +76,6 @@ MatDesc merged_rows(const Tensor& x, bool trans) {
   return *detail::describe(copy)->rows_merged();
 }
 
-float beta_for(const GradTarget& t) {
-  return t.accumulate ? 1.0f : 0.0f;
-}
-
 // With C = op(A) op(B) and G = dC: d op(A) = G op(B)^T and d op(B) = op(A)^T G; a transposed
 // operand's gradient is the transpose of that, computed directly in its stored layout.
 void matmul_backward(GradContext& ctx, const Tensor& a, const Tensor& b, bool trans_a,
@@ -93,9 +89,9 @@ void matmul_backward(GradContext& ctx, const Tensor& a, const Tensor& b, bool tr
     const GradTarget t = ctx.grad_target(0);
     const MatDesc da = *detail::describe(t.tensor);
     if (!trans_a) {
-      detail::gemm(gd, op_b.transposed(), da, 1.0f, beta_for(t));  // G op(B)^T
+      detail::gemm(gd, op_b.transposed(), da, 1.0f, t.beta());  // G op(B)^T
     } else {
-      detail::gemm(op_b, gd.transposed(), da, 1.0f, beta_for(t));  // op(B) G^T
+      detail::gemm(op_b, gd.transposed(), da, 1.0f, t.beta());  // op(B) G^T
     }
   }
   if (ctx.needs_grad(1)) {
@@ -103,18 +99,18 @@ void matmul_backward(GradContext& ctx, const Tensor& a, const Tensor& b, bool tr
     const MatDesc db = *detail::describe(t.tensor);
     if (b.rank() > 2 || op_a.batch == 1) {
       if (!trans_b) {
-        detail::gemm(op_a.transposed(), gd, db, 1.0f, beta_for(t));  // op(A)^T G
+        detail::gemm(op_a.transposed(), gd, db, 1.0f, t.beta());  // op(A)^T G
       } else {
-        detail::gemm(gd.transposed(), op_a, db, 1.0f, beta_for(t));  // G^T op(A)
+        detail::gemm(gd.transposed(), op_a, db, 1.0f, t.beta());  // G^T op(A)
       }
     } else {
       // A weight shared by the batch: its gradient sums over batch entries and rows alike, one
       // product over the stacked rows.
       const MatDesc af = merged_rows(a, trans_a), gf = merged_rows(g, false);
       if (!trans_b) {
-        detail::gemm(af.transposed(), gf, db, 1.0f, beta_for(t));
+        detail::gemm(af.transposed(), gf, db, 1.0f, t.beta());
       } else {
-        detail::gemm(gf.transposed(), af, db, 1.0f, beta_for(t));
+        detail::gemm(gf.transposed(), af, db, 1.0f, t.beta());
       }
     }
   }
@@ -221,12 +217,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     std::optional<GradTarget> dx, dw;
     if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
     if (ctx.needs_grad(1)) dw = ctx.grad_target(1);
-    detail::linear_grads(gd, x, weight, dx ? dx->tensor : Tensor(),
-                         dx && dx->accumulate ? 1.0f : 0.0f, dw ? dw->tensor : Tensor(),
-                         dw && dw->accumulate ? 1.0f : 0.0f);
+    detail::linear_grads(gd, x, weight, dx ? dx->tensor : Tensor(), dx ? dx->beta() : 0.0f,
+                         dw ? dw->tensor : Tensor(), dw ? dw->beta() : 0.0f);
     if (ctx.needs_grad(2)) {
       const GradTarget t = ctx.grad_target(2);  // db = column sums of G
-      detail::column_sum(gd, t.tensor, beta_for(t));
+      detail::column_sum(gd, t.tensor, t.beta());
     }
   });
   return y;
