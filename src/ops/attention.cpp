@@ -6,7 +6,8 @@
 // //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
 // ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
 // Attention dropout's parameters travel in a six-word buffer (the push constants have no room
-// left), with bit 1 of `flags` saying it is on.
+// left), with bit 1 of `flags` saying it is on. The tensor-core kernels read the operands they
+// stage tile by tile from f16 copies made here (tile_operands).
 #include "ops/attention.h"
 
 #include <cmath>
@@ -217,6 +218,28 @@ uint32_t vec4_flag(int64_t d, std::initializer_list<const Tensor*> operands) {
   return detail::kFlashFlagVec4;
 }
 
+// The tensor-core backward kernels' specialization: QUAD_LAYOUT (flash_quad_rows); none for the
+// others.
+std::vector<uint32_t> quad_spec(const SavedForward& s) {
+  if (!s.coopmat()) return {};
+  return {detail::flash_quad_rows() ? 1u : 0u};
+}
+
+// The tensor-core kernels stage some operands tile by tile from f16 copies (flash_frag.glsl's
+// fetch_rows): the copy of t (rounded as the kernels round, to nearest even) and its flag bit;
+// the other families read t itself.
+struct TileOperands {
+  Tensor a, b;
+  uint32_t flags = 0;
+};
+TileOperands tile_operands(const SavedForward& s, const Tensor& a, const Tensor& b) {
+  if (!s.coopmat()) return {a, b, 0};
+  TileOperands t{a.to(DType::F16), b.to(DType::F16), 0};
+  if (s.dims.d % 8 == 0 && t.a.address() % 16 == 0 && t.b.address() % 16 == 0)
+    t.flags = detail::kFlashFlagTilesVec8;
+  return t;
+}
+
 void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor& grad = ctx.grad_output(0);
   if (!grad.defined()) return;
@@ -245,10 +268,10 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
          {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   if (ctx.needs_grad(0)) {
-    const DqPush push{s.q.address(),    s.k.address(),  s.v.address(),
-                      s.mask_address(), dout.address(), s.lse.address(),
-                      delta.address(),  dq.address(),   s.dropout_address(),
-                      s.params,         flags};
+    const TileOperands kv = tile_operands(s, s.k, s.v);
+    const DqPush push{s.q.address(),       kv.a.address(),  kv.b.address(),  s.mask_address(),
+                      dout.address(),      s.lse.address(), delta.address(), dq.address(),
+                      s.dropout_address(), s.params,        flags | kv.flags};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dq")
                          : s.fast()  ? s.fast_modules.dq_rows
                                      : kDqTiles[vi].bq;
@@ -258,7 +281,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
            : s.fast()  ? s.fast_modules.dq
                        : variant_name("attention_bwd_dq", vi),
            push, block_grid(s.fast(), blocks, dims.hq, dims.b),
-           {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, {},
+           {&s.q, &kv.a, &kv.b, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, quad_spec(s),
            pair_cost(dims, 3, 3 * qbytes));
     ctx.add_grad(0, dq);
   }
@@ -273,13 +296,20 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dk;
     const Tensor dv_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
+    const TileOperands qdo = tile_operands(s, s.q, dout);
     const DkvPush push{
-        s.q.address(),    s.k.address(),
-        s.v.address(),    s.mask_address(),
-        dout.address(),   s.lse.address(),
-        delta.address(),  dk_out.address(),
-        dv_out.address(), s.dropout_address(),
-        s.params,         flags | (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
+        qdo.a.address(),
+        s.k.address(),
+        s.v.address(),
+        s.mask_address(),
+        qdo.b.address(),
+        s.lse.address(),
+        delta.address(),
+        dk_out.address(),
+        dv_out.address(),
+        s.dropout_address(),
+        s.params,
+        flags | qdo.flags | (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
@@ -290,7 +320,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
         : s.fast()  ? s.fast_modules.dkv
                     : variant_name("attention_bwd_dkv", vi),
         push, block_grid(s.fast(), blocks, per_head ? dims.hq : dims.hkv, dims.b),
-        {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out}, {},
+        {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out},
+        quad_spec(s),
         pair_cost(dims, 4, 2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
     if (partials) {
       const GroupSumPush sum{dk_out.address(),
@@ -346,15 +377,17 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const uint32_t vec4 = s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v})
                         : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &s.out})
                                     : 0;
-  const ForwardPush push{s.q.address(),       s.k.address(),   s.v.address(),
+  const TileOperands kv = tile_operands(s, s.k, s.v);
+  const ForwardPush push{s.q.address(),       kv.a.address(),  kv.b.address(),
                          s.mask_address(),    s.out.address(), s.lse.address(),
-                         s.dropout_address(), s.params,        s.flags() | vec4};
+                         s.dropout_address(), s.params,        s.flags() | vec4 | kv.flags};
   launch(s.coopmat() ? detail::flash_module("fwd")
          : s.fast()  ? s.fast_modules.fwd
                      : variant_name("attention_fwd", vi),
          push, block_grid(s.fast(), blocks, dims.hq, dims.b),
-         {&s.q, &s.k, &s.v, &s.mask, &s.dropout}, {&s.out, &s.lse},
-         s.coopmat() ? std::vector<uint32_t>{detail::flash_row_shuffle() ? 1u : 0u}
+         {&s.q, &kv.a, &kv.b, &s.mask, &s.dropout}, {&s.out, &s.lse},
+         s.coopmat() ? std::vector<uint32_t>{detail::flash_row_shuffle() ? 1u : 0u,
+                                             detail::flash_quad_rows() ? 1u : 0u}
                      : std::vector<uint32_t>{},
          pair_cost(dims, 2, 2.0 * static_cast<double>(s.q.nbytes() + s.k.nbytes())));
 

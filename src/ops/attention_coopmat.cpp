@@ -189,6 +189,18 @@ void set_flash_row_shuffle(bool allowed) {
 }
 
 namespace {
+bool g_quad_rows_allowed = true;
+}  // namespace
+
+bool flash_quad_rows() {
+  return g_quad_rows_allowed && (coopmat_emulation() || is_quad_layout(accumulator_layout()));
+}
+
+void set_flash_quad_rows(bool allowed) {
+  g_quad_rows_allowed = allowed;
+}
+
+namespace {
 std::optional<bool> g_dkv_per_head;  // unset: VKF_FLASH_DKV, else per head
 }  // namespace
 

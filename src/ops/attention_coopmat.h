@@ -64,12 +64,23 @@ constexpr int64_t kFlashMaxHeadDim = 64;
 bool flash_row_shuffle();
 void set_flash_row_shuffle(bool allowed);
 
+// Whether the tensor-core attention kernels take each accumulator component's row and column from
+// the lane (the quad layout, and the emulation; flash_frag.glsl's COMP_ROW) instead of loading
+// them from index matrices, which costs 16 registers per invocation. set_flash_quad_rows(false)
+// forces the index matrices (tests compare the two).
+bool flash_quad_rows();
+void set_flash_quad_rows(bool allowed);
+
 // Bit of the kernels' `flags` beyond attention_common.glsl's (FLAG_VEC4 in flash_frag.glsl): the
 // operands start 16-byte aligned and head_dim is a multiple of 4, so rows are read as vec4.
 constexpr uint32_t kFlashFlagVec4 = 4;
 // The dk/dv kernel takes one query head per workgroup and writes per-head partials (GQA; see
 // flash_attn_dkv.comp), which a second pass adds over each group.
 constexpr uint32_t kFlashFlagHeadPartials = 8;
+// The f16 copies of the operands the kernels stage tile by tile (k and v in the forward and dq, q
+// and the output gradient in dk/dv: flash_frag.glsl's fetch_rows) start 16-byte aligned and
+// head_dim is a multiple of 8, so their 8-element chunks are read as 16 bytes.
+constexpr uint32_t kFlashFlagTilesVec8 = 16;
 // Whether the tensor-core dk/dv kernel splits a GQA group into per-head workgroups: by default
 // yes (measured on the H200: see bench/RESULTS.md); VKF_FLASH_DKV=group (read once) or
 // set_flash_dkv_per_head(false) keep one workgroup per key/value head (A/B timing, tests).

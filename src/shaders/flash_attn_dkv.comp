@@ -16,11 +16,11 @@
 // A workgroup of NUM_SG subgroups takes BK = NUM_SG * 16 keys; each subgroup holds its 16 keys'
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
-// operands. Queries (q and do) are staged per tile as f16 rows in shared memory, the next tile's
-// loads (with its rows' logsumexp and delta) in flight while the current one is multiplied
-// (fetch_rows / stash_rows, fetch_row_stats). Masks and the softmax gradient run on the
-// accumulators' components, whose rows (keys) and columns (queries) come from the index matrix
-// (flash_frag.glsl). A subgroup whose keys no query of the tile sees skips it.
+// operands. Queries (q and do) are staged per tile as f16 rows in shared memory from f16 copies
+// the host makes, the next tile's loads (with its rows' logsumexp and delta) in flight while the
+// current one is multiplied (fetch_rows / stash_rows, fetch_row_stats). Masks and the softmax
+// gradient run on the accumulators' components, whose rows (keys) and columns (queries) come from
+// the lane or the index matrix (flash_frag.glsl's COMP_ROW). A subgroup whose keys no query of the tile sees skips it.
 //
 // Shared memory (uvec4 units): [0, QV) q tile, [QV, 2 QV) do tile; the k and v staging and the
 // index matrix alias them at the start (the emulated build adds per-subgroup conversion scratch
@@ -65,6 +65,8 @@
 #define SMEM_VEC (2 * QV > KV_VEC ? 2 * QV : KV_VEC)
 #endif
 layout(local_size_x = LOCAL_SIZE) in;
+// The accumulators have the quad layout: components' rows and columns from the lane (COMP_ROW).
+layout(constant_id = 0) const bool QUAD_LAYOUT = false;
 
 shared uvec4 smem[SMEM_VEC];
 shared float sLse[BQT];
@@ -75,11 +77,11 @@ shared uint sKeyOk[BK];  // key exists and is not padding
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
-  F32Buf q;      // [B, Tq, Hq, D]
+  uint64_t q;    // f16 copy (fetch_rows) [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
   I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
-  F32Buf dout;   // [B, Tq, Hq, D]
+  uint64_t dout;  // f16 copy [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dk;     // [B, Tk, Hkv, D], or [B, Tk, Hq, D] partials (FLAG_HEAD_PARTIALS)
@@ -116,13 +118,16 @@ void main() {
   const uint out_heads = per_head ? p.a.hq : p.a.hkv, out_head = per_head ? h_first : hk;
   const uint k_rows = min(uint(BK), p.a.tk - k0);
   const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
+  const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
   const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
 
   write_index_matrix(0u);
   barrier();
   FRAG_F row_of, col_of;  // row and column of each accumulator component
-  LOAD_F(row_of, 0u, 4u, false);
-  LOAD_F(col_of, 0u, 4u, true);
+  if (!QUAD_LAYOUT) {
+    LOAD_F(row_of, 0u, 4u, false);
+    LOAD_F(col_of, 0u, 4u, true);
+  }
   barrier();
   stage_rows_f16(uint64_t(p.k), vec4_ok, kv_base, p.a.hkv * D, k_rows, D, K_OFF, BK);
   for (uint c = tid; c < BK; c += LOCAL_SIZE) {
@@ -159,8 +164,8 @@ void main() {
   if (i_lo < i_hi) {
     const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + h_first) * D;
     const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
-    q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
-    do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+    q_next = fetch_rows(uint64_t(p.q), tiles_vec8, base, p.a.hq * D, rows, D);
+    do_next = fetch_rows(uint64_t(p.dout), tiles_vec8, base, p.a.hq * D, rows, D);
     fetch_row_stats(b, h_first, uint(i_lo), rows, lse_next, delta_next);
   }
   for (uint h = h_first; h < h_end; ++h) {
@@ -183,8 +188,8 @@ void main() {
         if (next_h < h_end) {
           const uint base = ((b * p.a.tq + uint(next_i0)) * p.a.hq + next_h) * D;
           const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
-          q_next = fetch_rows(uint64_t(p.q), vec4_ok, base, p.a.hq * D, rows, D);
-          do_next = fetch_rows(uint64_t(p.dout), vec4_ok, base, p.a.hq * D, rows, D);
+          q_next = fetch_rows(uint64_t(p.q), tiles_vec8, base, p.a.hq * D, rows, D);
+          do_next = fetch_rows(uint64_t(p.dout), tiles_vec8, base, p.a.hq * D, rows, D);
           fetch_row_stats(b, next_h, uint(next_i0), rows, lse_next, delta_next);
         }
       }
@@ -205,7 +210,8 @@ void main() {
             dpt = MMA(va[f], ob, dpt);
           }
           UNROLL for (int t = 0; t < FRAG_LEN(st); ++t) {
-            const uint kr = sg_key0 + uint(COMP(row_of, t)), qr = qt * 16u + uint(COMP(col_of, t));
+            const uint kr = sg_key0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
+            const uint qr = qt * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
             float pr = 0.0, g = 0.0;
             if (qr < q_rows && sKeyOk[kr] != 0u &&
                 position_visible(p.a, pos_first + int(qr), int(k0 + kr))) {
@@ -235,11 +241,11 @@ void main() {
   }
 
   UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-    const uint kr = sg_key0 + uint(COMP(row_of, t));
+    const uint kr = sg_key0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
     if (kr >= k_rows) continue;
     const uint row = ((b * p.a.tk + k0 + kr) * out_heads + out_head) * D;
     UNROLL for (uint f = 0; f < DF; ++f) {
-      const uint d = f * 16u + uint(COMP(col_of, t));
+      const uint d = f * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
       if (d < D) {
         p.dk.v[row + d] = COMP(acc_k[f], t) * p.a.scale;
         p.dv.v[row + d] = COMP(acc_v[f], t);

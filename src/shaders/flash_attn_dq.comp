@@ -8,10 +8,11 @@
 //
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * 16 queries; each subgroup holds its 16
 // rows of q and do as f16 fragments and of dq as f32 accumulators in registers. Keys (k and v)
-// are staged per tile as f16 rows in shared memory, the next tile's loads in flight while the
-// current one is multiplied (fetch_rows / stash_rows; 32-key tiles keep that within 159
-// registers, where 64-key tiles needed 229: H200, bench/RESULTS.md). The masks and the softmax gradient run on the
-// accumulators' components, whose rows and columns come from the index matrix (flash_frag.glsl).
+// are staged per tile as f16 rows in shared memory from f16 copies the host makes, the next
+// tile's loads in flight while the current one is multiplied (fetch_rows / stash_rows; 32-key
+// tiles kept that within 159 registers, where 64-key tiles needed 229: H200, bench/RESULTS.md).
+// The masks and the softmax gradient run on the accumulators' components, whose rows and columns
+// come from the lane or the index matrix (flash_frag.glsl's COMP_ROW).
 // A subgroup whose rows see no key of the tile skips it.
 //
 // Shared memory (uvec4 units): [0, KV_VEC) k tile, [KV_VEC, 2 KV_VEC) v tile; the q and do staging
@@ -60,6 +61,8 @@
 #define SMEM_VEC (2 * KV_VEC > Q_VEC + 64 ? 2 * KV_VEC : Q_VEC + 64)
 #endif
 layout(local_size_x = LOCAL_SIZE) in;
+// The accumulators have the quad layout: components' rows and columns from the lane (COMP_ROW).
+layout(constant_id = 0) const bool QUAD_LAYOUT = false;
 
 shared uvec4 smem[SMEM_VEC];
 shared float sLse[BQ];
@@ -71,8 +74,8 @@ shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 
 layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
-  F32Buf k;      // [B, Tk, Hkv, D]
-  F32Buf v;      // [B, Tk, Hkv, D]
+  uint64_t k;    // f16 copy (fetch_rows) [B, Tk, Hkv, D]
+  uint64_t v;    // f16 copy [B, Tk, Hkv, D]
   I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
@@ -93,6 +96,7 @@ void main() {
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
   const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
+  const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
   const uint q_base = ((b * p.a.tq + q0) * p.a.hq + h) * D;
 
   write_index_matrix(INDEX_OFF);
@@ -104,8 +108,10 @@ void main() {
   }
   barrier();
   FRAG_F row_of, col_of;  // row and column of each accumulator component
-  LOAD_F(row_of, INDEX_OFF, 4u, false);
-  LOAD_F(col_of, INDEX_OFF, 4u, true);
+  if (!QUAD_LAYOUT) {
+    LOAD_F(row_of, INDEX_OFF, 4u, false);
+    LOAD_F(col_of, INDEX_OFF, 4u, true);
+  }
   FRAG_H qa[DF], oa[DF];
   UNROLL for (uint f = 0; f < DF; ++f)
     LOAD_H(qa[f], Q_OFF + (sg * 16u * PITCH + f * 16u) / 8u, PITCH / 8u, false);
@@ -133,8 +139,8 @@ void main() {
   if (j_lo < j_hi) {
     const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
     const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
-    kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
-    vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+    kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
+    vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
   }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the do staging) is consumed
@@ -145,8 +151,8 @@ void main() {
       const uint j1 = uint(j0 + BKV);
       const uint rows = min(uint(BKV), p.a.tk - j1);
       const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
-      kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
-      vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+      kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
+      vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
     }
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
@@ -169,7 +175,8 @@ void main() {
           dp = MMA(oa[f], vb, dp);
         }
         UNROLL for (int t = 0; t < FRAG_LEN(s); ++t) {
-          const uint r = sg_row0 + uint(COMP(row_of, t)), c = kf * 16u + uint(COMP(col_of, t));
+          const uint r = sg_row0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
+          const uint c = kf * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
           float g = 0.0;
           if (r < q_rows && sKeyOk[c] != 0u &&
               position_visible(p.a, pos_first + int(r), j0 + int(c))) {
@@ -194,11 +201,11 @@ void main() {
   }
 
   UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-    const uint r = sg_row0 + uint(COMP(row_of, t));
+    const uint r = sg_row0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
     if (r >= q_rows) continue;
     const uint row = ((b * p.a.tq + q0 + r) * p.a.hq + h) * D;
     UNROLL for (uint f = 0; f < DF; ++f) {
-      const uint d = f * 16u + uint(COMP(col_of, t));
+      const uint d = f * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
       if (d < D) p.dq.v[row + d] = COMP(acc[f], t) * p.a.scale;
     }
   }

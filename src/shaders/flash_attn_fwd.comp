@@ -6,9 +6,10 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup (the next tile's loads in flight while the current one is
-// multiplied: fetch_rows / stash_rows). Per tile each subgroup, on registers (each component's row and
-// column are known from the index matrix, see flash_frag.glsl):
+// memory by the whole workgroup from f16 copies of k and v that the host makes (the next tile's
+// loads in flight while the current one is multiplied: fetch_rows / stash_rows). Per tile each
+// subgroup, on registers (each component's row and column known from the lane or the index
+// matrix, see flash_frag.glsl's COMP_ROW):
 //   1. S = q k^T into accumulators; each component masked and transformed;
 //   2. the tile's row maxima: the maximum over the tile's fragments of each component, then over
 //      the row: with ROW_SHUFFLE (where the accumulators have the quad layout, ops/coopmat_layout.h)
@@ -80,6 +81,8 @@ layout(local_size_x = LOCAL_SIZE) in;
 // Row maxima by subgroup shuffles: only where the accumulators have the quad layout (the host
 // probes it; the emulation has it by construction).
 layout(constant_id = 0) const bool ROW_SHUFFLE = false;
+// The accumulators have the quad layout: components' rows and columns from the lane (COMP_ROW).
+layout(constant_id = 1) const bool QUAD_LAYOUT = false;
 
 shared uvec4 smem[SMEM_VEC];
 shared float sM[BQ];      // running max of each row (MASKED while it has seen no key)
@@ -95,8 +98,8 @@ shared float sXor[LOCAL_SIZE];  // the emulated subgroup shuffle
 
 layout(push_constant, std430) uniform Push {
   F32Buf q;     // [B, Tq, Hq, D]
-  F32Buf k;     // [B, Tk, Hkv, D]
-  F32Buf v;     // [B, Tk, Hkv, D]
+  uint64_t k;   // f16 copy (fetch_rows) [B, Tk, Hkv, D]
+  uint64_t v;   // f16 copy [B, Tk, Hkv, D]
   I32Buf mask;  // [B, Tk], read when flags has FLAG_MASK
   F32Buf o;     // [B, Tq, Hq, D]
   F32Buf lse;   // [B, Hq, Tq]
@@ -161,13 +164,16 @@ void main() {
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
   const bool vec4_ok = (p.flags & FLAG_VEC4) != 0u;
+  const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
 
   // Row and column of each accumulator component.
   write_index_matrix(S_OFF);
   barrier();
   FRAG_F row_of, col_of;
-  LOAD_F(row_of, S_OFF, 4u, false);
-  LOAD_F(col_of, S_OFF, 4u, true);
+  if (!QUAD_LAYOUT) {
+    LOAD_F(row_of, S_OFF, 4u, false);
+    LOAD_F(col_of, S_OFF, 4u, true);
+  }
   barrier();
 
   stage_rows_f16(uint64_t(p.q), vec4_ok, ((b * p.a.tq + q0) * p.a.hq + h) * D, p.a.hq * D, q_rows,
@@ -211,8 +217,8 @@ void main() {
   if (j_lo < j_hi) {
     const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
     const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
-    kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
-    vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+    kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
+    vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
   }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the q staging) is consumed
@@ -223,8 +229,8 @@ void main() {
       const uint j1 = uint(j0 + BKV);
       const uint rows = min(uint(BKV), p.a.tk - j1);
       const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
-      kt = fetch_rows(uint64_t(p.k), vec4_ok, base, p.a.hkv * D, rows, D);
-      vt = fetch_rows(uint64_t(p.v), vec4_ok, base, p.a.hkv * D, rows, D);
+      kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
+      vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
     }
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
@@ -260,12 +266,13 @@ void main() {
         }
         FRAG_F m = FRAG_F_ZERO;
         UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-          const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+          const uint r = sg_row0 + i * 16u + COMP_ROW(QUAD_LAYOUT, row_of, t);
           const int pos = pos_first + int(r);
           float mt = MASKED;
           UNROLL for (uint kf = 0; kf < KF; ++kf) {
             const float x = masked_score(tile_full, r < q_rows, pos, j0,
-                                         kf * 16u + uint(COMP(col_of, t)), COMP(s[i][kf], t));
+                                         kf * 16u + COMP_COL(QUAD_LAYOUT, col_of, t),
+                                         COMP(s[i][kf], t));
             COMP(s[i][kf], t) = x;
             mt = max(mt, x);
           }
@@ -313,7 +320,7 @@ void main() {
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-          const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+          const uint r = sg_row0 + i * 16u + COMP_ROW(QUAD_LAYOUT, row_of, t);
           const uint half_ = uint(t) >> 2;
           const float a = ROW_SHUFFLE ? alpha[i][half_] : sAlpha[r];
           const float m = ROW_SHUFFLE ? run_max[i][half_] : sM[r];
@@ -365,12 +372,12 @@ void main() {
 
   UNROLL for (uint i = 0; i < QF; ++i) {
     UNROLL for (int t = 0; t < FRAG_LEN(row_of); ++t) {
-      const uint r = sg_row0 + i * 16u + uint(COMP(row_of, t));
+      const uint r = sg_row0 + i * 16u + COMP_ROW(QUAD_LAYOUT, row_of, t);
       if (r >= q_rows) continue;
       const float l = sL[r];
       const uint row = ((b * p.a.tq + q0 + r) * p.a.hq + h) * D;
       UNROLL for (uint f = 0; f < DF; ++f) {
-        const uint d = f * 16u + uint(COMP(col_of, t));
+        const uint d = f * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
         if (d < D) p.o.v[row + d] = l > 0.0 ? COMP(acc[i][f], t) / l : 0.0;
       }
     }

@@ -228,27 +228,44 @@ void stage_rows_f16(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, 
 }
 
 #ifdef PREFETCH_ROWS
+// Bit of the kernels' `flags` (kFlashFlagTilesVec8 on the host): the f16 copies fetch_rows reads
+// start 16-byte aligned and D is a multiple of 8, so each 8-element chunk is one 16-byte read.
+const uint FLAG_TILES_VEC8 = 16u;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer TileVec8Buf { uvec4 v[]; };
+
 // A tile of PREFETCH_ROWS rows (keys, or queries) staged through registers: fetch_rows issues the
 // loads of the next tile before the current one is multiplied, so that their latency overlaps the
-// work, and stash_rows converts them to f16 and writes them to shared memory once everyone is
-// done with the current tile -- the two halves of stage_rows_f16. PREFETCH_CHUNKS: 8-element
-// chunks of the tile per invocation.
+// work, and stash_rows writes them to shared memory once everyone is done with the current tile.
+// The operands staged this way are read from f16 copies that the host makes once per call
+// (Tensor::to, which rounds as pack2 does), not from the f32 tensors: every workgroup of a head
+// stages the same keys, so converting once halves the bytes each workgroup reads and the
+// registers a fetched tile takes, and leaves the tile loop no conversion to do. PREFETCH_CHUNKS:
+// 8-element chunks (one uvec4 of halves) of the tile per invocation.
 #define PREFETCH_CHUNKS ((PREFETCH_ROWS * (DMAX / 8u) + LOCAL_SIZE - 1u) / LOCAL_SIZE)
 struct TileChunks {
-  vec4 lo[PREFETCH_CHUNKS], hi[PREFETCH_CHUNKS];
+  uvec4 h[PREFETCH_CHUNKS];
 };
 
-// This invocation's chunks of rows 0..rows-1 of a tile whose row r starts at addr[base + r * ld]
-// (D elements; zeros past D and past `rows`), read as stage_rows_f16 reads them.
-TileChunks fetch_rows(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, uint D) {
+// Halves d..d+7 of the f16 row at addr[at - d ..] (zeros from D on), the first in the low bits:
+// one 16-byte read where vec8_ok and the chunk lies whole inside the row, else eight 16-bit reads.
+uvec4 read_chunk8_f16(uint64_t addr, bool vec8_ok, uint at, uint d, uint D) {
+  if (vec8_ok && d + 8u <= D) return TileVec8Buf(addr).v[at / 8u];
+  uint x[8];
+  [[unroll]] for (uint e = 0; e < 8u; ++e) x[e] = d + e < D ? uint(U16Buf(addr).v[at + e]) : 0u;
+  return uvec4(x[0] | (x[1] << 16), x[2] | (x[3] << 16), x[4] | (x[5] << 16), x[6] | (x[7] << 16));
+}
+
+// This invocation's chunks of rows 0..rows-1 of a tile whose row r starts at half base + r * ld of
+// the f16 copy at addr (D elements; zeros past D and past `rows`).
+TileChunks fetch_rows(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D) {
   TileChunks t;
   UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
-    t.lo[l] = vec4(0.0);
-    t.hi[l] = vec4(0.0);
+    t.h[l] = uvec4(0);
     if (chunk < PREFETCH_ROWS * (DMAX / 8u) && r < rows)
-      read_chunk8(addr, vec4_ok, base + r * ld + d, d, D, t.lo[l], t.hi[l]);
+      t.h[l] = read_chunk8_f16(addr, vec8_ok, base + r * ld + d, d, D);
   }
   return t;
 }
@@ -258,11 +275,22 @@ void stash_rows(TileChunks t, uint element) {
   UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
-    if (chunk < PREFETCH_ROWS * (DMAX / 8u))
-      smem[element + (r * PITCH + d) / 8u] = pack8(t.lo[l], t.hi[l]);
+    if (chunk < PREFETCH_ROWS * (DMAX / 8u)) smem[element + (r * PITCH + d) / 8u] = t.h[l];
   }
 }
 #endif
+
+// Row and column, within its 16 x 16 fragment, of accumulator component t of this invocation.
+// Where the accumulators have the quad layout (`quad`: the kernels' QUAD_LAYOUT constant, set by
+// the host where its probe found that layout, and always in the emulation, which has it by
+// construction; ops/coopmat_layout.h) they follow from the lane: row lane / 4 + 8 (t / 4), column
+// 2 (lane % 4) + t % 2 + 8 ((t / 2) % 2), and the index matrices below are not loaded, which saves
+// the 16 registers per invocation they take. Elsewhere they are read from those matrices.
+#define COMP_ROW(quad, row_of, t) \
+  ((quad) ? (LANE >> 2) + 8u * (uint(t) >> 2) : uint(COMP(row_of, t)))
+#define COMP_COL(quad, col_of, t)                                               \
+  ((quad) ? 2u * (LANE & 3u) + (uint(t) & 1u) + 8u * ((uint(t) >> 1) & 1u) \
+          : uint(COMP(col_of, t)))
 
 // Writes the 16 x 16 matrix whose element (r, c) is r (as f32) at smem `element` (rows 4 uvec4
 // apart). Loaded row-major it gives each component's row, column-major its column.

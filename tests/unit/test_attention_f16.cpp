@@ -62,6 +62,7 @@ struct CoopmatScope {
     ops::detail::set_coopmat_emulation(false);
     ops::detail::set_f16_convert(ops::detail::F16Convert::Auto);
     ops::detail::set_flash_row_shuffle(true);
+    ops::detail::set_flash_quad_rows(true);
   }
   CoopmatScope(const CoopmatScope&) = delete;
   CoopmatScope& operator=(const CoopmatScope&) = delete;
@@ -374,6 +375,20 @@ TEST(AttentionF16, RowShufflesGiveTheSharedMemoryBits) {
     SCOPED_TRACE(kCases[i].name);
     expect_deterministic(make_inputs(kCases[i], 900 + i),
                          [](int run) { ops::detail::set_flash_row_shuffle(run == 0); });
+  }
+}
+
+// Accumulator rows and columns taken from the lane (the quad layout; the emulation has it) and
+// loaded from index matrices give the same bits in all three kernels.
+TEST(AttentionF16, QuadRowsGiveTheIndexMatrixBits) {
+  CoopmatScope scope;
+  if (!ops::detail::flash_quad_rows())
+    GTEST_SKIP() << "the device's accumulator layout is not the quad one (vkformer devices): "
+                    "only the index matrices run here";
+  for (const size_t i : {0, 1, 3, 4, 5, 6}) {
+    SCOPED_TRACE(kCases[i].name);
+    expect_deterministic(make_inputs(kCases[i], 950 + i),
+                         [](int run) { ops::detail::set_flash_quad_rows(run == 0); });
   }
 }
 
