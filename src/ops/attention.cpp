@@ -226,7 +226,7 @@ std::vector<uint32_t> quad_spec(const SavedForward& s) {
 }
 
 // The tensor-core kernels stage some operands tile by tile from f16 copies (flash_frag.glsl's
-// fetch_rows): the copy of t (rounded as the kernels round, to nearest even) and its flag bit;
+// stage_tile): the copy of t (rounded as the kernels round, to nearest even) and its flag bit;
 // the other families read t itself.
 struct TileOperands {
   Tensor a, b;

@@ -78,7 +78,7 @@ constexpr uint32_t kFlashFlagVec4 = 4;
 // flash_attn_dkv.comp), which a second pass adds over each group.
 constexpr uint32_t kFlashFlagHeadPartials = 8;
 // The f16 copies of the operands the kernels stage tile by tile (k and v in the forward and dq, q
-// and the output gradient in dk/dv: flash_frag.glsl's fetch_rows) start 16-byte aligned and
+// and the output gradient in dk/dv: flash_frag.glsl's stage_tile) start 16-byte aligned and
 // head_dim is a multiple of 8, so their 8-element chunks are read as 16 bytes.
 constexpr uint32_t kFlashFlagTilesVec8 = 16;
 // Whether the tensor-core dk/dv kernel splits a GQA group into per-head workgroups: by default

@@ -17,10 +17,10 @@
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
 // operands. Queries (q and do) are staged per tile as f16 rows in shared memory from f16 copies
-// the host makes, the next tile's loads (with its rows' logsumexp and delta) in flight while the
-// current one is multiplied (fetch_rows / stash_rows, fetch_row_stats). Masks and the softmax
+// the host makes (stage_tile), with their rows' logsumexp and delta. Masks and the softmax
 // gradient run on the accumulators' components, whose rows (keys) and columns (queries) come from
-// the lane or the index matrix (flash_frag.glsl's COMP_ROW). A subgroup whose keys no query of the tile sees skips it.
+// the lane or the index matrix (flash_frag.glsl's COMP_ROW). A subgroup whose keys no query of
+// the tile sees skips it.
 //
 // Shared memory (uvec4 units): [0, QV) q tile, [QV, 2 QV) do tile; the k and v staging and the
 // index matrix alias them at the start (the emulated build adds per-subgroup conversion scratch
@@ -73,11 +73,11 @@ shared float sLse[BQT];
 shared float sDelta[BQT];
 shared uint sKeyOk[BK];  // key exists and is not padding
 
-#define PREFETCH_ROWS BQT  // fetch_rows / stash_rows tiles
+#define TILE_ROWS BQT  // stage_tile's tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
-  uint64_t q;    // f16 copy (fetch_rows) [B, Tq, Hq, D]
+  uint64_t q;    // f16 copy (stage_tile) [B, Tq, Hq, D]
   F32Buf k;      // [B, Tk, Hkv, D]
   F32Buf v;      // [B, Tk, Hkv, D]
   I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
@@ -91,13 +91,14 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-// The logsumexp and delta of query i0 + tid of batch entry b, head h (zeros from `rows` on): this
-// invocation's share of a query tile's row statistics, fetched with the tile.
-void fetch_row_stats(uint b, uint h, uint i0, uint rows, out float lse, out float delta) {
+// The logsumexp and delta of query i0 + r of batch entry b, head h into sLse[r] and sDelta[r],
+// r < BQT (zeros from `rows` on): one query per invocation (BQT <= LOCAL_SIZE), with the tile.
+void stage_row_stats(uint b, uint h, uint i0, uint rows) {
   const uint r = gl_LocalInvocationIndex;
+  if (r >= BQT) return;
   const uint row = (b * p.a.hq + h) * p.a.tq + i0 + r;
-  lse = r < BQT && r < rows ? p.lse.v[row] : 0.0;
-  delta = r < BQT && r < rows ? p.delta.v[row] : 0.0;
+  sLse[r] = r < rows ? p.lse.v[row] : 0.0;
+  sDelta[r] = r < rows ? p.delta.v[row] : 0.0;
 }
 
 // Bit of flags beyond FLAG_VEC4: the grid's y is a query head, dk / dv are per-head partials.
@@ -156,43 +157,15 @@ void main() {
   const int sg_k_first = int(k0 + sg_key0);
   const uint conv = 2 * QV + sg * CONV_VEC;
 
-  // The next tile of queries and of their output gradients, as read (see fetch_rows): the tiles
-  // run through the heads of the group, each over [i_lo, i_hi).
-  // With them, the tile's logsumexp and delta, one query per invocation (BQT <= LOCAL_SIZE).
-  TileChunks q_next, do_next;
-  float lse_next = 0.0, delta_next = 0.0;
-  if (i_lo < i_hi) {
-    const uint base = ((b * p.a.tq + uint(i_lo)) * p.a.hq + h_first) * D;
-    const uint rows = min(uint(BQT), p.a.tq - uint(i_lo));
-    q_next = fetch_rows(uint64_t(p.q), tiles_vec8, base, p.a.hq * D, rows, D);
-    do_next = fetch_rows(uint64_t(p.dout), tiles_vec8, base, p.a.hq * D, rows, D);
-    fetch_row_stats(b, h_first, uint(i_lo), rows, lse_next, delta_next);
-  }
+  // Query tiles run through the heads of the group, each over [i_lo, i_hi).
   for (uint h = h_first; h < h_end; ++h) {
     for (int i0 = i_lo; i0 < i_hi; i0 += BQT) {
       barrier();  // the previous tile (and, the first time, the v staging) is consumed
       const uint q_rows = min(uint(BQT), p.a.tq - uint(i0));
-      stash_rows(q_next, 0u);
-      stash_rows(do_next, QV);
-      if (tid < BQT) {
-        sLse[tid] = lse_next;
-        sDelta[tid] = delta_next;
-      }
-      {
-        uint next_h = h;
-        int next_i0 = i0 + BQT;
-        if (next_i0 >= i_hi) {
-          next_h = h + 1u;
-          next_i0 = i_lo;
-        }
-        if (next_h < h_end) {
-          const uint base = ((b * p.a.tq + uint(next_i0)) * p.a.hq + next_h) * D;
-          const uint rows = min(uint(BQT), p.a.tq - uint(next_i0));
-          q_next = fetch_rows(uint64_t(p.q), tiles_vec8, base, p.a.hq * D, rows, D);
-          do_next = fetch_rows(uint64_t(p.dout), tiles_vec8, base, p.a.hq * D, rows, D);
-          fetch_row_stats(b, next_h, uint(next_i0), rows, lse_next, delta_next);
-        }
-      }
+      const uint q_base = ((b * p.a.tq + uint(i0)) * p.a.hq + h) * D;
+      stage_tile(uint64_t(p.q), tiles_vec8, q_base, p.a.hq * D, q_rows, D, 0u);
+      stage_tile(uint64_t(p.dout), tiles_vec8, q_base, p.a.hq * D, q_rows, D, QV);
+      stage_row_stats(b, h, uint(i0), q_rows);
       barrier();
       const int pos_first = i0 + p.a.q_offset;
       const bool sees_tile = sg_keys > 0 && block_visible(p.a, pos_first, pos_first + int(q_rows) - 1,

@@ -8,9 +8,8 @@
 //
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * 16 queries; each subgroup holds its 16
 // rows of q and do as f16 fragments and of dq as f32 accumulators in registers. Keys (k and v)
-// are staged per tile as f16 rows in shared memory from f16 copies the host makes, the next
-// tile's loads in flight while the current one is multiplied (fetch_rows / stash_rows; 32-key
-// tiles kept that within 159 registers, where 64-key tiles needed 229: H200, bench/RESULTS.md).
+// are staged per tile (32 keys) as f16 rows in shared memory from f16 copies the host makes
+// (stage_tile).
 // The masks and the softmax gradient run on the accumulators' components, whose rows and columns
 // come from the lane or the index matrix (flash_frag.glsl's COMP_ROW).
 // A subgroup whose rows see no key of the tile skips it.
@@ -69,12 +68,12 @@ shared float sLse[BQ];
 shared float sDelta[BQ];
 shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 
-#define PREFETCH_ROWS BKV  // fetch_rows / stash_rows tiles
+#define TILE_ROWS BKV  // stage_tile's tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
   F32Buf q;      // [B, Tq, Hq, D]
-  uint64_t k;    // f16 copy (fetch_rows) [B, Tk, Hkv, D]
+  uint64_t k;    // f16 copy (stage_tile) [B, Tk, Hkv, D]
   uint64_t v;    // f16 copy [B, Tk, Hkv, D]
   I32Buf mask;   // [B, Tk], read when flags has FLAG_MASK
   F32Buf dout;   // [B, Tq, Hq, D]
@@ -135,25 +134,12 @@ void main() {
   const int sg_pos_first = pos_first + int(sg_row0);
   const uint conv = 2 * KV_VEC + sg * CONV_VEC;
 
-  TileChunks kt, vt;  // the next tile of keys and values, as read
-  if (j_lo < j_hi) {
-    const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
-    const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
-    kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
-    vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
-  }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the do staging) is consumed
     const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
-    stash_rows(kt, 0u);
-    stash_rows(vt, KV_VEC);
-    if (j0 + BKV < j_hi) {
-      const uint j1 = uint(j0 + BKV);
-      const uint rows = min(uint(BKV), p.a.tk - j1);
-      const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
-      kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
-      vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
-    }
+    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
+    stage_tile(uint64_t(p.k), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, 0u);
+    stage_tile(uint64_t(p.v), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC);
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;

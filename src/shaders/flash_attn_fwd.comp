@@ -6,9 +6,8 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup from f16 copies of k and v that the host makes (the next tile's
-// loads in flight while the current one is multiplied: fetch_rows / stash_rows). Per tile each
-// subgroup, on registers (each component's row and column known from the lane or the index
+// memory by the whole workgroup from f16 copies of k and v that the host makes (stage_tile).
+// Per tile each subgroup, on registers (each component's row and column known from the lane or the index
 // matrix, see flash_frag.glsl's COMP_ROW):
 //   1. S = q k^T into accumulators; each component masked and transformed;
 //   2. the tile's row maxima: the maximum over the tile's fragments of each component, then over
@@ -93,12 +92,12 @@ shared uint sKeyOk[BKV];  // key of the tile exists and is not padding
 shared float sXor[LOCAL_SIZE];  // the emulated subgroup shuffle
 #endif
 
-#define PREFETCH_ROWS BKV  // fetch_rows / stash_rows tiles
+#define TILE_ROWS BKV  // stage_tile's tiles
 #include "flash_frag.glsl"
 
 layout(push_constant, std430) uniform Push {
   F32Buf q;     // [B, Tq, Hq, D]
-  uint64_t k;   // f16 copy (fetch_rows) [B, Tk, Hkv, D]
+  uint64_t k;   // f16 copy (stage_tile) [B, Tk, Hkv, D]
   uint64_t v;   // f16 copy [B, Tk, Hkv, D]
   I32Buf mask;  // [B, Tk], read when flags has FLAG_MASK
   F32Buf o;     // [B, Tq, Hq, D]
@@ -213,25 +212,12 @@ void main() {
     alpha[i][0] = alpha[i][1] = 1.0;
   }
 
-  TileChunks kt, vt;  // the next tile of keys and values, as read
-  if (j_lo < j_hi) {
-    const uint rows = min(uint(BKV), p.a.tk - uint(j_lo));
-    const uint base = ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D;
-    kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
-    vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
-  }
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
     barrier();  // the previous tile (and, the first time, the q staging) is consumed
     const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
-    stash_rows(kt, 0u);
-    stash_rows(vt, KV_VEC);
-    if (j0 + BKV < j_hi) {
-      const uint j1 = uint(j0 + BKV);
-      const uint rows = min(uint(BKV), p.a.tk - j1);
-      const uint base = ((b * p.a.tk + j1) * p.a.hkv + hk) * D;
-      kt = fetch_rows(uint64_t(p.k), tiles_vec8, base, p.a.hkv * D, rows, D);
-      vt = fetch_rows(uint64_t(p.v), tiles_vec8, base, p.a.hkv * D, rows, D);
-    }
+    const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
+    stage_tile(uint64_t(p.k), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, 0u);
+    stage_tile(uint64_t(p.v), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC);
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;

@@ -227,25 +227,19 @@ void stage_rows_f16(uint64_t addr, bool vec4_ok, uint base, uint ld, uint rows, 
   }
 }
 
-#ifdef PREFETCH_ROWS
-// Bit of the kernels' `flags` (kFlashFlagTilesVec8 on the host): the f16 copies fetch_rows reads
+#ifdef TILE_ROWS
+// Bit of the kernels' `flags` (kFlashFlagTilesVec8 on the host): the f16 copies stage_tile reads
 // start 16-byte aligned and D is a multiple of 8, so each 8-element chunk is one 16-byte read.
 const uint FLAG_TILES_VEC8 = 16u;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer TileVec8Buf { uvec4 v[]; };
 
-// A tile of PREFETCH_ROWS rows (keys, or queries) staged through registers: fetch_rows issues the
-// loads of the next tile before the current one is multiplied, so that their latency overlaps the
-// work, and stash_rows writes them to shared memory once everyone is done with the current tile.
-// The operands staged this way are read from f16 copies that the host makes once per call
-// (Tensor::to, which rounds as pack2 does), not from the f32 tensors: every workgroup of a head
-// stages the same keys, so converting once halves the bytes each workgroup reads and the
-// registers a fetched tile takes, and leaves the tile loop no conversion to do. PREFETCH_CHUNKS:
-// 8-element chunks (one uvec4 of halves) of the tile per invocation.
-#define PREFETCH_CHUNKS ((PREFETCH_ROWS * (DMAX / 8u) + LOCAL_SIZE - 1u) / LOCAL_SIZE)
-struct TileChunks {
-  uvec4 h[PREFETCH_CHUNKS];
-};
+// The operands a kernel stages tile by tile (TILE_ROWS rows of keys, or of queries) are read from
+// f16 copies that the host makes once per call (Tensor::to, which rounds as pack2 does), not from
+// the f32 tensors: every workgroup of a head stages the same rows, so converting once halves the
+// bytes each workgroup reads and leaves the tile loop no conversion to do. TILE_CHUNKS: 8-element
+// chunks (one uvec4 of halves) of a tile per invocation.
+#define TILE_CHUNKS ((TILE_ROWS * (DMAX / 8u) + LOCAL_SIZE - 1u) / LOCAL_SIZE)
 
 // Halves d..d+7 of the f16 row at addr[at - d ..] (zeros from D on), the first in the low bits:
 // one 16-byte read where vec8_ok and the chunk lies whole inside the row, else eight 16-bit reads.
@@ -256,26 +250,26 @@ uvec4 read_chunk8_f16(uint64_t addr, bool vec8_ok, uint at, uint d, uint D) {
   return uvec4(x[0] | (x[1] << 16), x[2] | (x[3] << 16), x[4] | (x[5] << 16), x[6] | (x[7] << 16));
 }
 
-// This invocation's chunks of rows 0..rows-1 of a tile whose row r starts at half base + r * ld of
-// the f16 copy at addr (D elements; zeros past D and past `rows`).
-TileChunks fetch_rows(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D) {
-  TileChunks t;
-  UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
+// Stages a tile: rows 0..rows-1 of the f16 copy at addr (row r at half base + r * ld, D elements)
+// as f16 rows PITCH halves apart at smem `element`, zeros past D and past `rows`. The whole
+// workgroup takes part, each invocation issuing all its reads before its stores. The tile loops
+// stage each tile after the barrier that frees the previous one and wait for it: holding the next
+// tile in registers through the current one's work (the kernels' earlier prefetch) took 13-46
+// registers per invocation, which cost a workgroup per multiprocessor, and that cost more time
+// than the hidden load latency saved (H200: bench/RESULTS.md, seventeenth session).
+void stage_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D, uint element) {
+  uvec4 h[TILE_CHUNKS];
+  UNROLL for (uint l = 0; l < TILE_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
-    t.h[l] = uvec4(0);
-    if (chunk < PREFETCH_ROWS * (DMAX / 8u) && r < rows)
-      t.h[l] = read_chunk8_f16(addr, vec8_ok, base + r * ld + d, d, D);
+    h[l] = uvec4(0);
+    if (chunk < TILE_ROWS * (DMAX / 8u) && r < rows)
+      h[l] = read_chunk8_f16(addr, vec8_ok, base + r * ld + d, d, D);
   }
-  return t;
-}
-
-// Writes fetched chunks as f16 rows, PITCH halves apart, at smem `element`.
-void stash_rows(TileChunks t, uint element) {
-  UNROLL for (uint l = 0; l < PREFETCH_CHUNKS; ++l) {
+  UNROLL for (uint l = 0; l < TILE_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
-    if (chunk < PREFETCH_ROWS * (DMAX / 8u)) smem[element + (r * PITCH + d) / 8u] = t.h[l];
+    if (chunk < TILE_ROWS * (DMAX / 8u)) smem[element + (r * PITCH + d) / 8u] = h[l];
   }
 }
 #endif
