@@ -226,8 +226,10 @@ std::vector<uint32_t> quad_spec(const SavedForward& s) {
 }
 
 // The tensor-core kernels stage some operands tile by tile from f16 copies (flash_frag.glsl's
-// stage_tile): the copy of t (rounded as the kernels round, to nearest even) and its flag bit;
-// the other families read t itself.
+// stage_tile): the copies of a and b (rounded as the kernels round, to nearest even) and their
+// flag bit; the other families read a and b themselves. The backward makes its copies again rather
+// than keeping the forward's: they are transient, where kept ones would add to the peak between
+// the passes (the 1B f16 step's peak sits 0.3 GiB under PyTorch's).
 struct TileOperands {
   Tensor a, b;
   uint32_t flags = 0;
@@ -374,7 +376,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   s.out = Tensor::empty(q.shape(), DType::F32);
   s.lse = Tensor::empty({dims.b, dims.hq, dims.tq}, DType::F32);
 
-  const uint32_t vec4 = s.coopmat() ? vec4_flag(dims.d, {&s.q, &s.k, &s.v})
+  // The tensor-core forward reads q as f32 rows (k and v through their f16 copies).
+  const uint32_t vec4 = s.coopmat() ? vec4_flag(dims.d, {&s.q})
                         : s.fast()  ? vec4_flag(dims.d, {&s.q, &s.k, &s.v, &s.out})
                                     : 0;
   const TileOperands kv = tile_operands(s, s.k, s.v);

@@ -51,6 +51,12 @@ uint32_t flash_fwd_fragments() {
 
 bool g_row_shuffle_allowed = true;
 
+// The tensor-core accumulators have the quad layout (ops/coopmat_layout.h): where the device's
+// probe found it, and always in the emulation, which has it by construction.
+bool accumulators_in_quad_layout() {
+  return coopmat_emulation() || is_quad_layout(accumulator_layout());
+}
+
 // Subgroups per workgroup of the kernels (NUM_SG in the shaders).
 uint32_t subgroups() {
   return coopmat_emulation() ? 2 : 4;
@@ -181,7 +187,7 @@ bool flash_row_shuffle() {
     return v == "shared";
   }();
   if (shared_requested || !g_row_shuffle_allowed) return false;
-  return coopmat_emulation() || is_quad_layout(accumulator_layout());
+  return accumulators_in_quad_layout();
 }
 
 void set_flash_row_shuffle(bool allowed) {
@@ -193,7 +199,7 @@ bool g_quad_rows_allowed = true;
 }  // namespace
 
 bool flash_quad_rows() {
-  return g_quad_rows_allowed && (coopmat_emulation() || is_quad_layout(accumulator_layout()));
+  return g_quad_rows_allowed && accumulators_in_quad_layout();
 }
 
 void set_flash_quad_rows(bool allowed) {

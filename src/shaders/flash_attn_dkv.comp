@@ -122,7 +122,7 @@ void main() {
   const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
   const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
 
-  write_index_matrix(0u);
+  if (!QUAD_LAYOUT) write_index_matrix(0u);
   barrier();
   FRAG_F row_of, col_of;  // row and column of each accumulator component
   if (!QUAD_LAYOUT) {

@@ -98,7 +98,7 @@ void main() {
   const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
   const uint q_base = ((b * p.a.tq + q0) * p.a.hq + h) * D;
 
-  write_index_matrix(INDEX_OFF);
+  if (!QUAD_LAYOUT) write_index_matrix(INDEX_OFF);
   stage_rows_f16(uint64_t(p.q), vec4_ok, q_base, p.a.hq * D, q_rows, D, Q_OFF, BQ);
   for (uint r = tid; r < BQ; r += LOCAL_SIZE) {
     const uint row = (b * p.a.hq + h) * p.a.tq + q0 + r;

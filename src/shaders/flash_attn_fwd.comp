@@ -166,7 +166,7 @@ void main() {
   const bool tiles_vec8 = (p.flags & FLAG_TILES_VEC8) != 0u;
 
   // Row and column of each accumulator component.
-  write_index_matrix(S_OFF);
+  if (!QUAD_LAYOUT) write_index_matrix(S_OFF);
   barrier();
   FRAG_F row_of, col_of;
   if (!QUAD_LAYOUT) {

@@ -130,10 +130,22 @@ struct FragF {  // an f32 accumulator: 8 components per invocation
     if (cond) emu_store_h(src, element_, stride_);  \
     dst = FragH(element_, stride_, false);          \
   }
+#endif  // VKF_EMULATE_COOPMAT
 
-// Row-major element of component t of this invocation (the quad layout, see above).
+// Row and column, within its 16 x 16 fragment, of accumulator component t of this invocation in
+// the quad layout (the tensor cores' 16x8-tile layout, ops/coopmat_layout.h; the emulation's by
+// construction): row lane / 4 + 8 (t / 4), column 2 (lane % 4) + t % 2 + 8 ((t / 2) % 2).
+uint quad_row(uint t) {
+  return (LANE >> 2) + 8u * (t >> 2);
+}
+uint quad_col(uint t) {
+  return 2u * (LANE & 3u) + (t & 1u) + 8u * ((t >> 1) & 1u);
+}
+
+#if VKF_EMULATE_COOPMAT
+// Row-major element of component t of this invocation.
 uint emu_element(uint t) {
-  return 16u * ((LANE >> 2) + 8u * (t >> 2)) + 2u * (LANE & 3u) + (t & 1u) + 8u * ((t >> 1) & 1u);
+  return 16u * quad_row(t) + quad_col(t);
 }
 
 // Element (r, c) of an f16 operand, as coopMatLoadNV reads it: half element * 8 + r * stride * 8
@@ -276,15 +288,11 @@ void stage_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint
 
 // Row and column, within its 16 x 16 fragment, of accumulator component t of this invocation.
 // Where the accumulators have the quad layout (`quad`: the kernels' QUAD_LAYOUT constant, set by
-// the host where its probe found that layout, and always in the emulation, which has it by
-// construction; ops/coopmat_layout.h) they follow from the lane: row lane / 4 + 8 (t / 4), column
-// 2 (lane % 4) + t % 2 + 8 ((t / 2) % 2), and the index matrices below are not loaded, which saves
-// the 16 registers per invocation they take. Elsewhere they are read from those matrices.
-#define COMP_ROW(quad, row_of, t) \
-  ((quad) ? (LANE >> 2) + 8u * (uint(t) >> 2) : uint(COMP(row_of, t)))
-#define COMP_COL(quad, col_of, t)                                               \
-  ((quad) ? 2u * (LANE & 3u) + (uint(t) & 1u) + 8u * ((uint(t) >> 1) & 1u) \
-          : uint(COMP(col_of, t)))
+// the host where its probe found that layout, and always in the emulation) they follow from the
+// lane (quad_row, quad_col), and the index matrices below are neither written nor loaded, which
+// saves the 16 registers per invocation they take. Elsewhere they are read from those matrices.
+#define COMP_ROW(quad, row_of, t) ((quad) ? quad_row(uint(t)) : uint(COMP(row_of, t)))
+#define COMP_COL(quad, col_of, t) ((quad) ? quad_col(uint(t)) : uint(COMP(col_of, t)))
 
 // Writes the 16 x 16 matrix whose element (r, c) is r (as f32) at smem `element` (rows 4 uvec4
 // apart). Loaded row-major it gives each component's row, column-major its column.
