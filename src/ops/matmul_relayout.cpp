@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/launch.h"
+#include "ops/matmul_coopmat.h"
 #include "vk/context.h"
 #include "vk/error.h"
 
@@ -33,13 +34,16 @@ constexpr uint32_t kNvidiaVendor = 0x10DE;
 
 // The rule, from the H200's measurements of the large tile (matmul_bench, every layout of the
 // training shapes of the 135M and 1B models): "tn" is about 10% faster than "nt" and 7% faster
-// than "nn" or "tt" (not with K = 8192, where "nn" was as fast). A transposition moves 8 bytes
-// per element (read and write); the device does about 14 fp32 FLOPs in the time of a byte of
-// copy (42 TFLOP/s, 2.9 TB/s). A relayout is made where the FLOPs it saves are at least 1.5
-// times those its copies cost.
+// than "nn" or "tt". A transposition moves 8 bytes per element (read and write); the device
+// does about 14 fp32 FLOPs in the time of a byte of copy (42 TFLOP/s, 2.9 TB/s). A relayout is
+// made where the FLOPs it saves are at least 1.5 times those its copies cost. One operand is
+// relaid up to K = 8192: "nn" 8192 x 2048 x 8192 (the MLP's input gradients at 1B) ran at 41.4
+// TFLOP/s against 46.0 "tn" (eighteenth session; in the eighth, before the pipelined kernel's
+// later changes, the two were as fast); at K = 128256 (the LM head's dh per loss chunk, 512 x
+// 2048 x 128256, stream-K) "tn" gains only 2%, less than the copy costs.
 constexpr double kGainNt = 0.10, kGainOne = 0.07;
 constexpr double kFlopsPerByte = 14.0, kMargin = 1.5;
-constexpr int64_t kMaxKForOne = 4096;
+constexpr int64_t kMaxKForOne = 8192;
 
 // A matrix of `desc` (rows contiguous when !column_major, else columns) as a new contiguous
 // tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
@@ -118,6 +122,25 @@ bool relayout_pays(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_bat
   if (a_rows && b_cols) return kGainNt * flops >= kMargin * kFlopsPerByte * (a_bytes + b_bytes);
   if (k > kMaxKForOne) return false;
   return kGainOne * flops >= kMargin * kFlopsPerByte * (a_rows ? a_bytes : b_bytes);
+}
+
+std::optional<MatDesc> tiled_b_kept_relaid(const MatDesc& b, int64_t total_m) {
+  if (coopmat_plan(b.batch, total_m, b.cols) || !relayout_allowed() || b.t.dtype() != DType::F32 ||
+      !in_slow_layout(b, false) || !copy_fits(b))
+    return std::nullopt;
+  if (relayout_choice() == RelayoutChoice::Auto &&
+      !kept_b_relayout_pays(b.batch, total_m, b.rows, b.cols))
+    return std::nullopt;
+  return relaid(b, false, false);
+}
+
+bool kept_b_relayout_pays(int64_t batch, int64_t total_m, int64_t k, int64_t n) {
+  // Every product would otherwise run "nt" (its A relaid where that pays): the nt -> tn gain over
+  // all of them against one copy of B.
+  const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(total_m) *
+                       static_cast<double>(k) * static_cast<double>(n);
+  const double bytes = 8.0 * static_cast<double>(batch) * static_cast<double>(k * n);
+  return kGainNt * flops >= kMargin * kFlopsPerByte * bytes;
 }
 
 bool relayout_copies(int64_t batch, int64_t m, int64_t n, int64_t k, bool a_rows, bool b_cols) {

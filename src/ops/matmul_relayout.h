@@ -36,6 +36,16 @@ bool relayout_copies(int64_t batch, int64_t m, int64_t n, int64_t k, bool a_rows
 // Rewrites a and b (f32 operands of a tiled product into c) to the "tn" layout where that pays.
 void relayout_for_tiled(MatDesc& a, MatDesc& b, const MatDesc& c);
 
+// A copy of b (the f32 B operand of several tiled products, total_m rows of A over all of them)
+// in the kernel's fast layout, for a caller that keeps it across the products: the LM head's
+// weight over the loss chunks, which the per-product rule above leaves "nt" because one chunk
+// does not pay for a copy of the whole weight. nullopt where the products run on tensor cores,
+// relayout is off, b is in the fast layout already or too large for the copy, or (Auto) the
+// gain over all products does not pay for the copy. Bitwise the same products.
+std::optional<MatDesc> tiled_b_kept_relaid(const MatDesc& b, int64_t total_m);
+// Auto's rule for it: a K x N B (batch entries: batch) multiplied by total_m rows of A in all.
+bool kept_b_relayout_pays(int64_t batch, int64_t total_m, int64_t k, int64_t n);
+
 // The tensor-core kernel's f16 operand copies (set_coopmat_f16_operands): it too runs fastest on
 // "tn" (H200, f32 inputs converted in the call: 4096^3 170 TFLOP/s against 154 "nn" and 139 "nt";
 // 8192 x 2048 x 2048 167 / 147 / 131), and the copy reads and writes the operand once whichever

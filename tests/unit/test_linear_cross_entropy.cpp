@@ -22,6 +22,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_coopmat.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_relayout.h"
 #include "ops/reduce.h"
 #include "ops/softcap.h"
 #include "peft/lora.h"
@@ -285,6 +286,47 @@ TEST(LinearCrossEntropy, IsDeterministic) {
   }
   for (size_t i = 0; i < 3; ++i)
     test::expect_bitwise_equal(runs[0][i], runs[1][i], "output " + std::to_string(i));
+}
+
+// On the fp32 tiled kernel the logits products read the head weight through one copy of W^T in
+// the kernel's fast layout, made once for all chunks (ops/matmul_relayout.h,
+// tiled_b_kept_relaid), and nothing changes by a bit. Relayout forced on every product (Always)
+// against none (Off): the same loss and gradients; one transpose for the weight and, per chunk,
+// one for the chunk's h (the logits product) and one for its dz (dh = dz W), where relaying W
+// per product would take one more per chunk.
+TEST(LinearCrossEntropy, RelaidHeadWeightChangesNoBit) {
+  ASSERT_EQ(matmul_precision(), MatmulPrecision::F32);
+  struct Guard {
+    ~Guard() { ops::detail::set_tiled_relayout(ops::detail::RelayoutChoice::Auto); }
+  } guard;
+  Rng rng(37);
+  const Case c{"", 45, 12, 333, 15, 0.5f, 0.0f, {7}};
+  const int64_t chunks = 3;
+  const Inputs in = random_inputs(rng, c);
+  const Tensor labels = labels_tensor(in.labels, DType::I32);
+  auto& stream = vk::Context::get().stream();
+  std::vector<Tensor> runs[2];
+  uint64_t dispatches[2] = {0, 0};
+  for (int relaid = 0; relaid < 2; ++relaid) {
+    ops::detail::set_tiled_relayout(relaid ? ops::detail::RelayoutChoice::Always
+                                           : ops::detail::RelayoutChoice::Off);
+    Tensor h = test::to_gpu(in.h, {c.rows, c.hidden}), w = test::to_gpu(in.w, {c.vocab, c.hidden});
+    h.set_requires_grad(true);
+    w.set_requires_grad(true);
+    autograd::Tape tape;
+    Tensor loss;
+    {
+      autograd::TapeScope scope(tape);
+      const uint64_t d0 = stream.dispatch_count();
+      loss = ops::linear_cross_entropy(h, w, labels, options_of(c)).loss_sum;
+      dispatches[relaid] = stream.dispatch_count() - d0;
+    }
+    tape.backward(loss);
+    runs[relaid] = {loss, h.grad(), w.grad()};
+  }
+  EXPECT_EQ(dispatches[1], dispatches[0] + 1 + 2 * chunks);
+  for (size_t i = 0; i < 3; ++i)
+    test::expect_bitwise_equal(runs[1][i], runs[0][i], "output " + std::to_string(i));
 }
 
 // Mixed precision with f16 operand copies (the emulated tensor-core kernel, so that lavapipe runs

@@ -346,9 +346,10 @@ TEST(MatmulTiled, RelayoutToTnChangesNoBit) {
   both([&] { return ops::matmul(a.view, b.view, false, true); }, 2, "split-K 3 nt");
 }
 
-// The size rule on the training shapes it was measured on (bench/RESULTS.md, eighth session):
-// large forward products ("nt") and the input gradients up to K = 4096 ("nn") are relaid; the
-// k/v products (N = 512 at 1B, 192 at 135M), the 135M q/o products and K = 8192 "nn" are not.
+// The size rule on the training shapes it was measured on (bench/RESULTS.md, eighth and
+// eighteenth sessions): large forward products ("nt") and the input gradients up to K = 8192
+// ("nn") are relaid; the k/v products (N = 512 at 1B, 192 at 135M), the 135M q/o products and
+// the LM head's K = 128256 "nn" (dh of a loss chunk) are not.
 TEST(MatmulTiled, RelayoutRule) {
   using ops::detail::relayout_pays;
   EXPECT_TRUE(relayout_pays(1, 8192, 2048, 2048, 1, 1, true, true));
@@ -360,8 +361,15 @@ TEST(MatmulTiled, RelayoutRule) {
   EXPECT_FALSE(relayout_pays(1, 8192, 192, 576, 1, 1, true, true));
   EXPECT_TRUE(relayout_pays(1, 4096, 4096, 4096, 1, 1, true, false));
   EXPECT_TRUE(relayout_pays(1, 8192, 2048, 2048, 1, 1, true, false));
-  EXPECT_FALSE(relayout_pays(1, 8192, 2048, 8192, 1, 1, true, false));
+  EXPECT_TRUE(relayout_pays(1, 8192, 2048, 8192, 1, 1, true, false));
+  EXPECT_FALSE(relayout_pays(1, 512, 2048, 128256, 1, 1, true, false));
   EXPECT_FALSE(relayout_pays(1, 4096, 4096, 4096, 1, 1, false, false));  // "tn" already
+  // A B kept across products (the LM head's W^T over the loss chunks): a training step's 8192
+  // rows pay for the copy of the 1B and 135M heads; one 512-row chunk would not.
+  using ops::detail::kept_b_relayout_pays;
+  EXPECT_TRUE(kept_b_relayout_pays(1, 8192, 2048, 128256));
+  EXPECT_TRUE(kept_b_relayout_pays(1, 8192, 576, 49152));
+  EXPECT_FALSE(kept_b_relayout_pays(1, 512, 2048, 128256));
 }
 
 TEST(MatmulTiled, VariantNamesAndPlans) {
