@@ -107,14 +107,16 @@ const uint FLAG_HEAD_PARTIALS = 8u;
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID;
-  const uint k0 = gl_WorkGroupID.x * BK;
-  const uint b = gl_WorkGroupID.z;
+  // Grid (heads, batch, blocks): under a causal mask the first key block is seen by the most
+  // queries, so it starts first (block_grid in ops/attention.cpp).
+  const uint k0 = gl_WorkGroupID.z * BK;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
   const uint group = p.a.hq / p.a.hkv;
   const bool per_head = (p.flags & FLAG_HEAD_PARTIALS) != 0u;
-  const uint hk = per_head ? gl_WorkGroupID.y / group : gl_WorkGroupID.y;
+  const uint hk = per_head ? gl_WorkGroupID.x / group : gl_WorkGroupID.x;
   // The query heads this workgroup walks, [h_first, h_end), and the output row's head.
-  const uint h_first = per_head ? gl_WorkGroupID.y : hk * group;
+  const uint h_first = per_head ? gl_WorkGroupID.x : hk * group;
   const uint h_end = per_head ? h_first + 1u : h_first + group;
   const uint out_heads = per_head ? p.a.hq : p.a.hkv, out_head = per_head ? h_first : hk;
   const uint k_rows = min(uint(BK), p.a.tk - k0);

@@ -88,9 +88,12 @@ layout(push_constant, std430) uniform Push {
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID;
-  const uint q0 = gl_WorkGroupID.x * BQ;
-  const uint h = gl_WorkGroupID.y;
-  const uint b = gl_WorkGroupID.z;
+  // Grid (heads, batch, blocks), the block with the most keys to see first (block_grid in
+  // ops/attention.cpp).
+  const uint blocks = (p.a.tq + BQ - 1) / BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.z) * BQ;
+  const uint h = gl_WorkGroupID.x;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);

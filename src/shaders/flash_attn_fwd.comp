@@ -156,9 +156,12 @@ float rescale(float m_old, float m_new) {
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID, lane = LANE;
-  const uint q0 = gl_WorkGroupID.x * BQ;
-  const uint h = gl_WorkGroupID.y;
-  const uint b = gl_WorkGroupID.z;
+  // Grid (heads, batch, blocks), the block with the most keys to see first (block_grid in
+  // ops/attention.cpp).
+  const uint blocks = (p.a.tq + BQ - 1) / BQ;
+  const uint q0 = (blocks - 1 - gl_WorkGroupID.z) * BQ;
+  const uint h = gl_WorkGroupID.x;
+  const uint b = gl_WorkGroupID.y;
   const uint D = p.a.d;
   const uint hk = h / (p.a.hq / p.a.hkv);
   const uint q_rows = min(uint(BQ), p.a.tq - q0);
