@@ -3,13 +3,12 @@
 //
 //   layout(local_size_x = 256) in;  push constants: matmul_push.glsl's block
 //   lda = p.lda & ~7; ldb = p.ldb & ~7;  // the host guarantees it; the driver learns alignment
-//   coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
-//       accumulate ? load(C tile) : 0;
+//   coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc = 0;
 //   for (k = 0; k + UNROLL * BK <= K; k += UNROLL * BK)  // the body repeated UNROLL times
 //     acc = coopMatMulAdd(load<f16, BM x BK, UseA>(A tile at k), load<f16, BK x BN, UseB>(B tile),
 //     acc); ...
 //   for (; k < K; k += BK) the same once;
-//   store(acc, C tile);
+//   store(accumulate ? acc + load(C tile) : acc, C tile);
 //
 // with the tile of a workgroup chosen as matmul_coopmat.comp does (bands of GROUP_M tile rows, so
 // that concurrently running workgroups share operands in L2), and every load and store declaring
@@ -357,10 +356,11 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
     return b.op(OpCooperativeMatrixLoadTensorNV, o.type, operands);
   };
 
-  const uint32_t acc0 = key.accumulate ? b.op(OpCooperativeMatrixLoadKHR, t_c,
-                                              {c_ptr, layout_c, c_stride, kMemoryAccessAligned, 16})
-                                       : zero_c;
-  b.op_void(OpStore, {v_acc, acc0});
+  // The sums start from zero even when accumulating: C is added after the loop. Loaded into the
+  // accumulator before it (as first written), the accumulating kernel spilled 960 bytes per
+  // invocation against 800 this way and ran 1B f16 steps 7.5 ms slower (bench/RESULTS.md,
+  // eighteenth session); with u4 or u2 unrolling instead it still spilled and gained nothing.
+  b.op_void(OpStore, {v_acc, zero_c});
   b.op_void(OpStore, {v_k, c32(0)});
   // One multiply-add of the tiles at k.
   const auto step = [&](uint32_t k) {
@@ -392,8 +392,13 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   };
   if (tile.unroll > 1) emit_loop(tile.unroll);
   emit_loop(1);
+  uint32_t result = b.op(OpLoad, t_c, {v_acc});
+  if (key.accumulate)
+    result = b.op(OpFAdd, t_c,
+                  {result, b.op(OpCooperativeMatrixLoadKHR, t_c,
+                                {c_ptr, layout_c, c_stride, kMemoryAccessAligned, 16})});
   b.op_void(OpCooperativeMatrixStoreKHR,
-            {c_ptr, b.op(OpLoad, t_c, {v_acc}), layout_c, c_stride, kMemoryAccessAligned, 16});
+            {c_ptr, result, layout_c, c_stride, kMemoryAccessAligned, 16});
   b.op_void(OpReturn, {});
   b.op_void(OpFunctionEnd, {});
   return b.finish();
