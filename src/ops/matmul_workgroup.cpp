@@ -32,7 +32,6 @@
 namespace vkf::ops::detail {
 namespace {
 
-constexpr uint32_t kInvocations = 256;
 constexpr uint32_t kGroupM = 8;  // tile rows per rasterization band
 
 // Member indices of the push-constant block (matmul_push.glsl / GemmPush).
@@ -60,15 +59,17 @@ enum PushMember : uint32_t {
 
 // Auto's tiles, in its order of preference (see workgroup_plan).
 const WorkgroupTile kAutoTiles[] = {
-    {128, 256, 32, true, 8}, {256, 128, 32, true, 4}, {128, 192, 32, true, 4},
-    {64, 192, 32, true, 4},  {128, 128, 64, true, 4}, {128, 128, 32, true, 4},
+    {128, 128, 32, true, 4, 128}, {128, 256, 32, true, 8}, {256, 128, 32, true, 4},
+    {128, 192, 32, true, 4},      {64, 192, 32, true, 4},  {128, 128, 64, true, 4},
+    {128, 128, 32, true, 4},
 };
 
 }  // namespace
 
 std::string WorkgroupTile::name() const {
-  return fmt::format("{}{}x{}x{}{}", tensor_loads ? "wgt" : "wg", bm, bn, bk,
-                     unroll > 1 ? fmt::format("u{}", unroll) : "");
+  return fmt::format("{}{}x{}x{}{}{}", tensor_loads ? "wgt" : "wg", bm, bn, bk,
+                     unroll > 1 ? fmt::format("u{}", unroll) : "",
+                     invocations != 256 ? fmt::format("i{}", invocations) : "");
 }
 
 const std::vector<WorkgroupTile>& workgroup_tiles() {
@@ -108,7 +109,7 @@ std::string workgroup_tile_names() {
   return all;
 }
 
-std::string workgroup_unsupported(bool tensor_loads) {
+std::string workgroup_unsupported(bool tensor_loads, uint32_t invocations) {
   const auto& info = vk::Context::get().info();
   if (coopmat_emulation()) return "the cooperative-matrix emulation is on";
   if (!info.workgroup_matrices)
@@ -117,19 +118,22 @@ std::string workgroup_unsupported(bool tensor_loads) {
     return "the device has no tensor-addressed cooperative-matrix loads";
   if (!info.float16_arithmetic || !info.storage16 || !info.int64)
     return "the device lacks 16-bit floats, 16-bit storage or 64-bit integers";
-  if (info.workgroup_matrix_max_invocations < kInvocations)
+  if (info.workgroup_matrix_max_invocations < invocations)
     return fmt::format("workgroup-scope matrices allow {} invocations, the kernel uses {}",
-                       info.workgroup_matrix_max_invocations, kInvocations);
+                       info.workgroup_matrix_max_invocations, invocations);
   // The tiles are multiples of the granularity this size of workgroup needs on the devices seen
-  // (32 x 32 x 16 for 256 invocations); a device asking for more is not used.
+  // (32 x 32 x 16 for 256 invocations, 32 x 16 x 16 for 128); a device asking for more is not
+  // used.
   for (const auto& s : info.coopmat2_flexible_shapes) {
-    if (s.scope == "workgroup" && s.workgroup_invocations == kInvocations && s.a_type == "f16" &&
+    if (s.scope == "workgroup" && s.workgroup_invocations == invocations && s.a_type == "f16" &&
         s.b_type == "f16" && s.c_type == "f32" && s.result_type == "f32" && 64 % s.m == 0 &&
         64 % s.n == 0 && 32 % s.k == 0)
       return "";
   }
-  return "the device lists no f16 x f16 + f32 workgroup-scope shape for 256 invocations with "
-         "granularity dividing 64 x 64 x 32";
+  return fmt::format(
+      "the device lists no f16 x f16 + f32 workgroup-scope shape for {} invocations with "
+      "granularity dividing 64 x 64 x 32",
+      invocations);
 }
 
 std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
@@ -141,7 +145,8 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
            std::max({t.bm, t.bn, t.bk}) <= max_dim;
   };
   if (const WorkgroupTile* forced = find_workgroup_tile(choice)) {
-    if (!workgroup_unsupported(forced->tensor_loads).empty() || !divides(*forced))
+    if (!workgroup_unsupported(forced->tensor_loads, forced->invocations).empty() ||
+        !divides(*forced))
       return std::nullopt;
     return *forced;
   }
@@ -150,13 +155,19 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
   // that divides the product into at least kMinTiles tiles, else the one that divides it into the
   // most. Measured on the H200 (driver 580.159.04, bench/RESULTS.md): 128x256x32 ran 4096^3 at
   // 228-236 TFLOP/s in every layout where the subgroup-scope kernel ran 168 "nn" (one K-step per
-  // iteration: 173); 128x192 and 64x192 serve the 135M shape's 576- and 192-wide products, 64x192
-  // the few-tile ones; the strided-load form spills and stays below 85.
+  // iteration: 173); 128x128x32 at 128 invocations, four K-steps per iteration (two workgroups
+  // per multiprocessor, 255 registers each, no spill) then beat it on every 1B training product
+  // measured, most where K = 2048 (8192x8192x2048 1.036 against 1.212 ms; 4096^3 250 TFLOP/s
+  // against 237; eighteenth session), and it divides every product 128x256 does; 128x192 and
+  // 64x192 serve the 135M shape's 576- and 192-wide products, 64x192 the few-tile ones; the
+  // strided-load form spills and stays below 85.
   constexpr int64_t kMinTiles = 128;
   std::optional<WorkgroupTile> most;
   int64_t most_tiles = 0;
   for (const WorkgroupTile& t : kAutoTiles) {
-    if (!divides(t)) continue;
+    if (!divides(t) ||
+        (t.invocations != 256 && !workgroup_unsupported(true, t.invocations).empty()))
+      continue;
     const int64_t tiles = (m / t.bm) * (n / t.bn);
     if (tiles >= kMinTiles) return t;
     if (tiles > most_tiles) {
@@ -251,7 +262,7 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   b.decorate(v_groups, BuiltIn, {NumWorkgroups});
   const uint32_t f_main = b.fresh_id();
   b.entry_point(kExecutionModelGLCompute, f_main, "main", {v_push, v_group, v_groups});
-  b.execution_mode(f_main, kExecutionModeLocalSize, {kInvocations, 1, 1});
+  b.execution_mode(f_main, kExecutionModeLocalSize, {key.tile.invocations, 1, 1});
 
   // Code.
   b.op_with_id(OpFunction, t_void, f_main, {0, t_main});

@@ -1,8 +1,8 @@
 // The workgroup-scope tensor-core GEMM: F16-precision products on devices with
-// VK_NV_cooperative_matrix2's workgroup-scope matrices (NVIDIA). A workgroup of 256 invocations
-// holds its whole BM x BN f32 accumulator as one cooperative matrix and multiplies BM x BK and
-// BK x BN f16 matrices loaded straight from memory; the driver's compiler decides how they are
-// staged through shared memory and split among subgroups, which the subgroup-scope kernel
+// VK_NV_cooperative_matrix2's workgroup-scope matrices (NVIDIA). A workgroup of 256 (or 128)
+// invocations holds its whole BM x BN f32 accumulator as one cooperative matrix and multiplies BM x
+// BK and BK x BN f16 matrices loaded straight from memory; the driver's compiler decides how they
+// are staged through shared memory and split among subgroups, which the subgroup-scope kernel
 // (matmul_coopmat.h) has to spell out. Debian 12's glslc cannot compile such matrices, so the
 // kernel is written as SPIR-V at run time (vk/spirv_builder.h), one module per tile and layout.
 //
@@ -33,7 +33,11 @@ struct WorkgroupTile {
   // K-steps issued per loop iteration (the loop body repeated), so that the loads of later steps
   // can be issued before earlier multiply-adds retire.
   uint32_t unroll = 1;
-  std::string name() const;  // "wg128x128x32", "wgt..." with tensor_loads, "...u4" unrolled
+  // Invocations per workgroup: 256, or 128 (half the registers per workgroup, so two can share a
+  // multiprocessor where one 256-invocation workgroup fills it).
+  uint32_t invocations = 256;
+  // "wg128x128x32", "wgt..." with tensor_loads, "...u4" unrolled, "...i128" at 128 invocations
+  std::string name() const;
 };
 
 // Every tile the kernel can be built with (auto uses some of them, see workgroup_plan).
@@ -43,7 +47,7 @@ std::string workgroup_tile_names();
 
 // Why the current device cannot run the kernel (with tensor-addressed loads: `tensor_loads`), or
 // "".
-std::string workgroup_unsupported(bool tensor_loads = false);
+std::string workgroup_unsupported(bool tensor_loads = false, uint32_t invocations = 256);
 
 // One generated module: the tile, how A and B are stored (TRANS: element (r, c) at c*ld + r), how
 // C is stored (column-major: c_rs == 1), and whether C's old value is added (beta == 1).

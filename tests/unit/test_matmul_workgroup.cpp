@@ -76,7 +76,7 @@ TEST(MatmulWorkgroup, AutoPicksByShape) {
     const char* tile;  // auto's pick where the device has the kernel; nullptr: another kernel
   };
   for (const auto& [d, tile] :
-       {Case{{2048, 2048, 32}, "wgt128x256x32u8"}, Case{{256, 1024, 64}, "wgt128x128x64u4"},
+       {Case{{2048, 2048, 32}, "wgt128x128x32u4i128"}, Case{{256, 1024, 64}, "wgt128x128x32u4i128"},
         Case{{192, 576, 160}, "wgt64x192x32u4"}, Case{{200, 256, 64}, nullptr}}) {
     const std::string plan = ops::detail::gemm_plan(1, d.m, d.n, d.k);
     const bool expect_wg = tile && unsupported.empty();
