@@ -1,6 +1,8 @@
 // Cross-entropy fused with the LM head (see linear_cross_entropy.h). Per chunk of rows:
 //   z = h_c·Wᵀ into a [chunk, V] buffer (ops::matmul_into, so the fast GEMM kernels and the
-//   mixed-precision mode apply); linear_ce_rows.comp turns each row into its loss and, when
+//   mixed-precision mode apply; on the fp32 tiled kernel from one copy of Wᵀ in that kernel's
+//   fast layout, made for all chunks: [H, V] f32 more while the op runs, 1 GiB for
+//   Llama-3.2-1B's head); linear_ce_rows.comp turns each row into its loss and, when
 //   gradients are recorded, overwrites it with d(row loss)/dz; then dh_c = dz·W and
 //   dW (+)= dzᵀ·h_c (matmul_into with beta = 1 after the first chunk). ce_reduce.comp sums the
 //   row losses once at the end, so loss_sum does not depend on the chunking.

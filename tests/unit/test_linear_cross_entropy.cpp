@@ -265,25 +265,33 @@ TEST(LinearCrossEntropy, HandsTheWeightGradientOverWithoutACopy) {
   test::expect_close(w.grad(), want, 2e-6, 1e-5, "dW");
 }
 
+// The fused loss on a tape and its backward: {loss_sum, dh, dW}. With `forward_dispatches`, the
+// number of dispatches the forward recorded.
+std::vector<Tensor> loss_and_grads(const Inputs& in, const Case& c, const Tensor& labels,
+                                   uint64_t* forward_dispatches = nullptr) {
+  auto& stream = vk::Context::get().stream();
+  Tensor h = test::to_gpu(in.h, {c.rows, c.hidden}), w = test::to_gpu(in.w, {c.vocab, c.hidden});
+  h.set_requires_grad(true);
+  w.set_requires_grad(true);
+  autograd::Tape tape;
+  Tensor loss;
+  {
+    autograd::TapeScope scope(tape);
+    const uint64_t d0 = stream.dispatch_count();
+    loss = ops::linear_cross_entropy(h, w, labels, options_of(c)).loss_sum;
+    if (forward_dispatches) *forward_dispatches = stream.dispatch_count() - d0;
+  }
+  tape.backward(loss);
+  return {loss, h.grad(), w.grad()};
+}
+
 TEST(LinearCrossEntropy, IsDeterministic) {
   Rng rng(36);
   const Case c{"", 21, 9, 333, 8, 0.5f, 10.0f, {3, 4}};
   const Inputs in = random_inputs(rng, c);
   const Tensor labels = labels_tensor(in.labels, DType::I32);
-  std::vector<Tensor> runs[2];
-  for (auto& run : runs) {
-    Tensor h = test::to_gpu(in.h, {c.rows, c.hidden}), w = test::to_gpu(in.w, {c.vocab, c.hidden});
-    h.set_requires_grad(true);
-    w.set_requires_grad(true);
-    autograd::Tape tape;
-    Tensor loss;
-    {
-      autograd::TapeScope scope(tape);
-      loss = ops::linear_cross_entropy(h, w, labels, options_of(c)).loss_sum;
-    }
-    tape.backward(loss);
-    run = {loss, h.grad(), w.grad()};
-  }
+  const std::vector<Tensor> runs[2] = {loss_and_grads(in, c, labels),
+                                       loss_and_grads(in, c, labels)};
   for (size_t i = 0; i < 3; ++i)
     test::expect_bitwise_equal(runs[0][i], runs[1][i], "output " + std::to_string(i));
 }
@@ -304,25 +312,12 @@ TEST(LinearCrossEntropy, RelaidHeadWeightChangesNoBit) {
   const int64_t chunks = 3;
   const Inputs in = random_inputs(rng, c);
   const Tensor labels = labels_tensor(in.labels, DType::I32);
-  auto& stream = vk::Context::get().stream();
   std::vector<Tensor> runs[2];
   uint64_t dispatches[2] = {0, 0};
   for (int relaid = 0; relaid < 2; ++relaid) {
     ops::detail::set_tiled_relayout(relaid ? ops::detail::RelayoutChoice::Always
                                            : ops::detail::RelayoutChoice::Off);
-    Tensor h = test::to_gpu(in.h, {c.rows, c.hidden}), w = test::to_gpu(in.w, {c.vocab, c.hidden});
-    h.set_requires_grad(true);
-    w.set_requires_grad(true);
-    autograd::Tape tape;
-    Tensor loss;
-    {
-      autograd::TapeScope scope(tape);
-      const uint64_t d0 = stream.dispatch_count();
-      loss = ops::linear_cross_entropy(h, w, labels, options_of(c)).loss_sum;
-      dispatches[relaid] = stream.dispatch_count() - d0;
-    }
-    tape.backward(loss);
-    runs[relaid] = {loss, h.grad(), w.grad()};
+    runs[relaid] = loss_and_grads(in, c, labels, &dispatches[relaid]);
   }
   EXPECT_EQ(dispatches[1], dispatches[0] + 1 + 2 * chunks);
   for (size_t i = 0; i < 3; ++i)
