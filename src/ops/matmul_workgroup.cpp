@@ -1,7 +1,7 @@
 // The workgroup-scope GEMM (see matmul_workgroup.h): tile choice, device support, and the SPIR-V
 // of the kernel. In GLSL terms each generated module is
 //
-//   layout(local_size_x = 256) in;  push constants: matmul_push.glsl's block
+//   layout(local_size_x = 256 or 128, the tile's) in;  push constants: matmul_push.glsl's block
 //   lda = p.lda & ~7; ldb = p.ldb & ~7;  // the host guarantees it; the driver learns alignment
 //   coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc = 0;
 //   for (k = 0; k + UNROLL * BK <= K; k += UNROLL * BK)  // the body repeated UNROLL times
