@@ -96,15 +96,17 @@ void check_grid(int64_t groups, const char* what) {
               what, groups, kMaxGroups);
 }
 
-// The grid of a kernel with one workgroup per block of rows of one head: (blocks, heads, batch),
-// or (heads, batch, blocks) for the register-tiled and tensor-core kernels, whose shaders map
-// grid z to the blocks with the most work first (under a causal mask): workgroups are dispatched
+// The grid of a kernel of family `kernels` with one workgroup per block of rows of one head:
+// (blocks, heads, batch) for the plain kernels, (heads, batch, blocks) for the register-tiled and
+// tensor-core ones, whose shaders map grid z to the blocks with the most work first (under a
+// causal mask): workgroups are dispatched
 // about in grid order, so the longest ones of every head and batch start first and the last ones
 // to start are short (with the batch outermost instead, each batch's long blocks would start
 // after the previous batch's short ones, and the last batch's would run alone at the end).
-Grid block_grid(bool longest_first, int64_t blocks, int64_t heads, int64_t batch) {
+Grid block_grid(AttentionKernels kernels, int64_t blocks, int64_t heads, int64_t batch) {
   const auto u = [](int64_t n) { return static_cast<uint32_t>(n); };
-  return longest_first ? Grid{u(heads), u(batch), u(blocks)} : Grid{u(blocks), u(heads), u(batch)};
+  return kernels != AttentionKernels::Plain ? Grid{u(heads), u(batch), u(blocks)}
+                                            : Grid{u(blocks), u(heads), u(batch)};
 }
 
 Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -282,7 +284,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     launch(s.coopmat() ? detail::flash_module("dq")
            : s.fast()  ? s.fast_modules.dq
                        : variant_name("attention_bwd_dq", vi),
-           push, block_grid(s.fast() || s.coopmat(), blocks, dims.hq, dims.b),
+           push, block_grid(s.kernels, blocks, dims.hq, dims.b),
            {&s.q, &kv.a, &kv.b, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, quad_spec(s),
            pair_cost(dims, 3, 3 * qbytes));
     ctx.add_grad(0, dq);
@@ -321,7 +323,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
         s.coopmat() ? detail::flash_module("dkv")
         : s.fast()  ? s.fast_modules.dkv
                     : variant_name("attention_bwd_dkv", vi),
-        push, block_grid(s.fast() || s.coopmat(), blocks, per_head ? dims.hq : dims.hkv, dims.b),
+        push, block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b),
         {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out},
         quad_spec(s),
         pair_cost(dims, 4, 2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
@@ -387,7 +389,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   launch(s.coopmat() ? detail::flash_module("fwd")
          : s.fast()  ? s.fast_modules.fwd
                      : variant_name("attention_fwd", vi),
-         push, block_grid(s.fast() || s.coopmat(), blocks, dims.hq, dims.b),
+         push, block_grid(s.kernels, blocks, dims.hq, dims.b),
          {&s.q, &kv.a, &kv.b, &s.mask, &s.dropout}, {&s.out, &s.lse},
          s.coopmat() ? std::vector<uint32_t>{detail::flash_row_shuffle() ? 1u : 0u,
                                              detail::flash_quad_rows() ? 1u : 0u}

@@ -165,9 +165,7 @@ std::optional<WorkgroupTile> workgroup_plan(int64_t m, int64_t n, int64_t k) {
   std::optional<WorkgroupTile> most;
   int64_t most_tiles = 0;
   for (const WorkgroupTile& t : kAutoTiles) {
-    if (!divides(t) ||
-        (t.invocations != 256 && !workgroup_unsupported(true, t.invocations).empty()))
-      continue;
+    if (!divides(t) || !workgroup_unsupported(true, t.invocations).empty()) continue;
     const int64_t tiles = (m / t.bm) * (n / t.bn);
     if (tiles >= kMinTiles) return t;
     if (tiles > most_tiles) {

@@ -150,8 +150,8 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
   hazard(reads, writes);
   vkCmdBindPipeline(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline);
   if (push_bytes)
-    vkCmdPushConstants(b.cmd, ctx_.pipelines().layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                       push_bytes, push);
+    vkCmdPushConstants(b.cmd, ctx_.pipelines().layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes,
+                       push);
   const bool timed = profiling_ && b.queries && b.timed.size() * 2 + 2 <= kQueriesPerBatch;
   if (timed) {
     vkCmdWriteTimestamp(b.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b.queries,
@@ -170,9 +170,10 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
   if (capture_) {
     // A graph is one command buffer: the batch limit never splits or submits it.
     ++capture_->dispatches_;  // counted in dispatch_count() when replayed
-    stage_label(
-        stage_detail_ && !cost.detail.empty() ? kernel.name + " " + cost.detail : kernel.name,
-        cost);
+    if (capture_->stage_queries_)
+      stage_label(
+          stage_detail_ && !cost.detail.empty() ? kernel.name + " " + cost.detail : kernel.name,
+          cost);
     return;
   }
   ++dispatches_total_;
@@ -274,11 +275,22 @@ void Stream::submit() {
   b.recording = false;
   in_flight_.push_back(std::move(b));
   // Keep a bounded number of batches in flight; retire finished ones without blocking.
-  while (!in_flight_.empty() && vkGetFenceStatus(ctx_.device(), in_flight_.front().fence) == VK_SUCCESS) {
+  while (!in_flight_.empty() &&
+         vkGetFenceStatus(ctx_.device(), in_flight_.front().fence) == VK_SUCCESS) {
     retire(in_flight_.front());
     free_batches_.push_back(std::move(in_flight_.front()));
     in_flight_.erase(in_flight_.begin());
   }
+}
+
+void Stream::add_timing(std::map<std::string, KernelProfile>& into, const std::string& label,
+                        const DispatchCost& cost, uint64_t begin, uint64_t end) const {
+  KernelProfile& p = into[label];
+  p.label = label;
+  p.calls += 1;
+  p.total_ms += static_cast<double>(end - begin) * ctx_.info().timestamp_period_ns * 1e-6;
+  p.flops += cost.flops;
+  p.bytes += cost.bytes;
 }
 
 void Stream::collect_timestamps(Batch& b) {
@@ -287,15 +299,8 @@ void Stream::collect_timestamps(Batch& b) {
   VKF_VK_CHECK(vkGetQueryPoolResults(ctx_.device(), b.queries, 0, static_cast<uint32_t>(ts.size()),
                                      ts.size() * sizeof(uint64_t), ts.data(), sizeof(uint64_t),
                                      VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-  const double ns = ctx_.info().timestamp_period_ns;
-  for (size_t i = 0; i < b.timed.size(); ++i) {
-    auto& p = profile_[b.timed[i].first];
-    p.label = b.timed[i].first;
-    p.calls += 1;
-    p.total_ms += static_cast<double>(ts[2 * i + 1] - ts[2 * i]) * ns * 1e-6;
-    p.flops += b.timed[i].second.flops;
-    p.bytes += b.timed[i].second.bytes;
-  }
+  for (size_t i = 0; i < b.timed.size(); ++i)
+    add_timing(profile_, b.timed[i].first, b.timed[i].second, ts[2 * i], ts[2 * i + 1]);
   b.timed.clear();
 }
 
@@ -448,16 +453,9 @@ void Stream::collect_stage_times(Graph& g) {
                                      static_cast<uint32_t>(ts.size()), ts.size() * sizeof(uint64_t),
                                      ts.data(), sizeof(uint64_t),
                                      VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-  const double ns = ctx_.info().timestamp_period_ns;
   ++stage_replays_;
-  for (size_t i = 0; i < n; ++i) {
-    auto& p = stage_profile_[g.stages_[i].first];
-    p.label = g.stages_[i].first;
-    p.calls += 1;
-    p.total_ms += static_cast<double>(ts[i + 1] - ts[i]) * ns * 1e-6;
-    p.flops += g.stages_[i].second.flops;
-    p.bytes += g.stages_[i].second.bytes;
-  }
+  for (size_t i = 0; i < n; ++i)
+    add_timing(stage_profile_, g.stages_[i].first, g.stages_[i].second, ts[i], ts[i + 1]);
 }
 
 std::unique_ptr<Graph> Stream::end_capture() {

@@ -47,7 +47,9 @@ struct BufferRange {
   }
 };
 
-inline BufferRange range_of(const Allocation& a) { return {a.block_id(), a.offset, a.size}; }
+inline BufferRange range_of(const Allocation& a) {
+  return {a.block_id(), a.offset, a.size};
+}
 
 struct KernelProfile {
   std::string label;
@@ -188,6 +190,9 @@ class Stream {
   void destroy(Graph& graph);
   void stage_label(const std::string& label, const DispatchCost& cost);  // capture, stage timing
   void collect_stage_times(Graph& graph);
+  // One timed command or stage, from timestamp `begin` to `end`, added to `into[label]`.
+  void add_timing(std::map<std::string, KernelProfile>& into, const std::string& label,
+                  const DispatchCost& cost, uint64_t begin, uint64_t end) const;
   friend class Graph;
 
   Context& ctx_;

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -364,32 +365,34 @@ TEST(AttentionF16, DkvPerHeadPartialsAndWholeGroups) {
   }
 }
 
+// Cases 0, 1, 3-6 run twice, with `use(true)` and then `use(false)` (seeds from seed0), and must
+// give the same bits; skipped where `available` says the device runs only one of the two.
+void expect_switch_changes_no_bit(bool available, const char* only_one,
+                                  const std::function<void(bool)>& use, uint64_t seed0) {
+  if (!available)
+    GTEST_SKIP() << "the device's accumulator layout is not the quad one (vkformer devices): "
+                 << only_one;
+  for (const size_t i : {0, 1, 3, 4, 5, 6}) {
+    SCOPED_TRACE(kCases[i].name);
+    expect_deterministic(make_inputs(kCases[i], seed0 + i), [&](int run) { use(run == 0); });
+  }
+}
+
 // The forward's row maxima by subgroup shuffles (the quad layout; the emulation has it) and
 // through shared memory give the same bits: a maximum is exact in any order.
 TEST(AttentionF16, RowShufflesGiveTheSharedMemoryBits) {
   CoopmatScope scope;
-  if (!ops::detail::flash_row_shuffle())
-    GTEST_SKIP() << "the device's accumulator layout is not the quad one (vkformer devices): "
-                    "only the shared-memory rows run here";
-  for (const size_t i : {0, 1, 3, 4, 5, 6}) {
-    SCOPED_TRACE(kCases[i].name);
-    expect_deterministic(make_inputs(kCases[i], 900 + i),
-                         [](int run) { ops::detail::set_flash_row_shuffle(run == 0); });
-  }
+  expect_switch_changes_no_bit(ops::detail::flash_row_shuffle(),
+                               "only the shared-memory rows run here",
+                               ops::detail::set_flash_row_shuffle, 900);
 }
 
 // Accumulator rows and columns taken from the lane (the quad layout; the emulation has it) and
 // loaded from index matrices give the same bits in all three kernels.
 TEST(AttentionF16, QuadRowsGiveTheIndexMatrixBits) {
   CoopmatScope scope;
-  if (!ops::detail::flash_quad_rows())
-    GTEST_SKIP() << "the device's accumulator layout is not the quad one (vkformer devices): "
-                    "only the index matrices run here";
-  for (const size_t i : {0, 1, 3, 4, 5, 6}) {
-    SCOPED_TRACE(kCases[i].name);
-    expect_deterministic(make_inputs(kCases[i], 950 + i),
-                         [](int run) { ops::detail::set_flash_quad_rows(run == 0); });
-  }
+  expect_switch_changes_no_bit(ops::detail::flash_quad_rows(), "only the index matrices run here",
+                               ops::detail::set_flash_quad_rows, 950);
 }
 
 // The test's own gradient loops, with the exact delta, agree with ref::attention_backward.
