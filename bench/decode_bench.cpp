@@ -15,7 +15,7 @@
 //                [--profile [--profile-shapes]] [--stage-profile] [--top 20]
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
-//                [--skinny-unstaged]
+//                [--skinny-unstaged] [--unfused-o]
 //                [--norm-fold-rows 1..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -101,67 +101,75 @@ void print_stage_floor(int n) {
 // How fast dependent stages stream weights, by how the weights are allocated: a replayed graph of
 // n stages of stage_stream.comp, each reading `groups` x 32 KiB of weights, cycling over
 // `distinct` weight sets that are either tensors of their own (as a model's weights) or
-// consecutive ranges of one tensor of at least `one_bytes`. Median of 7 replays.
+// consecutive ranges of one tensor of at least `one_bytes`; then, over tensors of their own,
+// the same stages with every workgroup adding into 2048 shared 64-bit sums (stage_stream_atomics:
+// what fixed-point split-K sums would cost). Median of 7 replays.
 void print_stage_stream(int n, double warm_ms) {
   auto& stream = vk::Context::get().stream();
   struct Push {
-    uint64_t weights, act_in, act_out, sink;
+    uint64_t weights, act_in, act_out, sink, sums;
   };
   constexpr int64_t kGroupBytes = 8 * 256 * 16;
   const Tensor act[2] = {Tensor::zeros({256}), Tensor::zeros({256})};
   const Tensor sink = Tensor::zeros({256}, DType::I32);
-  for (const uint32_t groups : {264u, 1056u}) {
-    const int64_t stage_bytes = groups * kGroupBytes;
-    std::vector<int> set_counts{std::min(16, n)};
-    if (n > 16) set_counts.push_back(n);
-    for (const int distinct : set_counts) {
-      const int64_t sets_bytes = distinct * stage_bytes;
-      for (const int64_t one_bytes :
-           {int64_t{0}, sets_bytes, std::max(sets_bytes, int64_t{5} << 30)}) {
-        // random bits: no compression of uniform data can help
-        std::vector<Tensor> sets;
-        std::vector<uint64_t> address;
-        if (one_bytes == 0) {
-          for (int i = 0; i < distinct; ++i) {
-            sets.push_back(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
-                                             {stage_bytes / 4}));
-            address.push_back(sets.back().address());
+  const Tensor sums = Tensor::zeros({2 * 2048}, DType::I32);  // int64 [2048]
+  for (const bool atomics : {false, true})
+    for (const uint32_t groups : {264u, 1056u}) {
+      const int64_t stage_bytes = groups * kGroupBytes;
+      std::vector<int> set_counts{std::min(16, n)};
+      if (n > 16 && !atomics) set_counts.push_back(n);
+      for (const int distinct : set_counts) {
+        const int64_t sets_bytes = distinct * stage_bytes;
+        std::vector<int64_t> layouts{0};  // 0: tensors of their own
+        if (!atomics) layouts = {0, sets_bytes, std::max(sets_bytes, int64_t{5} << 30)};
+        for (const int64_t one_bytes : layouts) {
+          // random bits: no compression of uniform data can help
+          std::vector<Tensor> sets;
+          std::vector<uint64_t> address;
+          if (one_bytes == 0) {
+            for (int i = 0; i < distinct; ++i) {
+              sets.push_back(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                               {stage_bytes / 4}));
+              address.push_back(sets.back().address());
+            }
+          } else {
+            sets.push_back(Tensor::zeros({one_bytes / 4}));
+            for (int i = 0; i < distinct; ++i) {
+              const Tensor part = sets[0].slice(0, i * stage_bytes / 4, (i + 1) * stage_bytes / 4);
+              part.copy_(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                           {stage_bytes / 4}));
+              address.push_back(part.address());
+            }
           }
-        } else {
-          sets.push_back(Tensor::zeros({one_bytes / 4}));
-          for (int i = 0; i < distinct; ++i) {
-            const Tensor part = sets[0].slice(0, i * stage_bytes / 4, (i + 1) * stage_bytes / 4);
-            part.copy_(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
-                                         {stage_bytes / 4}));
-            address.push_back(part.address());
+          stream.synchronize();
+          stream.begin_capture();
+          stream.fill(act[0].allocation(), static_cast<uint64_t>(act[0].offset()) * 4, 256 * 4, 0);
+          for (int i = 0; i < n; ++i) {
+            const Tensor &in = act[i % 2], &out = act[(i + 1) % 2];
+            const Tensor& w = sets[one_bytes == 0 ? i % distinct : 0];
+            const Push push{address[i % distinct], in.address(), out.address(), sink.address(),
+                            sums.address()};
+            launch_raw(atomics ? "stage_stream_atomics" : "stage_stream", {}, &push, sizeof(push),
+                       {groups, 1, 1}, {&w, &in}, {&out, &sink, &sums},
+                       {0, static_cast<double>(stage_bytes)});
           }
+          const auto graph = stream.end_capture();
+          if (warm_ms > 0) bench::warm_clocks(stream, *graph, warm_ms);
+          const double us = bench::median_replay_us(stream, *graph, 7);
+          const std::vector<float> out = act[n % 2].to_float();
+          const bool ok = std::all_of(out.begin(), out.end(), [&](float v) { return v == n; });
+          fmt::print(
+              "stage stream: {:.2f} us per stage of {} workgroups ({:.1f} MB, {:.0f} GB/s), {} "
+              "stages over {} weight sets ({:.2f} GB) in {}{}{}\n",
+              us / n, groups, stage_bytes / 1e6, stage_bytes * n / us / 1e3, n, distinct,
+              distinct * stage_bytes / 1e9,
+              one_bytes == 0 ? std::string("tensors of their own")
+                             : fmt::format("one tensor of {:.2f} GB", one_bytes / 1e9),
+              atomics ? ", 2048 int64 atomic additions per workgroup" : "",
+              ok ? "" : "; WRONG outputs");
         }
-        stream.synchronize();
-        stream.begin_capture();
-        stream.fill(act[0].allocation(), static_cast<uint64_t>(act[0].offset()) * 4, 256 * 4, 0);
-        for (int i = 0; i < n; ++i) {
-          const Tensor &in = act[i % 2], &out = act[(i + 1) % 2];
-          const Tensor& w = sets[one_bytes == 0 ? i % distinct : 0];
-          const Push push{address[i % distinct], in.address(), out.address(), sink.address()};
-          launch_raw("stage_stream", {}, &push, sizeof(push), {groups, 1, 1}, {&w, &in},
-                     {&out, &sink}, {0, static_cast<double>(stage_bytes)});
-        }
-        const auto graph = stream.end_capture();
-        if (warm_ms > 0) bench::warm_clocks(stream, *graph, warm_ms);
-        const double us = bench::median_replay_us(stream, *graph, 7);
-        const std::vector<float> out = act[n % 2].to_float();
-        const bool ok = std::all_of(out.begin(), out.end(), [&](float v) { return v == n; });
-        fmt::print(
-            "stage stream: {:.2f} us per stage of {} workgroups ({:.1f} MB, {:.0f} GB/s), {} "
-            "stages over {} weight sets ({:.2f} GB) in {}{}\n",
-            us / n, groups, stage_bytes / 1e6, stage_bytes * n / us / 1e3, n, distinct,
-            distinct * stage_bytes / 1e9,
-            one_bytes == 0 ? std::string("tensors of their own")
-                           : fmt::format("one tensor of {:.2f} GB", one_bytes / 1e9),
-            ok ? "" : "; WRONG outputs");
       }
     }
-  }
 }
 
 }  // namespace
@@ -221,6 +229,10 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-unstaged", unstaged,
                "skinny f16 products with a folded norm: normalize activations per weight row "
                "instead of staging the normalized row in shared memory");
+  bool unfused_o = false;
+  app.add_flag("--unfused-o", unfused_o,
+               "keep the attention's output projection a dispatch of its own instead of fusing "
+               "it into the attention (ops::attention_decode_rope_o, batch 1, short caches)");
   uint32_t k_split = 0;
   app.add_option("--skinny-k-split", k_split,
                  "groups of 32 threads sharing one weight row of the plain skinny f16 products "
@@ -250,6 +262,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
     ops::detail::set_skinny_f16_k_split(k_split);
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
+    ops::detail::set_decode_fuse_o(!unfused_o);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
