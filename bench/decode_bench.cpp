@@ -15,7 +15,7 @@
 //                [--profile [--profile-shapes]] [--stage-profile] [--top 20]
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
-//                [--skinny-unstaged] [--unfused-o]
+//                [--skinny-unstaged]
 //                [--norm-fold-rows 1..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -113,7 +113,13 @@ void print_stage_stream(int n, double warm_ms) {
   const Tensor act[2] = {Tensor::zeros({256}), Tensor::zeros({256})};
   const Tensor sink = Tensor::zeros({256}, DType::I32);
   const Tensor sums = Tensor::zeros({2 * 2048}, DType::I32);  // int64 [2048]
-  for (const bool atomics : {false, true})
+  std::vector<bool> modes{false};
+  if (vk::Context::get().info().int64_atomics) {
+    modes.push_back(true);
+  } else {
+    fmt::print("stage stream: this device has no 64-bit buffer atomics; no atomics rows\n");
+  }
+  for (const bool atomics : modes)
     for (const uint32_t groups : {264u, 1056u}) {
       const int64_t stage_bytes = groups * kGroupBytes;
       std::vector<int> set_counts{std::min(16, n)};
@@ -229,10 +235,6 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-unstaged", unstaged,
                "skinny f16 products with a folded norm: normalize activations per weight row "
                "instead of staging the normalized row in shared memory");
-  bool unfused_o = false;
-  app.add_flag("--unfused-o", unfused_o,
-               "keep the attention's output projection a dispatch of its own instead of fusing "
-               "it into the attention (ops::attention_decode_rope_o, batch 1, short caches)");
   uint32_t k_split = 0;
   app.add_option("--skinny-k-split", k_split,
                  "groups of 32 threads sharing one weight row of the plain skinny f16 products "
@@ -262,7 +264,6 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
     ops::detail::set_skinny_f16_k_split(k_split);
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
-    ops::detail::set_decode_fuse_o(!unfused_o);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));

@@ -78,8 +78,7 @@ std::vector<std::pair<std::string, Shape>> DecoderModel::parameter_shapes(const 
       out.push_back({L(n.gate_up + ".weight"), {2 * I, H}});
       out.push_back({L(n.down + ".weight"), {H, I}});
     } else {
-      for (auto [proj, shape] :
-           {std::pair{&n.gate, Shape{I, H}}, {&n.up, Shape{I, H}}, {&n.down, Shape{H, I}}}) {
+      for (auto [proj, shape] : {std::pair{&n.gate, Shape{I, H}}, {&n.up, Shape{I, H}}, {&n.down, Shape{H, I}}}) {
         out.push_back({L(*proj + ".weight"), shape});
         if (s.mlp_bias) out.push_back({L(*proj + ".bias"), {shape[0]}});
       }
@@ -133,17 +132,15 @@ DecoderModel DecoderModel::load(const std::string& dir, DType matrix_dtype) {
   VKF_REQUIRE(matrix_dtype == DType::F32 || matrix_dtype == DType::F16,
               "{}: weight matrices load as f32 or f16, not {}", dir, dtype_name(matrix_dtype));
   const fs::path root(dir);
-  VKF_REQUIRE(fs::is_directory(root),
-              "{}: not a folder; --model needs a Hugging Face model folder "
-              "(config.json + *.safetensors)",
-              dir);
+  VKF_REQUIRE(fs::is_directory(root), "{}: not a folder; --model needs a Hugging Face model folder "
+              "(config.json + *.safetensors)", dir);
   ArchSpec spec = spec_from_file((root / "config.json").string());
   io::SafetensorsModel weights(dir);
   std::map<std::string, Tensor> params;
   for (const auto& [name, shape] : parameter_shapes(spec)) {
     VKF_REQUIRE(weights.contains(name),
-                "{}: tensor '{}' is missing; a {} model with this config.json needs it",
-                weights.source(), name, spec.model_type);
+                "{}: tensor '{}' is missing; a {} model with this config.json needs it", weights.source(),
+                name, spec.model_type);
     const auto& entry = weights.entry(name);
     VKF_REQUIRE(entry.shape == shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
                 weights.file_of(name).path(), name, shape_str(entry.shape), shape_str(shape));
@@ -191,11 +188,10 @@ void DecoderModel::set_requires_grad(bool on) {
   for (auto& [name, t] : params_) t.set_requires_grad(on);
 }
 
-void DecoderModel::add_adapter(const std::string& name,
-                               std::shared_ptr<nn::ModuleAdapter> adapter) {
+void DecoderModel::add_adapter(const std::string& name, std::shared_ptr<nn::ModuleAdapter> adapter) {
   VKF_REQUIRE(!name.empty() && adapter, "add_adapter: an adapter needs a name and a value");
-  VKF_REQUIRE(!adapters_.contains(name),
-              "an adapter named '{}' is already loaded; choose another name", name);
+  VKF_REQUIRE(!adapters_.contains(name), "an adapter named '{}' is already loaded; choose another name",
+              name);
   adapters_[name] = std::move(adapter);
   if (active_.empty()) active_ = name;
 }
@@ -209,9 +205,7 @@ void DecoderModel::set_active_adapter(const std::string& name) {
   active_ = name;
 }
 
-void DecoderModel::set_adapters_enabled(bool on) {
-  adapters_enabled_ = on;
-}
+void DecoderModel::set_adapters_enabled(bool on) { adapters_enabled_ = on; }
 
 const nn::ModuleAdapter* DecoderModel::effective_adapter() const {
   return adapters_enabled_ && !active_.empty() ? adapters_.at(active_).get() : nullptr;
@@ -227,12 +221,8 @@ bool& projection_grouping_slot() {
 }
 }  // namespace
 
-void DecoderModel::set_projection_grouping(bool on) {
-  projection_grouping_slot() = on;
-}
-bool DecoderModel::projection_grouping() {
-  return projection_grouping_slot();
-}
+void DecoderModel::set_projection_grouping(bool on) { projection_grouping_slot() = on; }
+bool DecoderModel::projection_grouping() { return projection_grouping_slot(); }
 
 bool DecoderModel::groups_projections_of(int64_t widest_output) {
   return projection_grouping() && ops::detail::f16_operands_active() &&
@@ -264,8 +254,8 @@ ops::RowNorm DecoderModel::row_norm(const std::string& prefix) const {
 
 const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool cos) {
   const ops::RopeConfig& r = spec_.layers[static_cast<size_t>(layer)].rope;
-  std::string key = fmt::format("{}|{}|{}|{}|{}", r.type, r.theta, r.factor,
-                                r.partial_rotary_factor, r.original_max_position_embeddings);
+  std::string key = fmt::format("{}|{}|{}|{}|{}", r.type, r.theta, r.factor, r.partial_rotary_factor,
+                                r.original_max_position_embeddings);
   for (double f : r.short_factor) key += fmt::format(",{}", f);
   key += "|";
   for (double f : r.long_factor) key += fmt::format(",{}", f);
@@ -288,9 +278,9 @@ const Tensor& DecoderModel::rope_table(int64_t layer, int64_t positions, bool co
 }
 
 struct DecoderModel::Step {
-  Tensor mask;                  // [B, keys] or undefined
-  int64_t T = 0;                // new positions in this call
-  Tensor positions;             // I32 [1, T] or [B, T]
+  Tensor mask;               // [B, keys] or undefined
+  int64_t T = 0;             // new positions in this call
+  Tensor positions;          // I32 [1, T] or [B, T]
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
   const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
@@ -310,7 +300,7 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
 
 Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
                                      const Trace& trace, const Tensor* residual,
-                                     const ops::RowNorm* pre_norm, bool pending) {
+                                     const ops::RowNorm* pre_norm) {
   const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
@@ -336,8 +326,8 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
       q = qkv.slice(2, 0, Hq * D).contiguous();
       k = qkv.slice(2, Hq * D, (Hq + Hkv) * D).contiguous();
       v = qkv.slice(2, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous();
-    } else if (groups_projections(pre_norm,
-                                  {P(n.q + ".weight"), P(n.k + ".weight"), P(n.v + ".weight")})) {
+    } else if (groups_projections(pre_norm, {P(n.q + ".weight"), P(n.k + ".weight"),
+                                             P(n.v + ".weight")})) {
       // One product for q, k and v (ops::linear_split): each output the same sum as below; the
       // input gradient one product over the three instead of three adding into one.
       std::vector<Tensor> b;
@@ -393,8 +383,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     v = c.v[static_cast<size_t>(l)].slice(1, 0, end);
   }
   ops::AttentionOptions opts;
-  opts.scale =
-      static_cast<float>(s.attn_scale > 0 ? s.attn_scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  opts.scale = static_cast<float>(s.attn_scale > 0 ? s.attn_scale : 1.0 / std::sqrt(static_cast<double>(D)));
   opts.causal = true;
   opts.sliding_window = layer.sliding ? s.sliding_window : 0;
   opts.softcap = static_cast<float>(s.attn_softcap);
@@ -410,22 +399,13 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   Tensor a;
   if (step.decode) {
     // The key count and the slot of the new key come from the device (decode_step()). Rotary
-    // layers rotate q and k, append k and v at that slot and attend, in one dispatch; with a
-    // pending residual, the output projection too where that serves.
+    // layers rotate q and k, append k and v at that slot and attend, in one dispatch.
     const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
     const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
-    const Tensor& wo = P(n.o + ".weight");
-    if (pending && residual && layer.use_rope && !s.o_bias &&
-        ops::detail::decode_attention_o_unfit(B, ck.dim(1), Hq, Hkv, D, wo).empty()) {
-      return ops::attention_decode_rope_o(
-          q, k, v, rope_table(l, step.table_positions, true),
-          rope_table(l, step.table_positions, false), step.positions, ck, cv, step.decode->cached,
-          step.mask, opts, ops::rope_rotary_dim(layer.rope), s.rope_layout, wo);
-    }
     if (layer.use_rope) {
       a = ops::attention_decode_rope(q, k, v, rope_table(l, step.table_positions, true),
-                                     rope_table(l, step.table_positions, false), step.positions, ck,
-                                     cv, step.decode->cached, step.mask, opts,
+                                     rope_table(l, step.table_positions, false), step.positions,
+                                     ck, cv, step.decode->cached, step.mask, opts,
                                      ops::rope_rotary_dim(layer.rope), s.rope_layout);
     } else {
       a = ops::attention_decode(q, ck, cv, step.mask, step.decode->cached, opts);
@@ -445,8 +425,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
 }
 
 Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
-                               const Tensor* residual, const ops::RowNorm* pre_norm,
-                               const Tensor* pending) const {
+                               const Tensor* residual, const ops::RowNorm* pre_norm) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
@@ -463,17 +442,6 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     return Tensor();
   };
   Tensor out;
-  if (pending) {
-    // The attention's projection still pending (layer() checks this form applies): the gated
-    // product adds it to x and stores the sum into *residual as it reads the row.
-    VKF_REQUIRE(residual && pre_norm && s.mlp == MlpKind::Gated && !s.fused_gate_up && !s.mlp_bias,
-                "{}: internal: a pending residual needs the folded gated MLP", s.model_type);
-    project(n.down,
-            ops::gated_linear(x, ops::PendingResidual{*pending, *residual}, P(n.gate + ".weight"),
-                              P(n.up + ".weight"), s.act, *pre_norm),
-            Tensor());
-    return {};
-  }
   if (s.mlp == MlpKind::Plain) {
     Tensor a =
         ops::activation(nn::linear(L(n.fc), normalized(), P(n.fc + ".weight"), bias(n.fc)), s.act);
@@ -531,15 +499,7 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
       ops::norm_folds(x, param(L(n.q + ".weight")), row_norm(L(n.norm1)))) {
     // Each RMSNorm folds into the products that read it (ops::normed_linear): x itself goes in.
     const ops::RowNorm norm1 = row_norm(L(n.norm1)), norm2 = row_norm(L(n.norm2));
-    // The gated MLP without biases can take the attention's projection as pending partial sums
-    // (one stage fewer: see attention_block); the layer's output is then a new tensor.
-    const bool can_pend = s.mlp == MlpKind::Gated && !s.fused_gate_up && !s.mlp_bias;
-    const Tensor partials = attention_block(l, x, step, trace, &x, &norm1, can_pend);
-    if (partials.defined()) {
-      Tensor out = Tensor::empty(x.shape());
-      mlp_block(l, x, trace, &out, &norm2, &partials);
-      return out;
-    }
+    attention_block(l, x, step, trace, &x, &norm1);
     mlp_block(l, x, trace, &x, &norm2);
     return x;
   }
@@ -604,10 +564,8 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
 Tensor DecoderModel::apply_head(const HeadInput& head, const Trace& trace) const {
   const auto& s = spec_;
   Tensor logits = nn::linear(kHeadModule, head.hidden, head.weight);
-  if (s.logits_divisor != 1.0)
-    logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
-  if (s.logits_multiplier != 1.0)
-    logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
+  if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
+  if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
   if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
   if (trace) trace("logits", logits);
   return logits;
@@ -618,12 +576,9 @@ bool DecoderModel::lora_on_head() const {
   return adapter && adapter->adapts_linear(kHeadModule);
 }
 
-DecoderModel::HeadInput DecoderModel::forward_hidden(const Tensor& input_ids,
-                                                     const Tensor& attention_mask) {
-  VKF_REQUIRE(!lora_on_head(),
-              "{} forward_hidden: the active adapter puts LoRA on the LM head, which "
-              "only forward() applies; use forward() and the logits",
-              spec_.model_type);
+DecoderModel::HeadInput DecoderModel::forward_hidden(const Tensor& input_ids, const Tensor& attention_mask) {
+  VKF_REQUIRE(!lora_on_head(), "{} forward_hidden: the active adapter puts LoRA on the LM head, which "
+              "only forward() applies; use forward() and the logits", spec_.model_type);
   const nn::AdapterScope adapter_scope(effective_adapter());
   return head_input(hidden_states(input_ids, attention_mask, {}, nullptr, {}));
 }
@@ -637,42 +592,36 @@ DecoderModel::HeadInput DecoderModel::head_input(Tensor hidden) const {
   const Tensor* head_copy = adapter ? adapter->replacement(s.names.lm_head) : nullptr;
   HeadInput h;
   h.hidden = std::move(hidden);
-  h.weight = head_copy               ? *head_copy
+  h.weight = head_copy ? *head_copy
              : s.tie_word_embeddings ? params_.at(s.names.embed)
                                      : param(s.names.lm_head);
   // forward() scales twice when both are set (no registered architecture does): then this one
   // f32 factor may differ from the two roundings by an ulp.
   const float divide = s.logits_divisor != 1.0 ? static_cast<float>(1.0 / s.logits_divisor) : 1.0f;
-  const float multiply =
-      s.logits_multiplier != 1.0 ? static_cast<float>(s.logits_multiplier) : 1.0f;
+  const float multiply = s.logits_multiplier != 1.0 ? static_cast<float>(s.logits_multiplier) : 1.0f;
   h.logit_scale = divide * multiply;
   h.softcap = s.final_softcap > 0 ? static_cast<float>(s.final_softcap) : 0.0f;
   return h;
 }
 
-Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attention_mask,
-                                   const Trace& trace, KVCache* cache,
-                                   std::span<const int32_t> positions) {
+Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
+                                   KVCache* cache, std::span<const int32_t> positions) {
   const auto& s = spec_;
   VKF_REQUIRE(input_ids.defined() && input_ids.rank() == 2 &&
                   (input_ids.dtype() == DType::I32 || input_ids.dtype() == DType::I64),
               "{} forward: input_ids must be an integer tensor [batch, seq]", s.model_type);
   const int64_t B = input_ids.dim(0), T = input_ids.dim(1);
-  VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type,
-              shape_str(input_ids.shape()));
+  VKF_REQUIRE(B > 0 && T > 0, "{} forward: empty batch {}", s.model_type, shape_str(input_ids.shape()));
   const int64_t past = cache ? cache->length : 0;
   if (cache) {
     VKF_REQUIRE(!autograd::active_tape(), "{} forward: a KV cache is for inference (no gradients)",
                 s.model_type);
-    VKF_REQUIRE(
-        cache->batch == B && past + T <= cache->capacity,
-        "{} forward: the KV cache holds batch {} x {} positions; this call needs batch {} and "
-        "{} positions",
-        s.model_type, cache->batch, cache->capacity, B, past + T);
+    VKF_REQUIRE(cache->batch == B && past + T <= cache->capacity,
+                "{} forward: the KV cache holds batch {} x {} positions; this call needs batch {} and "
+                "{} positions", s.model_type, cache->batch, cache->capacity, B, past + T);
   }
   if (attention_mask.defined()) {
-    VKF_REQUIRE(attention_mask.rank() == 2 && attention_mask.dim(0) == B &&
-                    attention_mask.dim(1) == past + T,
+    VKF_REQUIRE(attention_mask.rank() == 2 && attention_mask.dim(0) == B && attention_mask.dim(1) == past + T,
                 "{} forward: attention_mask {} must be [batch, {}] (past + new positions)",
                 s.model_type, shape_str(attention_mask.shape()), past + T);
   }
@@ -693,8 +642,7 @@ Tensor DecoderModel::hidden_states(const Tensor& input_ids, const Tensor& attent
     step.table_positions = past + T;
   } else {
     VKF_REQUIRE(static_cast<int64_t>(positions.size()) == B * T,
-                "{} forward: {} positions for a [{}, {}] batch", s.model_type, positions.size(), B,
-                T);
+                "{} forward: {} positions for a [{}, {}] batch", s.model_type, positions.size(), B, T);
     int32_t top = 0;
     for (int32_t p : positions) {
       VKF_REQUIRE(p >= 0, "{} forward: negative position {}", s.model_type, p);
@@ -756,8 +704,7 @@ Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace&
     if (trace) trace(name, t);
   };
   std::optional<int64_t> padding_idx;
-  if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size)
-    padding_idx = s.pad_token_id;
+  if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size) padding_idx = s.pad_token_id;
   Tensor x = ops::embedding(param(s.names.embed), input_ids, padding_idx);
   x = nn::adapt_embedding(module_of(s.names.embed), input_ids, x, padding_idx);
   if (s.embed_scale_sqrt_hidden) {

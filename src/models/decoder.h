@@ -167,16 +167,10 @@ class DecoderModel {
   // With `residual`, the block's output projection is added into *residual in place and an
   // undefined tensor is returned. With `pre_norm`, h is the block's input before its RMSNorm,
   // which the input projections apply as they read it (ops::normed_linear; a decode step).
-  // With `pending` as well, the attention block may instead leave its projection as partial sums
-  // (ops::attention_decode_rope_o) and return them, not touching *residual; the MLP block then
-  // takes them (`pending`): it adds x + their sum into *residual as it reads it (its gated
-  // product, ops::gated_linear's pending form) and its projection into *residual after that.
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
-                         const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr,
-                         bool pending = false);
+                         const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
-                   const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr,
-                   const Tensor* pending = nullptr) const;
+                   const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr) const;
   ops::RowNorm row_norm(const std::string& prefix) const;  // the RMSNorm at `prefix`
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 

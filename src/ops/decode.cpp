@@ -9,7 +9,6 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/decode_common.h"
-#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/norm.h"
@@ -174,11 +173,8 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
   return out;
 }
 
-namespace {
-
-// gated_linear, and with `pending` (one row, a norm) the residual's partials added first.
-Tensor gated_linear_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
-                         const RowNorm* norm, const PendingResidual* pending) {
+Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
+                    const RowNorm* norm) {
   const char* op = "gated_linear";
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
@@ -195,34 +191,20 @@ Tensor gated_linear_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_
   const detail::MatDesc a = detail::describe_rows(x);
   const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
   constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
-  const bool fused = w_gate.dtype() == DType::F16 && m <= kMaxRows && w_gate.is_contiguous() &&
-                     w_up.is_contiguous() && div_up(n, detail::kSkinnyF16Cols) <= kMaxGroups &&
-                     a.cs == 1 && (!norm || foldable(a, w_gate, *norm));
-  const bool vec8 = k % 8 == 0 && a.t.address() % 16 == 0 && (m == 1 || a.rs % 4 == 0) &&
-                    w_gate.address() % 16 == 0 && w_up.address() % 16 == 0;
-  const bool staged =
-      fused && detail::skinny_f16_stages_row(m, k, vec8, detail::skinny_norm_mode(norm));
-  if (pending && (!staged || pending->partials.address() % 16 != 0 ||
-                  pending->residual_out.address() % 16 != 0)) {
-    // Composed: the partials' sum in set order, added to x, stored, then the product.
-    Tensor o = pending->partials.slice(0, 0, 1).reshape({k});
-    for (int64_t s = 1; s < pending->partials.dim(0); ++s)
-      o = add(o, pending->partials.slice(0, s, s + 1).reshape({k}));
-    pending->residual_out.reshape({k}).copy_(add(x.reshape({k}), o));
-    return gated_linear_impl(pending->residual_out.reshape(x.shape()), w_gate, w_up, act, norm,
-                             nullptr);
-  }
-  if (!fused) {
+  if (w_gate.dtype() != DType::F16 || m > kMaxRows || !w_gate.is_contiguous() ||
+      !w_up.is_contiguous() || div_up(n, detail::kSkinnyF16Cols) > kMaxGroups || a.cs != 1 ||
+      (norm && !foldable(a, w_gate, *norm))) {
     if (norm)
-      return gated_linear_impl(rms_norm(x, norm->weight, norm->eps, norm->one_plus), w_gate, w_up,
-                               act, nullptr, nullptr);
+      return gated_linear(rms_norm(x, norm->weight, norm->eps, norm->one_plus), w_gate, w_up, act);
     return gated_act(linear(x, w_gate), linear(x, w_up), act);
   }
   Shape out_shape = x.shape();
   out_shape.back() = n;
   Tensor out = Tensor::empty(out_shape, DType::F32);
   const auto lda = static_cast<uint32_t>(m == 1 ? 0 : a.rs);
-  // 16-byte loads (vec8 above) need every row start of x and of both weights 16-byte aligned.
+  // 16-byte loads need every row start of x and of both weights 16-byte aligned.
+  const bool vec8 = k % 8 == 0 && a.t.address() % 16 == 0 && lda % 4 == 0 &&
+                    w_gate.address() % 16 == 0 && w_up.address() % 16 == 0;
   checked_u32((m - 1) * a.rs + k, "gated_linear x extent");
   checked_u32(n * k, "gated_linear weight elements");
   const RowNorm sn = norm ? *norm : RowNorm{};
@@ -232,7 +214,6 @@ Tensor gated_linear_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_
     uint64_t norm_w;
     float norm_eps;
     uint32_t norm_tpr_log2;
-    uint64_t partials, residual_out;
   } push{a.t.address(),
          w_gate.address(),
          w_up.address(),
@@ -247,58 +228,20 @@ Tensor gated_linear_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_
          0,
          norm ? sn.weight.address() : 0,
          sn.eps,
-         norm ? detail::norm_threads_per_row_log2(k) : 0u,
-         pending ? pending->partials.address() : 0,
-         pending ? pending->residual_out.address() : 0};
+         norm ? detail::norm_threads_per_row_log2(k) : 0u};
   const uint32_t rpt = detail::skinny_f16_rows_per_thread(m, n, vec8);
   const uint32_t blocks = div_up(n, detail::kSkinnyF16Cols * rpt);
   const uint32_t groups = detail::skinny_f16_groups(m, blocks);
-  std::vector<uint32_t> spec =
+  const std::vector<uint32_t> spec =
       detail::skinny_f16_spec(m, k, false, vec8, static_cast<uint32_t>(act), rpt,
                               detail::skinny_norm_mode(norm ? &sn : nullptr), groups, blocks);
-  spec.push_back(pending ? static_cast<uint32_t>(pending->partials.dim(0)) : 0u);  // PARTIALS
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
-  if (pending) {
-    launch("matmul_skinny_f16_gated", push, Grid{groups, 1, 1},
-           {&a.t, &w_gate, &w_up, &sn.weight, &pending->partials}, {&out, &pending->residual_out},
-           spec, cost);
-  } else {
-    launch("matmul_skinny_f16_gated", push, Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight},
-           {&out}, spec, cost);
-  }
+  launch("matmul_skinny_f16_gated", push, Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight},
+         {&out}, spec, cost);
   return out;
-}
-
-}  // namespace
-
-Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
-                    const RowNorm* norm) {
-  return gated_linear_impl(x, w_gate, w_up, act, norm, nullptr);
-}
-
-Tensor gated_linear(const Tensor& x, const PendingResidual& pending, const Tensor& w_gate,
-                    const Tensor& w_up, Activation act, const RowNorm& norm) {
-  const char* op = "gated_linear";
-  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.numel() > 0 && x.numel() == x.dim(-1) &&
-                  x.is_contiguous(),
-              "{}: with a pending residual x must be one contiguous f32 row, got {}", op,
-              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
-  const int64_t k = x.dim(-1);
-  const Tensor& ps = pending.partials;
-  VKF_REQUIRE(ps.defined() && ps.dtype() == DType::F32 && ps.rank() == 2 && ps.dim(0) >= 1 &&
-                  ps.dim(1) == k && ps.is_contiguous(),
-              "{}: the pending partials must be a contiguous f32 [sets, {}], got {}", op, k,
-              ps.defined() ? shape_str(ps.shape()) : std::string("undefined"));
-  const Tensor& r = pending.residual_out;
-  VKF_REQUIRE(r.defined() && r.dtype() == DType::F32 && r.numel() == k && r.is_contiguous() &&
-                  !r.same_storage(x) && !r.same_storage(ps),
-              "{}: residual_out must be a contiguous f32 of {} values apart from x and the "
-              "partials",
-              op, k);
-  return gated_linear_impl(x, w_gate, w_up, act, &norm, &pending);
 }
 
 }  // namespace vkf::ops

@@ -69,19 +69,6 @@ void set_norm_fold_rows(int64_t rows);
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
                     const RowNorm* norm = nullptr);
 
-// A projection not yet added to the residual stream: partial sums f32 [sets, features] (as
-// attention_decode_rope_o returns them) and where the sum goes.
-struct PendingResidual {
-  Tensor partials;      // f32 [sets, in], contiguous
-  Tensor residual_out;  // f32, in values, contiguous: gets x + (partials[0] + ... + partials[-1])
-};
-// gated_linear(x + o, ..., &norm) for one row x (f32 [1, 1, in]) with o the sum of
-// pending.partials over sets in order, also storing x + o to pending.residual_out: folded into
-// the same dispatch (matmul_skinny_f16's PARTIALS) where the norm folds and the row is staged,
-// else composed from ops (the same values).
-Tensor gated_linear(const Tensor& x, const PendingResidual& pending, const Tensor& w_gate,
-                    const Tensor& w_up, Activation act, const RowNorm& norm);
-
 // Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
 // filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32
 // [B, 1, Hq, D]; caches: contiguous f32 [B, capacity, Hkv, D]; key_padding_mask: undefined or I32
@@ -110,31 +97,7 @@ Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& key_padding_mask, const AttentionOptions& opts,
                              int64_t rotary_dim, RopeLayout layout);
 
-// attention_decode_rope followed by the output projection (no bias), in one dispatch: returns
-// partial sums, f32 [sets, out_features], whose sum over sets in order is the projection
-// attention_decode_rope(...).reshape({1, Hq * D}) o_weight^T (each set: the columns of one group
-// of query heads; add them with gated_linear's `partials`). Each workgroup of a head group
-// computes the attention for its chunk of the projection's rows, so the projection streams the
-// weight over the whole GPU without a stage of its own. Same arguments as attention_decode_rope,
-// and o_weight f16 [out_features, Hq * D]; only where detail::decode_attention_o_unfit() is "",
-// else an error. The attention's sums are attention_decode_rope's; the projection's are its own
-// (fixed orders: deterministic). Not differentiable.
-Tensor attention_decode_rope_o(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                               const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                               const Tensor& cache_v, const Tensor& slot_buf,
-                               const Tensor& key_padding_mask, const AttentionOptions& opts,
-                               int64_t rotary_dim, RopeLayout layout, const Tensor& o_weight);
-
 namespace detail {
-
-// Why attention_decode_rope_o cannot serve a call of this shape ("" when it can): the fast kernel,
-// one row, a cache of at most 16 passes of the kernel, head_dim % 8 == 0, a contiguous, 16-byte
-// aligned f16 o_weight [out, q_heads * head_dim], and not turned off.
-std::string decode_attention_o_unfit(int64_t batch, int64_t capacity, int64_t q_heads,
-                                     int64_t kv_heads, int64_t head_dim, const Tensor& o_weight);
-// Turns attention_decode_rope_o's use by the decode step off (false) or back on, for A/B timing
-// and tests.
-void set_decode_fuse_o(bool fused);
 
 // Why attention_decode_fast.comp cannot serve a call with this head_dim on this device ("" when
 // it can).
@@ -152,9 +115,6 @@ struct DecodeAttentionPlan {
 };
 DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
                                           int64_t kv_heads, int64_t head_dim);
-// attention_decode_rope_o's division: all query heads of a kv head per workgroup where they fit,
-// one split.
-DecodeAttentionPlan decode_attention_o_plan(int64_t q_heads, int64_t kv_heads, int64_t head_dim);
 // Caps the query heads per workgroup (tests: the grouped path on small grids); 0 restores the
 // rule (fewer heads per workgroup until the grid is large enough).
 void set_decode_heads_per_group(int64_t heads);

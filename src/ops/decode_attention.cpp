@@ -39,10 +39,6 @@ constexpr int64_t kTargetWorkgroups = 256;
 constexpr int64_t kMinPassesToSplit = 8;
 constexpr int64_t kMaxSplits = 64;
 int64_t g_heads_per_group = 0;  // 0: the rule of decode_attention_plan
-// attention_decode_rope_o: on where it fits (set_decode_fuse_o), and for caches of at most this
-// many passes, which every workgroup of a (kv head, head group) walks by itself.
-bool g_fuse_o = true;
-constexpr int64_t kMaxFusedPasses = 16;
 
 bool plain_forced() {
   const char* env = std::getenv("VKF_ATTENTION");
@@ -118,31 +114,13 @@ struct RopeInputs {
   RopeLayout layout = RopeLayout::RotateHalf;
 };
 
-// The fused output projection's chunks (attention_decode_fast.comp's O_ROWS): enough workgroups
-// that Wo streams like a decode product (about kTargetWorkgroups), in multiples of the 16 rows a
-// workgroup's lane groups take at a time.
-struct OChunks {
-  int64_t rows = 0, chunks = 0;
-};
-OChunks o_chunks(int64_t sets, int64_t n) {
-  const int64_t want = std::clamp<int64_t>((kTargetWorkgroups + sets - 1) / sets, 1,
-                                           (n + kLaneGroups - 1) / kLaneGroups);
-  OChunks c;
-  c.rows = ((n + want - 1) / want + kLaneGroups - 1) / kLaneGroups * kLaneGroups;
-  c.chunks = (n + c.rows - 1) / c.rows;
-  return c;
-}
-
-// One launch of attention_decode_fast.comp; with `rope`, the fused op; with `o_weight` as well,
-// the output projection after it (attention_decode_rope_o: returns the partials).
+// One launch of attention_decode_fast.comp; with `rope`, the fused op.
 Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_k,
                    const Tensor& cache_v, const Tensor& mask, const Tensor& cached,
-                   const AttentionOptions& opts, const Tensor* o_weight = nullptr) {
+                   const AttentionOptions& opts) {
   const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
   const int64_t hq = q.dim(2);
-  const detail::DecodeAttentionPlan plan = o_weight
-                                               ? detail::decode_attention_o_plan(hq, hkv, D)
-                                               : detail::decode_attention_plan(B, cap, hq, hkv, D);
+  const detail::DecodeAttentionPlan plan = detail::decode_attention_plan(B, cap, hq, hkv, D);
   // vec4 loads read the cache rows and, for the new key's lanes, the rows of k and v.
   bool vec4 = plan.vec4 && cache_k.address() % 16 == 0 && cache_v.address() % 16 == 0;
   if (rope) vec4 = vec4 && rope->k.address() % 16 == 0 && rope->v.address() % 16 == 0;
@@ -153,10 +131,7 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
     scratch = Tensor::empty(
         {2 * hkv * plan.head_groups * B * plan.splits * plan.heads_per_group * (D + 2)},
         DType::F32);
-  const int64_t sets = hkv * plan.head_groups, n_out = o_weight ? o_weight->dim(0) : 0;
-  const OChunks chunks = o_weight ? o_chunks(sets, n_out) : OChunks{};
-  Tensor out =
-      o_weight ? Tensor::empty({sets, n_out}, DType::F32) : Tensor::empty(q.shape(), DType::F32);
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
   uint32_t flags = mask.defined() ? detail::kAttnFlagMask : 0u;
   int64_t half = 0, table_rows = 0;
   if (rope) {
@@ -169,42 +144,36 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
     uint64_t q, k_new, v_new, cos, sin, pos, cached, cache_k, cache_v, mask, out, scratch;
     uint32_t capacity, heads, window, table_rows, d, half_flags;
     float scale, softcap;
-  } push{q.address(), rope ? rope->k.address() : none, rope ? rope->v.address() : none,
-         rope ? rope->cos.address() : none, rope ? rope->sin.address() : none,
-         rope ? rope->positions.address() : none, cached.address(), cache_k.address(),
-         cache_v.address(), mask.defined() ? mask.address() : none, out.address(),
-         // With the projection: Wo in place of the scratch (one split: no scratch).
-         o_weight            ? o_weight->address()
-         : scratch.defined() ? scratch.address()
-                             : none,
-         static_cast<uint32_t>(cap), static_cast<uint32_t>(hq) | static_cast<uint32_t>(hkv) << 16,
+  } push{q.address(),
+         rope ? rope->k.address() : none,
+         rope ? rope->v.address() : none,
+         rope ? rope->cos.address() : none,
+         rope ? rope->sin.address() : none,
+         rope ? rope->positions.address() : none,
+         cached.address(),
+         cache_k.address(),
+         cache_v.address(),
+         mask.defined() ? mask.address() : none,
+         out.address(),
+         scratch.defined() ? scratch.address() : none,
+         static_cast<uint32_t>(cap),
+         static_cast<uint32_t>(hq) | static_cast<uint32_t>(hkv) << 16,
          opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window),
-         static_cast<uint32_t>(table_rows), static_cast<uint32_t>(D),
-         static_cast<uint32_t>(half) | flags << 16, opts.scale, opts.softcap};
+         static_cast<uint32_t>(table_rows),
+         static_cast<uint32_t>(D),
+         static_cast<uint32_t>(half) | flags << 16,
+         opts.scale,
+         opts.softcap};
   static_assert(sizeof(push) == 128, "attention_decode_fast's push constants fill 128 bytes");
-  std::vector<uint32_t> spec = {static_cast<uint32_t>(plan.dims_per_lane),
-                                static_cast<uint32_t>(plan.heads_per_group),
-                                static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
-  if (o_weight) {
-    spec.push_back(static_cast<uint32_t>(chunks.rows));
-    spec.push_back(static_cast<uint32_t>(n_out));
-  }
-  const Grid grid{static_cast<uint32_t>(sets), static_cast<uint32_t>(B),
-                  static_cast<uint32_t>(o_weight ? chunks.chunks : plan.splits)};
+  const std::vector<uint32_t> spec = {
+      static_cast<uint32_t>(plan.dims_per_lane), static_cast<uint32_t>(plan.heads_per_group),
+      static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
+  const Grid grid{static_cast<uint32_t>(hkv * plan.head_groups), static_cast<uint32_t>(B),
+                  static_cast<uint32_t>(plan.splits)};
   // The cost counts the whole cache (the filled length is known only on the device); the K and V
-  // rows are read once per head group (per chunk with the projection), and Wo once.
-  const double kv_reads = static_cast<double>(o_weight ? chunks.chunks : 1);
-  vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
-                        8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups) * kv_reads};
-  if (o_weight) {
-    cost.flops += 2.0 * static_cast<double>(o_weight->numel());
-    cost.bytes += 2.0 * static_cast<double>(o_weight->numel());
-    launch("attention_decode_fast", push, grid,
-           {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
-            &cache_v, &mask, o_weight},
-           {&out, &cache_k, &cache_v}, spec, cost);
-    return out;
-  }
+  // rows are read once per head group.
+  const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
+                              8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
   if (rope) {
     launch("attention_decode_fast", push, grid,
            {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
@@ -294,48 +263,6 @@ std::string decode_attention_fast_unfit(int64_t head_dim) {
 void set_decode_heads_per_group(int64_t heads) {
   VKF_REQUIRE(heads >= 0, "decode heads per workgroup must be >= 0, got {}", heads);
   g_heads_per_group = heads;
-}
-
-DecodeAttentionPlan decode_attention_o_plan(int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
-  // Every query head of a kv head in one workgroup where they fit (the chunks of the projection
-  // fill the grid), and one split.
-  DecodeAttentionPlan p = decode_attention_plan(1, 1, q_heads, kv_heads, head_dim);
-  const int64_t ratio = q_heads / kv_heads;
-  const int64_t heads = std::min(ratio, std::clamp<int64_t>(64 / p.dims_per_lane, 1, 8));
-  p.head_groups = (ratio + heads - 1) / heads;
-  p.heads_per_group = (ratio + p.head_groups - 1) / p.head_groups;
-  p.splits = 1;
-  return p;
-}
-
-std::string decode_attention_o_unfit(int64_t batch, int64_t capacity, int64_t q_heads,
-                                     int64_t kv_heads, int64_t head_dim, const Tensor& o_weight) {
-  if (!g_fuse_o) return "turned off (set_decode_fuse_o)";
-  if (const std::string why = decode_attention_fast_unfit(head_dim); !why.empty()) return why;
-  if (batch != 1) return fmt::format("{} rows (the projection fuses for one)", batch);
-  const DecodeAttentionPlan p = decode_attention_o_plan(q_heads, kv_heads, head_dim);
-  const int64_t passes =
-      (capacity + kLaneGroups * p.keys_per_lane_group - 1) / (kLaneGroups * p.keys_per_lane_group);
-  if (passes > kMaxFusedPasses)
-    return fmt::format("a cache of {} positions ({} passes; the fused kernel walks at most {})",
-                       capacity, passes, kMaxFusedPasses);
-  if (head_dim % 8 != 0) return fmt::format("head_dim {} is not a multiple of 8", head_dim);
-  if (!o_weight.defined() || o_weight.dtype() != DType::F16 || o_weight.rank() != 2 ||
-      o_weight.dim(1) != q_heads * head_dim || !o_weight.is_contiguous() ||
-      o_weight.address() % 16 != 0)
-    return fmt::format(
-        "the output projection's weight is not a contiguous, 16-byte aligned f16 "
-        "[out, {}]",
-        q_heads * head_dim);
-  if (o_weight.numel() / 8 > int64_t{UINT32_MAX})
-    return "the output projection's weight is too large for 32-bit indices";
-  if (o_weight.dim(0) > kMaxGroups * kLaneGroups)
-    return fmt::format("{} output features exceed a dispatch's grid", o_weight.dim(0));
-  return "";
-}
-
-void set_decode_fuse_o(bool fused) {
-  g_fuse_o = fused;
 }
 
 DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
@@ -448,23 +375,6 @@ Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, 
   const auto contiguous = [](const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); };
   RopeInputs rope{contiguous(k), contiguous(v), cos, sin, positions, rotary_dim, layout};
   return launch_fast(contiguous(q), &rope, cache_k, cache_v, key_padding_mask, slot_buf, opts);
-}
-
-Tensor attention_decode_rope_o(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                               const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                               const Tensor& cache_v, const Tensor& slot_buf,
-                               const Tensor& key_padding_mask, const AttentionOptions& opts,
-                               int64_t rotary_dim, RopeLayout layout, const Tensor& o_weight) {
-  const char* op = "attention_decode_rope_o";
-  check_attention(op, q, cache_k, cache_v, key_padding_mask, slot_buf, opts);
-  check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
-  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
-  const std::string why = detail::decode_attention_o_unfit(B, cap, q.dim(2), hkv, D, o_weight);
-  VKF_REQUIRE(why.empty(), "{}: not available for this call: {}", op, why);
-  const auto contiguous = [](const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); };
-  RopeInputs rope{contiguous(k), contiguous(v), cos, sin, positions, rotary_dim, layout};
-  return launch_fast(contiguous(q), &rope, cache_k, cache_v, key_padding_mask, slot_buf, opts,
-                     &o_weight);
 }
 
 }  // namespace vkf::ops

@@ -210,8 +210,6 @@ void set_skinny_f16_k_split(uint32_t split);
 std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, uint32_t k_split = 1);
-// Whether that staging applies to a dispatch (the gated variant's PARTIALS need it).
-bool skinny_f16_stages_row(int64_t m, int64_t k, bool vec8, uint32_t norm_mode);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
 // Restores every skinny f16 choice above that a test or benchmark forced to its rule.

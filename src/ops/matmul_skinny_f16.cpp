@@ -38,19 +38,15 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
 }
 
-bool skinny_f16_stages_row(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
+std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
+                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks, uint32_t k_split) {
   // The normalized row staged in shared memory: one row, folded norm, 16-byte loads, and room
   // beside the kernel's other shared arrays (8 rows x 256 partial sums, in f64 for the precise
   // build: 16 KiB, plus the rows' rstd).
   constexpr int64_t kOtherShared = 16 * 1024 + 64;
-  return g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
-         4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
-}
-
-std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
-                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks, uint32_t k_split) {
-  const bool staged = skinny_f16_stages_row(m, k, vec8, norm_mode);
+  const bool staged = g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
+                      4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
   // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
   // STAGED_LEN4.
   return {static_cast<uint32_t>(m),

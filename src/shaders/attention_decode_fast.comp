@@ -26,18 +26,6 @@
 // dispatch reads that slot. The rotation is rope_pair.glsl's, bitwise rope_kv_write.comp's, so
 // the result equals rope_kv_write followed by this kernel without the flag, bit for bit.
 //
-// With O_ROWS > 0 (ops::attention_decode_rope_o: one row, a cache short enough for one split)
-// the output projection follows in the same dispatch: grid z counts chunks of O_ROWS rows of the
-// f16 weight Wo [O_N, Hq * D] instead of splits, every workgroup of a (kv head, head group)
-// computes the same attention (bit for bit: the same code on the same inputs), keeps its heads'
-// outputs in shared memory instead of storing them, and writes, for each row n of its chunk, the
-// partial sum over its heads' columns, sum_{g, d} Wo[n, (h0 + g) * D + d] * o[h0 + g, d], to
-// partials[x][n] (x: the workgroup's kv head group). A lane group of 8 takes one row at a time,
-// each lane 16-byte loads of 8 halves strided by the group, in index order, and the 8 lanes'
-// sums meet in a butterfly: fixed orders. Only the first chunk writes the new cache slot. The
-// partials' sum over x, in order, is the projection (the next stage adds it: matmul_skinny_f16's
-// PARTIALS). In this mode `o` holds the partials' address and `scratch` Wo's.
-//
 // Layouts (f32, contiguous): q, o [B, 1, Hq, D]; k_new, v_new [B, 1, Hkv, D]; caches
 // [B, capacity, Hkv, D]; mask I32 [B, capacity] (nonzero = token); cos, sin [P, half]; pos I32
 // [B]. Scratch (splits > 1): per (x, y, split, head of the group) one record of D + 2 VACC: max,
@@ -63,11 +51,6 @@ layout(constant_id = 0) const uint DPL = 8;   // dims per lane: ceil(D / 8)
 layout(constant_id = 1) const uint HPW = 4;   // query heads per workgroup
 layout(constant_id = 2) const uint KPT = 4;   // keys per lane group per pass
 layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 16-byte rows
-// The fused output projection (see above): rows of Wo per workgroup (0: off) and in all. The host
-// sets it only for B = 1, one split, D % 8 == 0 and 16-byte aligned Wo.
-layout(constant_id = 4) const uint O_ROWS = 0;
-layout(constant_id = 5) const uint O_N = 1;
-const bool FUSE_O = O_ROWS > 0;
 
 #define NT 128
 #define LANES 8
@@ -110,41 +93,6 @@ shared float sNewV[LANES * DPL];
 shared float sM[GROUPS * HPW];   // each lane group's running max, per head
 shared VACC sL[GROUPS * HPW];    // each lane group's sum, rescaled to the workgroup's max
 shared VACC sAcc[GROUPS * SLICE];  // each lane group's values of one head, one slice of dims
-shared float sOut[FUSE_O ? HPW * LANES * DPL : 1];  // FUSE_O: the group's outputs, [head][dim]
-
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
-
-// FUSE_O: the projection's partial sums of rows chunk * O_ROWS .. over the group's nh heads from
-// their outputs in sOut (written before the barrier that precedes this call): one row per lane
-// group at a time, lane `lane` taking the 16-byte groups lane, lane + 8, ... of the row's nh * D
-// halves, then a butterfly over the 8 lanes; lane 0 stores.
-void project_partials(uint t, uint lane, uint grp, uint h0, uint nh, uint hq, uint D, uint chunk) {
-  const uint row_groups = nh * D / 8u;   // 16-byte groups of the row's columns for these heads
-  const uint ld8 = hq * D / 8u;          // Wo's row stride in 16-byte groups
-  UVec4Buf w = UVec4Buf(p.scratch);
-  const uint n_end = min(O_N, (chunk + 1u) * O_ROWS);
-  for (uint n = chunk * O_ROWS + grp; n < n_end; n += GROUPS) {
-    VACC sum = VACC(0.0);
-    for (uint c = lane; c < row_groups; c += LANES) {
-      const uvec4 wq = w.v[n * ld8 + h0 * D / 8u + c];
-      const uint e = c * 8u;  // column within the group's heads: sOut's index
-      const vec2 w0 = unpackHalf2x16(wq.x), w1 = unpackHalf2x16(wq.y);
-      const vec2 w2 = unpackHalf2x16(wq.z), w3 = unpackHalf2x16(wq.w);
-      sum += VACC(w0.x) * VACC(sOut[e]);
-      sum += VACC(w0.y) * VACC(sOut[e + 1u]);
-      sum += VACC(w1.x) * VACC(sOut[e + 2u]);
-      sum += VACC(w1.y) * VACC(sOut[e + 3u]);
-      sum += VACC(w2.x) * VACC(sOut[e + 4u]);
-      sum += VACC(w2.y) * VACC(sOut[e + 5u]);
-      sum += VACC(w3.x) * VACC(sOut[e + 6u]);
-      sum += VACC(w3.y) * VACC(sOut[e + 7u]);
-    }
-    sum += subgroupShuffleXor(sum, 4u);
-    sum += subgroupShuffleXor(sum, 2u);
-    sum += subgroupShuffleXor(sum, 1u);
-    if (lane == 0u) p.o.v[gl_WorkGroupID.x * O_N + n] = float(sum);
-  }
-}
 
 // Element e of row `row` of x [rows, D], rotated at the rotary position of batch row b.
 float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
@@ -159,9 +107,7 @@ void main() {
   const uint hq = p.heads & 0xffffu, hkv = p.heads >> 16, G = hq / hkv;
   const uint ng = gl_NumWorkGroups.x / hkv;  // head groups per kv head
   const uint hk = gl_WorkGroupID.x / ng, hg = gl_WorkGroupID.x - hk * ng;
-  const uint b = gl_WorkGroupID.y;
-  const uint split = FUSE_O ? 0u : gl_WorkGroupID.z, splits = FUSE_O ? 1u : gl_NumWorkGroups.z;
-  const uint chunk = FUSE_O ? gl_WorkGroupID.z : 0u;
+  const uint b = gl_WorkGroupID.y, split = gl_WorkGroupID.z, splits = gl_NumWorkGroups.z;
   const uint D = p.d, cap = p.capacity, flags = p.half_flags >> 16;
   const uint h0 = hk * G + hg * HPW;       // first query head of the group
   const uint nh = min(HPW, G - hg * HPW);  // heads in the group
@@ -197,7 +143,7 @@ void main() {
       nk[e] = sNewK[lane * DPL + e];
       nv[e] = sNewV[lane * DPL + e];
     }
-    if (fresh && hg == 0u && split == n_active - 1u && chunk == 0u) {
+    if (fresh && hg == 0u && split == n_active - 1u) {
       // The one writer of the new slot for this (kv head, row).
       const uint dst = ((b * cap + uint(cached)) * hkv + hk) * D;
       [[unroll]] for (uint e = 0; e < DPL; ++e) {
@@ -340,17 +286,11 @@ void main() {
               part.v[rec + 1u] = sum;
             }
             part.v[rec + 2u + dim] = val;
-          } else if (FUSE_O) {
-            sOut[g * D + dim] = sum > 0.0 ? float(val / sum) : 0.0;
           } else {
             p.o.v[(b * hq + h0 + g) * D + dim] = sum > 0.0 ? float(val / sum) : 0.0;
           }
         }
       }
-    }
-    if (FUSE_O) {
-      barrier();  // sOut complete
-      project_partials(t, lane, grp, h0, nh, hq, D, chunk);
     }
   }
 }

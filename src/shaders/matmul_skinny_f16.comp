@@ -25,14 +25,6 @@
 // by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
 // ACT (id 3) picks the activation of activation.glsl.
 //
-// PARTIALS (gated variant, with the staged row) adds a pending projection to the residual first:
-// the row staged is opA + (partials[0] + partials[1] + ... + partials[PARTIALS - 1]) (the sets in
-// order, then added to opA: the residual plus the projection, as a separate addition would give),
-// and workgroup 0 stores that row to residual_out, the residual stream the next products add
-// into. Decode's fused attention and output projection (attention_decode_rope_o) leaves its
-// projection as such partial sums; this takes their sum into the MLP's stage instead of a stage
-// of its own.
-//
 // NORM (both variants) folds an RMSNorm of opA's rows into the product (decode's input norms,
 // ops::normed_linear): every workgroup first takes each row's sum of squares exactly as
 // norm_fwd.comp does (the same threads per row, element order and tree as norm_rows.glsl, all
@@ -92,9 +84,6 @@ const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
 // and block. The same values, so the same sums.
 layout(constant_id = 9) const uint STAGED_LEN4 = 1;
 const bool STAGED = STAGED_LEN4 > 1 && NORM != 0 && MROWS == 1 && VEC8;
-// Sets of partial sums added to the staged row (see the header; gated variant, STAGED only; the
-// host checks), 0: none.
-layout(constant_id = 10) const uint PARTIALS = 0;
 const uint STAGED_PER_THREAD = (STAGED_LEN4 + LOCAL_SIZE - 1) / LOCAL_SIZE;  // vec4s staged each
 const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
@@ -118,8 +107,6 @@ layout(push_constant, std430) uniform Push {
   uint64_t norm_w;  // NORM: the norm's weight, f32 [K]
   float norm_eps;
   uint norm_tpr_log2;
-  uint64_t partials;      // PARTIALS: f32 [PARTIALS, K]
-  uint64_t residual_out;  // PARTIALS: f32 [K], the row as staged before the norm
 } p;
 #else
 #define MATMUL_PUSH_EXTRA \
@@ -395,16 +382,7 @@ void main() {
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
         const uint i = tid + j * LOCAL_SIZE;
         if (i < p.K / 4) {
-          vec4 x = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
-#if GATED
-          if (PARTIALS > 0) {
-            vec4 o = Vec4Buf(p.partials).v[i];
-            for (uint s = 1; s < PARTIALS; ++s) o += Vec4Buf(p.partials).v[s * (p.K / 4) + i];
-            x += o;
-            if (gl_WorkGroupID.x == 0u) Vec4Buf(p.residual_out).v[i] = x;
-          }
-#endif
-          staged_row[i] = x;
+          staged_row[i] = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
           norm_w_ahead[j] = Vec4Buf(p.norm_w).v[i];
         }
       }

@@ -236,6 +236,7 @@ Context::Context(std::optional<int> requested) {
   e12.vulkanMemoryModelDeviceScope = f12.vulkanMemoryModelDeviceScope;
   e12.timelineSemaphore = f12.timelineSemaphore;
   e12.shaderBufferInt64Atomics = f12.shaderBufferInt64Atomics;
+  info_.int64_atomics = f12.shaderBufferInt64Atomics == VK_TRUE;
   VkPhysicalDeviceVulkan11Features e11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   e11.storageBuffer16BitAccess = VK_TRUE;
   VkPhysicalDeviceVulkan13Features e13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};

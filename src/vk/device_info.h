@@ -53,6 +53,8 @@ struct DeviceInfo {
   bool float16_arithmetic = false;
   bool float64_arithmetic = false;
   bool int64 = false;
+  // shaderBufferInt64Atomics, enabled where present (decode_bench's atomics rows use it).
+  bool int64_atomics = false;
   bool int16 = false;
   bool storage16 = false;
   bool bfloat16 = false;
