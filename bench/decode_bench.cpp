@@ -23,7 +23,8 @@
 // --stage-floor N only times N dependent one-dispatch stages in a replayed graph: what each of a
 // decode step's dependent stages costs before any work (see print_stage_floor). --stage-stream N
 // times N dependent stages that only stream weights, by how the weights are allocated: the floor
-// under a decode product of that size (see print_stage_stream).
+// under a decode product of that size; and what 64-bit atomic sums add to it (see
+// print_stage_stream).
 // --profile lists the decode steps' kernels by GPU time (eager mode only: timestamps go around each
 // dispatch as it is recorded, so the replayed graph is not profiled; eager runs the same kernels).
 // --stage-profile splits the replayed step's GPU time into its dependent stages instead (a
@@ -101,9 +102,10 @@ void print_stage_floor(int n) {
 // How fast dependent stages stream weights, by how the weights are allocated: a replayed graph of
 // n stages of stage_stream.comp, each reading `groups` x 32 KiB of weights, cycling over
 // `distinct` weight sets that are either tensors of their own (as a model's weights) or
-// consecutive ranges of one tensor of at least `one_bytes`; then, over tensors of their own,
-// the same stages with every workgroup adding into 2048 shared 64-bit sums (stage_stream_atomics:
-// what fixed-point split-K sums would cost). Median of 7 replays.
+// consecutive ranges of one tensor of at least `one_bytes`; then, over tensors of their own and
+// where the device has 64-bit buffer atomics, the same stages with every workgroup adding into
+// 2048 shared 64-bit sums (stage_stream_atomics: what fixed-point split-K sums would cost).
+// Median of 7 replays.
 void print_stage_stream(int n, double warm_ms) {
   auto& stream = vk::Context::get().stream();
   struct Push {
@@ -112,70 +114,69 @@ void print_stage_stream(int n, double warm_ms) {
   constexpr int64_t kGroupBytes = 8 * 256 * 16;
   const Tensor act[2] = {Tensor::zeros({256}), Tensor::zeros({256})};
   const Tensor sink = Tensor::zeros({256}, DType::I32);
-  const Tensor sums = Tensor::zeros({2 * 2048}, DType::I32);  // int64 [2048]
-  std::vector<bool> modes{false};
+  const Tensor sums = Tensor::zeros({2 * 2048}, DType::I32);                   // int64 [2048]
+  std::vector<std::pair<bool, uint32_t>> rows{{false, 264u}, {false, 1056u}};  // atomics, groups
   if (vk::Context::get().info().int64_atomics) {
-    modes.push_back(true);
+    rows.insert(rows.end(), {{true, 264u}, {true, 1056u}});
   } else {
     fmt::print("stage stream: this device has no 64-bit buffer atomics; no atomics rows\n");
   }
-  for (const bool atomics : modes)
-    for (const uint32_t groups : {264u, 1056u}) {
-      const int64_t stage_bytes = groups * kGroupBytes;
-      std::vector<int> set_counts{std::min(16, n)};
-      if (n > 16 && !atomics) set_counts.push_back(n);
-      for (const int distinct : set_counts) {
-        const int64_t sets_bytes = distinct * stage_bytes;
-        std::vector<int64_t> layouts{0};  // 0: tensors of their own
-        if (!atomics) layouts = {0, sets_bytes, std::max(sets_bytes, int64_t{5} << 30)};
-        for (const int64_t one_bytes : layouts) {
-          // random bits: no compression of uniform data can help
-          std::vector<Tensor> sets;
-          std::vector<uint64_t> address;
-          if (one_bytes == 0) {
-            for (int i = 0; i < distinct; ++i) {
-              sets.push_back(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
-                                               {stage_bytes / 4}));
-              address.push_back(sets.back().address());
-            }
-          } else {
-            sets.push_back(Tensor::zeros({one_bytes / 4}));
-            for (int i = 0; i < distinct; ++i) {
-              const Tensor part = sets[0].slice(0, i * stage_bytes / 4, (i + 1) * stage_bytes / 4);
-              part.copy_(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
-                                           {stage_bytes / 4}));
-              address.push_back(part.address());
-            }
+  for (const auto& [atomics, groups] : rows) {
+    const int64_t stage_bytes = groups * kGroupBytes;
+    std::vector<int> set_counts{std::min(16, n)};
+    if (n > 16 && !atomics) set_counts.push_back(n);
+    for (const int distinct : set_counts) {
+      const int64_t sets_bytes = distinct * stage_bytes;
+      std::vector<int64_t> layouts{0};  // 0: tensors of their own
+      if (!atomics) layouts = {0, sets_bytes, std::max(sets_bytes, int64_t{5} << 30)};
+      for (const int64_t one_bytes : layouts) {
+        // random bits: no compression of uniform data can help
+        std::vector<Tensor> sets;
+        std::vector<uint64_t> address;
+        if (one_bytes == 0) {
+          for (int i = 0; i < distinct; ++i) {
+            sets.push_back(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                             {stage_bytes / 4}));
+            address.push_back(sets.back().address());
           }
-          stream.synchronize();
-          stream.begin_capture();
-          stream.fill(act[0].allocation(), static_cast<uint64_t>(act[0].offset()) * 4, 256 * 4, 0);
-          for (int i = 0; i < n; ++i) {
-            const Tensor &in = act[i % 2], &out = act[(i + 1) % 2];
-            const Tensor& w = sets[one_bytes == 0 ? i % distinct : 0];
-            const Push push{address[i % distinct], in.address(), out.address(), sink.address(),
-                            sums.address()};
-            launch_raw(atomics ? "stage_stream_atomics" : "stage_stream", {}, &push, sizeof(push),
-                       {groups, 1, 1}, {&w, &in}, {&out, &sink, &sums},
-                       {0, static_cast<double>(stage_bytes)});
+        } else {
+          sets.push_back(Tensor::zeros({one_bytes / 4}));
+          for (int i = 0; i < distinct; ++i) {
+            const Tensor part = sets[0].slice(0, i * stage_bytes / 4, (i + 1) * stage_bytes / 4);
+            part.copy_(Tensor::from_host(bench::random_values(stage_bytes / 4, groups + i),
+                                         {stage_bytes / 4}));
+            address.push_back(part.address());
           }
-          const auto graph = stream.end_capture();
-          if (warm_ms > 0) bench::warm_clocks(stream, *graph, warm_ms);
-          const double us = bench::median_replay_us(stream, *graph, 7);
-          const std::vector<float> out = act[n % 2].to_float();
-          const bool ok = std::all_of(out.begin(), out.end(), [&](float v) { return v == n; });
-          fmt::print(
-              "stage stream: {:.2f} us per stage of {} workgroups ({:.1f} MB, {:.0f} GB/s), {} "
-              "stages over {} weight sets ({:.2f} GB) in {}{}{}\n",
-              us / n, groups, stage_bytes / 1e6, stage_bytes * n / us / 1e3, n, distinct,
-              distinct * stage_bytes / 1e9,
-              one_bytes == 0 ? std::string("tensors of their own")
-                             : fmt::format("one tensor of {:.2f} GB", one_bytes / 1e9),
-              atomics ? ", 2048 int64 atomic additions per workgroup" : "",
-              ok ? "" : "; WRONG outputs");
         }
+        stream.synchronize();
+        stream.begin_capture();
+        stream.fill(act[0].allocation(), static_cast<uint64_t>(act[0].offset()) * 4, 256 * 4, 0);
+        for (int i = 0; i < n; ++i) {
+          const Tensor &in = act[i % 2], &out = act[(i + 1) % 2];
+          const Tensor& w = sets[one_bytes == 0 ? i % distinct : 0];
+          const Push push{address[i % distinct], in.address(), out.address(), sink.address(),
+                          sums.address()};
+          launch_raw(atomics ? "stage_stream_atomics" : "stage_stream", {}, &push, sizeof(push),
+                     {groups, 1, 1}, {&w, &in}, {&out, &sink, &sums},
+                     {0, static_cast<double>(stage_bytes)});
+        }
+        const auto graph = stream.end_capture();
+        if (warm_ms > 0) bench::warm_clocks(stream, *graph, warm_ms);
+        const double us = bench::median_replay_us(stream, *graph, 7);
+        const std::vector<float> out = act[n % 2].to_float();
+        const bool ok = std::all_of(out.begin(), out.end(), [&](float v) { return v == n; });
+        fmt::print(
+            "stage stream: {:.2f} us per stage of {} workgroups ({:.1f} MB, {:.0f} GB/s), {} "
+            "stages over {} weight sets ({:.2f} GB) in {}{}{}\n",
+            us / n, groups, stage_bytes / 1e6, stage_bytes * n / us / 1e3, n, distinct,
+            distinct * stage_bytes / 1e9,
+            one_bytes == 0 ? std::string("tensors of their own")
+                           : fmt::format("one tensor of {:.2f} GB", one_bytes / 1e9),
+            atomics ? ", 2048 int64 atomic additions per workgroup" : "",
+            ok ? "" : "; WRONG outputs");
       }
     }
+  }
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 //!variant atomics -DATOMICS=1
 #version 460
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_EXT_shader_atomic_int64 : require
 #ifndef ATOMICS
 #define ATOMICS 0
+#endif
+#if ATOMICS
+#extension GL_EXT_shader_atomic_int64 : require
 #endif
 #include "common.glsl"
 #define LOCAL_SIZE 256
@@ -28,7 +30,6 @@ layout(push_constant, std430) uniform Push {
   uint64_t sums;     // atomics: int64 [2048]
 } p;
 
-
 void main() {
   const uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupID.x;
   UVec4Buf w = UVec4Buf(p.weights);
@@ -37,8 +38,8 @@ void main() {
   uint fold = 0;
   [[unroll]] for (uint u = 0; u < LOADS; ++u) fold ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   if (fold == 0x7fc00001u) p.sink.v[tid] = wg;
-  if (ATOMICS != 0) {
-    [[unroll]] for (uint j = 0; j < 8u; ++j) atomicAdd(I64Buf(p.sums).v[j * LOCAL_SIZE + tid], 1l);
-  }
+#if ATOMICS
+  [[unroll]] for (uint j = 0; j < 8u; ++j) atomicAdd(I64Buf(p.sums).v[j * LOCAL_SIZE + tid], 1l);
+#endif
   if (wg == 0u) p.act_out.v[tid] = p.act_in.v[tid] + 1.0;
 }
