@@ -6,7 +6,9 @@
 
 namespace vkf::detail {
 
-void copy_strided(const Tensor& src, const Tensor& dst);  // same shape and dtype
+// dst = src, same shape and dtype, any strides. Views that are rows of contiguous elements on both
+// sides (contiguous(), copies into column slices) take copy_rows.comp, the rest copy_strided.comp.
+void copy_strided(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, float value);
 Tensor convert(const Tensor& src, DType dtype);            // src contiguous
 Tensor add(const Tensor& a, const Tensor& b);              // f32, same shape

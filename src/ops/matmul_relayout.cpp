@@ -65,9 +65,12 @@ Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16) {
          static_cast<uint32_t>(R == 1 ? 0 : ld),
          static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
   const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
+  vk::DispatchCost cost{0.0, (to_f16 ? 6.0 : 8.0) * elems};
+  if (vk::Context::get().stream().profiling_detail())
+    cost.detail = fmt::format("{}{}x{}", d.batch > 1 ? fmt::format("{}*", d.batch) : "", R, C);
   launch(to_f16 ? "matmul_transpose_f16" : "matmul_transpose", push,
          Grid{div_up(C, 32), div_up(R, 32), static_cast<uint32_t>(d.batch)}, {&d.t}, {&out}, {},
-         {0.0, (to_f16 ? 6.0 : 8.0) * elems});
+         cost);
   return out;
 }
 

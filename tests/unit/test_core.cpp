@@ -1,7 +1,10 @@
 // Core runtime tests: transfers, views, strided copies, dtype conversion (against the compiler's
 // IEEE _Float16 and a double-based bf16 rounding), autodiff accumulation, errors on bad input.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/tensor_kernels.h"
@@ -54,6 +57,55 @@ TEST(Core, ViewsAndStridedCopy) {
       for (int k = 0; k < 5; ++k)
         EXPECT_EQ(zv[(i * 3 + j) * 5 + k], j == 0 ? 0.0 : v[(i * 3 + j) * 5 + k]);
   EXPECT_EQ(t.reshape({6, -1}).shape(), (Shape{6, 5}));
+}
+
+// Copies whose views are rows of contiguous elements (column slices of a matrix, copies into
+// them, whole tensors) take copy_rows.comp, in 16-byte units where every row allows and element by
+// element otherwise, for every element width; the values must be those of the view.
+TEST(Core, RowCopies) {
+  Rng rng(3);
+  for (const int64_t cols : {int64_t{12}, int64_t{16}, int64_t{7}}) {  // 16-byte rows or not
+    const auto v = test::as_f32(rng.uniform(static_cast<size_t>(6 * 5 * cols)));
+    const Tensor t = test::to_gpu(v, {6, 5, cols});
+    for (const int64_t lo : {int64_t{0}, int64_t{4}, int64_t{1}}) {  // aligned starts or not
+      const int64_t hi = std::min(cols, lo + 4 + cols / 2);
+      const std::string what = std::to_string(cols) + " columns [" + std::to_string(lo) + ", " +
+                               std::to_string(hi) + ")";
+      const Tensor s = t.slice(2, lo, hi);  // [6, 5, hi - lo], rows of hi - lo at stride cols
+      const auto got = s.contiguous().to_double();
+      ASSERT_EQ(got.size(), static_cast<size_t>(30 * (hi - lo))) << what;
+      for (int64_t r = 0; r < 30; ++r)
+        for (int64_t c = lo; c < hi; ++c)
+          ASSERT_EQ(got[static_cast<size_t>(r * (hi - lo) + c - lo)],
+                    v[static_cast<size_t>(r * cols + c)])
+              << what << " row " << r << " col " << c;
+      // Back into a column slice of a zero tensor: the other columns stay zero.
+      const Tensor z = Tensor::zeros({6, 5, cols});
+      z.slice(2, lo, hi).copy_(s.contiguous());
+      const auto zv = z.to_double();
+      for (int64_t r = 0; r < 30; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(zv[static_cast<size_t>(r * cols + c)],
+                    c >= lo && c < hi ? v[static_cast<size_t>(r * cols + c)] : 0.0)
+              << what << " row " << r << " col " << c << " written back";
+    }
+  }
+  // Every element width, through a column slice of 8 of 24 (16-byte rows for 2- and 8-byte
+  // elements; for 4-byte ones too) and of 3 of 24 (element by element).
+  for (const DType dt : {DType::F16, DType::F32, DType::I64}) {
+    for (const int64_t width : {int64_t{8}, int64_t{3}}) {
+      const auto v = rng.uniform(static_cast<size_t>(10 * 24), -100, 100);
+      std::vector<double> rounded(v.size());
+      for (size_t i = 0; i < v.size(); ++i) rounded[i] = std::round(v[i]);  // exact in each type
+      const Tensor t = test::to_gpu(rounded, {10, 24}).to(dt);
+      const auto got = t.slice(1, 8, 8 + width).contiguous().to(DType::F32).to_double();
+      for (int64_t r = 0; r < 10; ++r)
+        for (int64_t c = 0; c < width; ++c)
+          ASSERT_EQ(got[static_cast<size_t>(r * width + c)],
+                    rounded[static_cast<size_t>(r * 24 + 8 + c)])
+              << dtype_name(dt) << " width " << width;
+    }
+  }
 }
 
 TEST(Core, FillAllDtypes) {
