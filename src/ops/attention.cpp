@@ -99,10 +99,10 @@ void check_grid(int64_t groups, const char* what) {
 // The grid of a kernel of family `kernels` with one workgroup per block of rows of one head:
 // (blocks, heads, batch) for the plain kernels, (heads, batch, blocks) for the register-tiled and
 // tensor-core ones, whose shaders map grid z to the blocks with the most work first (under a
-// causal mask): workgroups are dispatched
-// about in grid order, so the longest ones of every head and batch start first and the last ones
-// to start are short (with the batch outermost instead, each batch's long blocks would start
-// after the previous batch's short ones, and the last batch's would run alone at the end).
+// causal mask): workgroups are dispatched about in grid order, so the longest ones of every head
+// and batch start first and the last ones to start are short (with the batch outermost instead,
+// each batch's long blocks would start after the previous batch's short ones, and the last
+// batch's would run alone at the end).
 Grid block_grid(AttentionKernels kernels, int64_t blocks, int64_t heads, int64_t batch) {
   const auto u = [](int64_t n) { return static_cast<uint32_t>(n); };
   return kernels != AttentionKernels::Plain ? Grid{u(heads), u(batch), u(blocks)}

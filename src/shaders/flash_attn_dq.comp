@@ -9,10 +9,9 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * 16 queries; each subgroup holds its 16
 // rows of q and do as f16 fragments and of dq as f32 accumulators in registers. Keys (k and v)
 // are staged per tile (32 keys) as f16 rows in shared memory from f16 copies the host makes
-// (stage_tile).
-// The masks and the softmax gradient run on the accumulators' components, whose rows and columns
-// come from the lane or the index matrix (flash_frag.glsl's COMP_ROW).
-// A subgroup whose rows see no key of the tile skips it.
+// (stage_tile). The masks and the softmax gradient run on the accumulators' components, whose
+// rows and columns come from the lane or the index matrix (flash_frag.glsl's COMP_ROW). A
+// subgroup whose rows see no key of the tile skips it.
 //
 // Shared memory (uvec4 units): [0, KV_VEC) k tile, [KV_VEC, 2 KV_VEC) v tile; the q and do staging
 // and the index matrix (after the q staging) alias them at the start (the emulated build adds per-subgroup conversion

@@ -6,9 +6,9 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup from f16 copies of k and v that the host makes (stage_tile).
-// Per tile each subgroup, on registers (each component's row and column known from the lane or the index
-// matrix, see flash_frag.glsl's COMP_ROW):
+// memory by the whole workgroup from f16 copies of k and v that the host makes (stage_tile). Per
+// tile each subgroup, on registers (each component's row and column known from the lane or the
+// index matrix, see flash_frag.glsl's COMP_ROW):
 //   1. S = q k^T into accumulators; each component masked and transformed;
 //   2. the tile's row maxima: the maximum over the tile's fragments of each component, then over
 //      the row: with ROW_SHUFFLE (where the accumulators have the quad layout, ops/coopmat_layout.h)
