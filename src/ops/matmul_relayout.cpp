@@ -31,6 +31,7 @@ RelayoutChoice relayout_choice() {
 }
 
 constexpr uint32_t kNvidiaVendor = 0x10DE;
+constexpr int64_t kTransposeTile = 32;  // matmul_transpose.comp's tile edge
 
 // The rule, from the H200's measurements of the large tile (matmul_bench, every layout of the
 // training shapes of the 135M and 1B models): "tn" is about 10% faster than "nt" and 7% faster
@@ -45,38 +46,9 @@ constexpr double kGainNt = 0.10, kGainOne = 0.07;
 constexpr double kFlopsPerByte = 14.0, kMargin = 1.5;
 constexpr int64_t kMaxKForOne = 8192;
 
-// A matrix of `desc` (rows contiguous when !column_major, else columns) as a new contiguous
-// tensor holding its transpose in the other layout: [batch, cols, rows] for a row-major source
-// (so the result is the same matrix, column-major), [batch, rows, cols] for a column-major one.
-// With to_f16 the copy holds the values rounded to f16.
-Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16) {
-  // Source rows R of C contiguous elements at stride ld.
-  const int64_t R = column_major ? d.cols : d.rows, C = column_major ? d.rows : d.cols;
-  const int64_t ld = column_major ? d.cs : d.rs;
-  autograd::NoGradScope no_grad;
-  Tensor out = Tensor::empty({d.batch, C, R}, to_f16 ? DType::F16 : DType::F32);
-  struct {
-    uint64_t src, dst;
-    uint32_t rows, cols, ld, bs;
-  } push{d.t.address(),
-         out.address(),
-         static_cast<uint32_t>(R),
-         static_cast<uint32_t>(C),
-         static_cast<uint32_t>(R == 1 ? 0 : ld),
-         static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
-  const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
-  vk::DispatchCost cost{0.0, (to_f16 ? 6.0 : 8.0) * elems};
-  if (vk::Context::get().stream().profiling_detail())
-    cost.detail = fmt::format("{}{}x{}", d.batch > 1 ? fmt::format("{}*", d.batch) : "", R, C);
-  launch(to_f16 ? "matmul_transpose_f16" : "matmul_transpose", push,
-         Grid{div_up(C, 32), div_up(R, 32), static_cast<uint32_t>(d.batch)}, {&d.t}, {&out}, {},
-         cost);
-  return out;
-}
-
 // Whether a copy of d's transpose fits the transpose kernel's grid and 32-bit indices.
 bool copy_fits(const MatDesc& d) {
-  const int64_t limit = 65535 * 32;
+  const int64_t limit = 65535 * kTransposeTile;
   return d.rows <= limit && d.cols <= limit && d.batch <= 65535 &&
          d.batch * d.rows * d.cols <= int64_t{0xffffffff};
 }
@@ -104,6 +76,31 @@ MatDesc relaid(const MatDesc& d, bool is_a, bool to_f16) {
 }
 
 }  // namespace
+
+Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16) {
+  // Source rows R of C contiguous elements at stride ld.
+  const int64_t R = column_major ? d.cols : d.rows, C = column_major ? d.rows : d.cols;
+  const int64_t ld = column_major ? d.cs : d.rs;
+  autograd::NoGradScope no_grad;
+  Tensor out = Tensor::empty({d.batch, C, R}, to_f16 ? DType::F16 : DType::F32);
+  struct {
+    uint64_t src, dst;
+    uint32_t rows, cols, ld, bs;
+  } push{d.t.address(),
+         out.address(),
+         static_cast<uint32_t>(R),
+         static_cast<uint32_t>(C),
+         static_cast<uint32_t>(R == 1 ? 0 : ld),
+         static_cast<uint32_t>(d.batch == 1 ? 0 : d.bs)};
+  const double elems = static_cast<double>(d.batch) * static_cast<double>(R * C);
+  vk::DispatchCost cost{0.0, (to_f16 ? 6.0 : 8.0) * elems};
+  if (vk::Context::get().stream().profiling_detail())
+    cost.detail = fmt::format("{}{}x{}", d.batch > 1 ? fmt::format("{}*", d.batch) : "", R, C);
+  launch(to_f16 ? "matmul_transpose_f16" : "matmul_transpose", push,
+         Grid{div_up(C, kTransposeTile), div_up(R, kTransposeTile), static_cast<uint32_t>(d.batch)},
+         {&d.t}, {&out}, {}, cost);
+  return out;
+}
 
 void set_tiled_relayout(RelayoutChoice choice) {
   g_choice = choice;

@@ -55,4 +55,10 @@ bool kept_b_relayout_pays(int64_t batch, int64_t total_m, int64_t k, int64_t n);
 // large for the copy's grid and 32-bit indices.
 std::optional<MatDesc> f16_operand_relaid(const MatDesc& d, bool is_a);
 
+// The matrices of `d` (rows contiguous when !column_major, else columns) as a new contiguous
+// tensor holding their transpose in the other layout: [batch, cols, rows] for a row-major source
+// (the same matrices, column-major), [batch, rows, cols] for a column-major one; with to_f16 the
+// values rounded to f16 (as Tensor::to). The relayouts above are made by it; public for tests.
+Tensor transposed_copy(const MatDesc& d, bool column_major, bool to_f16);
+
 }  // namespace vkf::ops::detail

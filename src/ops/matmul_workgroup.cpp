@@ -371,9 +371,16 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
   // eighteenth session); with u4 or u2 unrolling instead it still spilled and gained nothing.
   b.op_void(OpStore, {v_acc, zero_c});
   b.op_void(OpStore, {v_k, c32(0)});
+  // loads_hoisted: the tiles at k = 0, multiplied at every step.
+  uint32_t hoisted_a = 0, hoisted_b = 0;
+  if (key.loads_hoisted) {
+    hoisted_a = load_tile(op_a, c32(0));
+    hoisted_b = load_tile(op_b, c32(0));
+  }
   // One multiply-add of the tiles at k.
   const auto step = [&](uint32_t k) {
-    const uint32_t mat_a = load_tile(op_a, k), mat_b = load_tile(op_b, k);
+    const uint32_t mat_a = key.loads_hoisted ? hoisted_a : load_tile(op_a, k);
+    const uint32_t mat_b = key.loads_hoisted ? hoisted_b : load_tile(op_b, k);
     const uint32_t acc = b.op(OpLoad, t_c, {v_acc});
     b.op_void(OpStore, {v_acc, b.op(OpCooperativeMatrixMulAddKHR, t_c, {mat_a, mat_b, acc})});
   };
@@ -414,9 +421,10 @@ std::vector<uint32_t> workgroup_gemm_spirv(const WorkgroupGemmKey& key) {
 }
 
 std::string workgroup_gemm_module(const WorkgroupGemmKey& key) {
-  const std::string name = fmt::format(
-      "matmul_{}_{}{}_c{}{}", key.tile.name(), key.trans_a ? 't' : 'n', key.trans_b ? 't' : 'n',
-      key.c_column_major ? "col" : "row", key.accumulate ? "_acc" : "");
+  const std::string name =
+      fmt::format("matmul_{}_{}{}_c{}{}{}", key.tile.name(), key.trans_a ? 't' : 'n',
+                  key.trans_b ? 't' : 'n', key.c_column_major ? "col" : "row",
+                  key.accumulate ? "_acc" : "", key.loads_hoisted ? "_hoisted" : "");
   if (!vk::Pipelines::has_module(name))
     vk::Pipelines::register_generated(name, workgroup_gemm_spirv(key));
   return name;

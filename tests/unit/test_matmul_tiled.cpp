@@ -346,6 +346,52 @@ TEST(MatmulTiled, RelayoutToTnChangesNoBit) {
   both([&] { return ops::matmul(a.view, b.view, false, true); }, 2, "split-K 3 nt");
 }
 
+// The operand transposes themselves (matmul_transpose.comp), f32 and rounded to f16, against the
+// host: whole tiles, partial tiles at the edges, padded row strides, a batch, a column-major
+// source, a view starting one element in, an odd stride and a single row.
+TEST(MatmulTiled, TransposedCopies) {
+  Rng rng(21);
+  struct Case {
+    int64_t batch, rows, cols, ld, offset;  // source rows of `cols` elements at stride ld
+    bool column_major;
+    std::string what;
+  };
+  for (const Case& c : std::vector<Case>{{1, 64, 64, 64, 0, false, "one whole tile"},
+                                         {1, 136, 200, 204, 0, false, "edges, padded stride"},
+                                         {2, 128, 192, 196, 0, false, "batch of 2"},
+                                         {1, 132, 96, 100, 0, false, "132 rows"},
+                                         {1, 128, 130, 136, 1, false, "view one element in"},
+                                         {1, 70, 33, 37, 0, false, "odd stride"},
+                                         {1, 1, 100, 100, 0, false, "one row"},
+                                         {1, 96, 160, 160, 0, true, "column-major source"}}) {
+    const int64_t bs = c.rows * c.ld + 8;
+    const auto host = test::as_f32(rng.uniform(static_cast<size_t>(c.offset + c.batch * bs)));
+    const Tensor all = test::to_gpu(host, {c.offset + c.batch * bs});
+    const Tensor base = all.slice(0, c.offset, c.offset + c.batch * bs);
+    // Source element (z, r, e) of `rows` lines of `cols` elements lies at z * bs + r * ld + e.
+    const ops::detail::MatDesc d =
+        c.column_major
+            ? ops::detail::MatDesc{base, c.batch, c.cols, c.rows, c.batch > 1 ? bs : 0, 1, c.ld}
+            : ops::detail::MatDesc{base, c.batch, c.rows, c.cols, c.batch > 1 ? bs : 0, c.ld, 1};
+    for (const bool to_f16 : {false, true}) {
+      const std::string what = c.what + (to_f16 ? ", f16" : ", f32");
+      const Tensor t = ops::detail::transposed_copy(d, c.column_major, to_f16);
+      ASSERT_EQ(t.numel(), c.batch * c.rows * c.cols) << what;
+      ASSERT_EQ(t.dtype(), to_f16 ? DType::F16 : DType::F32) << what;
+      const auto got = t.to(DType::F32).to_double();
+      for (int64_t z = 0; z < c.batch; ++z)
+        for (int64_t e = 0; e < c.cols; ++e)
+          for (int64_t r = 0; r < c.rows; ++r) {
+            const float x =
+                static_cast<float>(host[static_cast<size_t>(c.offset + z * bs + r * c.ld + e)]);
+            const float want = to_f16 ? f16_bits_to_f32(f32_to_f16_bits(x)) : x;
+            ASSERT_EQ(got[static_cast<size_t>((z * c.cols + e) * c.rows + r)], want)
+                << what << " batch " << z << " line " << r << " element " << e;
+          }
+    }
+  }
+}
+
 // The size rule on the training shapes it was measured on (bench/RESULTS.md, eighth and
 // eighteenth sessions): large forward products ("nt") and the input gradients up to K = 8192
 // ("nn") are relaid; the k/v products (N = 512 at 1B, 192 at 135M), the 135M q/o products and
