@@ -240,7 +240,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
-  const uint32_t rpt = skinny_f16_rows_per_thread(m, n, vec8);
+  const uint32_t rpt = skinny_f16_rows_per_thread(
+      m, n, vec8, skinny_f16_row_staged(m, k, vec8, skinny_norm_mode(norm)));
   const uint32_t k_split = skinny_f16_k_split(k, rpt, vec8);
   const uint32_t rows_per_block = kSkinnyF16Cols / k_split * rpt;
   const Tensor norm_w = norm ? norm->weight : Tensor();

@@ -169,9 +169,10 @@ constexpr int64_t kSkinnyF16Cols = 8;
 
 // Weight rows per thread of matmul_skinny_f16 (both variants) for m activation rows against n
 // weight rows: with several activation rows, each thread reads its activations once for up to 4
-// weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups. The
-// sums are the same in every case.
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8);
+// weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups; with
+// one activation row staged in shared memory (`staged`: skinny_f16_row_staged), 2. The sums are
+// the same in every case.
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged = false);
 // Forces that choice (1, 2 or 4; 0 restores the rule), for tests and benchmarks.
 void set_skinny_f16_rows_per_thread(uint32_t rows);
 
@@ -212,6 +213,8 @@ std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool v
                                       uint32_t blocks, uint32_t k_split = 1);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
+// Whether such a dispatch stages its normalized row (the rule skinny_f16_spec applies).
+bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode);
 // Restores every skinny f16 choice above that a test or benchmark forced to its rule.
 void reset_skinny_f16_settings();
 

@@ -41,12 +41,7 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
 std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
                                       uint32_t rpt, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, uint32_t k_split) {
-  // The normalized row staged in shared memory: one row, folded norm, 16-byte loads, and room
-  // beside the kernel's other shared arrays (8 rows x 256 partial sums, in f64 for the precise
-  // build: 16 KiB, plus the rows' rstd).
-  constexpr int64_t kOtherShared = 16 * 1024 + 64;
-  const bool staged = g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
-                      4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
+  const bool staged = skinny_f16_row_staged(m, k, vec8, norm_mode);
   // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
   // STAGED_LEN4.
   return {static_cast<uint32_t>(m),
@@ -59,6 +54,14 @@ std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool v
           skinny_f16_shuffle_tree() ? 1u : 0u,
           k_split,
           staged ? static_cast<uint32_t>(k / 4) : 1u};
+}
+
+bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
+  // One row, folded norm, 16-byte loads, and room beside the kernel's other shared arrays (8
+  // rows x 256 partial sums, in f64 for the precise build: 16 KiB, plus the rows' rstd).
+  constexpr int64_t kOtherShared = 16 * 1024 + 64;
+  return g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
+         4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
 }
 
 void set_skinny_f16_stage_normed(bool staged) {
@@ -104,10 +107,18 @@ void set_skinny_f16_rows_per_thread(uint32_t rows) {
   g_skinny_rows_per_thread = rows;
 }
 
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8) {
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged) {
   constexpr int64_t kMinGroups = 128;
   if (!vec8) return 1;
   if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
+  // One staged row (a decode step's normed products at batch 1): each thread's loads of two
+  // weight rows go out before either is used, twice the bytes in flight per thread in a grid that
+  // skinny_f16_groups caps at two workgroups per multiprocessor, and the second row's
+  // activations come from shared memory. H200, forced for every product (bench/RESULTS.md,
+  // twentieth session): the gated gate/up product 0.356 -> 0.327 ms per step, the q/k/v stage
+  // 0.162 -> 0.139; the plain products, which read their row from L2 and lose the K split, got
+  // slower (down 0.262 -> 0.313, o 0.119 -> 0.131), so they keep one row.
+  if (m == 1 && staged) return 2;
   if (m < 2) return 1;
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;

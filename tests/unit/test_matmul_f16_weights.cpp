@@ -117,9 +117,13 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
     }
     ops::detail::reset_skinny_f16_settings();
   }
-  // The automatic choice: one row for one activation row or scalar loads, else up to 4 while the
-  // grid keeps 128 workgroups of 8 rows each.
+  // The automatic choice: one row for one activation row or scalar loads, two for one row staged
+  // in shared memory (a folded norm), else up to 4 while the grid keeps 128 workgroups of 8 rows
+  // each.
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 8192, true), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 8192, true, true), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 512, true, true), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 8192, false, true), 1u);
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(8, 8192, false), 1u);
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(8, 8192, true), 4u);
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(8, 2048, true), 2u);
