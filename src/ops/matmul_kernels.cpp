@@ -139,12 +139,11 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
     launch(module, push, Grid{sk.workers, 1, 1}, {&a.t, &b.t, &bias, &c.t}, {&c.t, &partials},
            spec_for(push.gemm, true), cost);
     const int64_t region_tiles = int64_t{push.sk_tiles_n} * push.sk_tiles_m - sk.dp_tiles;
-    const StreamKFixupPush fix{partials.address(), push.gemm.c,       push.gemm.bias,
-                               push.gemm.m,        push.gemm.n,       push.gemm.c_rs,
-                               push.gemm.c_cs,     push.gemm.bias_rs, push.gemm.bias_cs,
-                               alpha,              beta,              push.sk_tiles_n,
-                               push.sk_tiles_m,    push.sk_slices,    sk.workers,
-                               sk.dp_tiles};
+    const StreamKFixupPush fix{
+        partials.address(), push.gemm.c,    push.gemm.bias, push.gemm.m,
+        push.gemm.n,        push.gemm.c_rs, push.gemm.c_cs, push.gemm.bias_rs,
+        push.gemm.bias_cs,  alpha,          beta,           push.sk_tiles_n,
+        push.sk_tiles_m,    push.sk_slices, sk.workers,     sk.dp_tiles};
     launch("matmul_streamk_fixup", fix, grid_1d(region_tiles * tile.bm() * tile.bn(), 256),
            {&partials, &bias, &c.t}, {&c.t}, {tile.bm(), tile.bn(), v.group_m});
     return;
@@ -241,8 +240,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
   const uint32_t rpt = skinny_f16_rows_per_thread(
-      m, n, vec8, skinny_f16_row_staged(m, k, vec8, skinny_norm_mode(norm)));
-  const uint32_t k_split = skinny_f16_k_split(k, rpt, vec8);
+      m, n, vec8, skinny_f16_row_staged(m, k, vec8, skinny_norm_mode(norm)), k);
+  const uint32_t k_split = skinny_f16_k_split(k, rpt, vec8, m);
   const uint32_t rows_per_block = kSkinnyF16Cols / k_split * rpt;
   const Tensor norm_w = norm ? norm->weight : Tensor();
   const int64_t zstep = g_max_groups, nstep = g_max_groups * int64_t{rows_per_block};

@@ -170,9 +170,10 @@ constexpr int64_t kSkinnyF16Cols = 8;
 // Weight rows per thread of matmul_skinny_f16 (both variants) for m activation rows against n
 // weight rows: with several activation rows, each thread reads its activations once for up to 4
 // weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups; with
-// one activation row staged in shared memory (`staged`: skinny_f16_row_staged), 2. The sums are
-// the same in every case.
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged = false);
+// one activation row staged in shared memory (`staged`: skinny_f16_row_staged), or one plain row
+// of k the K split cuts, 2. The sums are the same in every case.
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged = false,
+                                    int64_t k = 0);
 // Forces that choice (1, 2 or 4; 0 restores the rule), for tests and benchmarks.
 void set_skinny_f16_rows_per_thread(uint32_t rows);
 
@@ -194,11 +195,12 @@ bool skinny_f16_shuffle_tree();
 void set_skinny_f16_shuffle_tree(bool allowed);
 
 // Groups of 32 threads that share one weight row of the plain matmul_skinny_f16 variant, each
-// summing a contiguous slice of K (blocks then hold kSkinnyF16Cols / split rows): with one weight
-// row per thread and 16-byte loads, as many as keep a whole round of loads (2048 halves) per
-// slice, up to 4 (the down projection's K = 8192: 4); else 1. The slices' totals are added in
-// order, so a split changes the sums' grouping, not their determinism.
-uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8);
+// summing a contiguous slice of K (blocks then hold kSkinnyF16Cols / split * rpt rows): with
+// 16-byte loads and one weight row per thread (or m == 1 activation row, with rpt rows per
+// thread), as many as keep a whole round of loads (2048 halves) per slice, up to 4 (the down
+// projection's K = 8192: 4); else 1. The slices' totals are added in order, so a split changes
+// the sums' grouping, not their determinism.
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m = 1);
 // Forces the split where it applies (1, 2, 4 or 8; 0 restores the rule), for tests and benches.
 void set_skinny_f16_k_split(uint32_t split);
 

@@ -68,8 +68,10 @@ void set_skinny_f16_stage_normed(bool staged) {
   g_skinny_stage_normed = staged;
 }
 
-uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8) {
-  if (!vec8 || rpt != 1) return 1;
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m) {
+  // The kernel's rule (K_SPLIT): 16-byte loads, and one weight row per thread or one activation
+  // row.
+  if (!vec8 || (rpt != 1 && m != 1)) return 1;
   if (g_skinny_k_split != 0) return g_skinny_k_split;
   // Split while every slice keeps one whole round of loads (8 loads of 8 halves per thread, 32
   // threads: 2048 halves), up to 4 slices.
@@ -107,7 +109,7 @@ void set_skinny_f16_rows_per_thread(uint32_t rows) {
   g_skinny_rows_per_thread = rows;
 }
 
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged) {
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged, int64_t k) {
   constexpr int64_t kMinGroups = 128;
   if (!vec8) return 1;
   if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
@@ -119,6 +121,11 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged
   // 0.162 -> 0.139; the plain products, which read their row from L2 and lose the K split, got
   // slower (down 0.262 -> 0.313, o 0.119 -> 0.131), so they keep one row.
   if (m == 1 && staged) return 2;
+  // One plain row whose weight rows the K split cuts (K >= 4096: the down projection): two rows
+  // per thread as well, each slice of the activation row read once for both. H200 (twentieth
+  // session), alternated three times: batch-1 steps 1.084 / 1.070 / 1.115 -> 1.040 / 1.030 /
+  // 1.032 ms. K = 2048 products (o) got slower with two rows and no split: they keep one.
+  if (m == 1 && k > 0 && skinny_f16_k_split(k, 2, vec8, m) > 1) return 2;
   if (m < 2) return 1;
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;

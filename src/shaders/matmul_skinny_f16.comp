@@ -4,9 +4,10 @@
 // whole cost is how many bytes are in flight. Each workgroup owns blocks of ROWS * RPT weight
 // rows (output columns); KS = 32 consecutive threads walk the contiguous k of RPT rows with
 // 16-byte loads of 8 halves (VEC8), UNROLL independent loads issued before any is used (a row of
-// K = 2048 is one round at RPT = 1). RPT > 1 (several rows of activations, VEC8 only) reads each
-// activation once for RPT weight rows: with 8 activation rows the activation reads, not the
-// weight bytes, are what limits a thread that owns one weight row.
+// K = 2048 is one round at RPT = 1). RPT > 1 (VEC8 only) reads each activation once for RPT
+// weight rows: with 8 activation rows the activation reads, not the weight bytes, are what limits
+// a thread that owns one weight row; with one (a decode step at batch 1) RPT = 2 puts twice the
+// loads in flight per thread and halves the activation reads of long split rows.
 // opA is small and read by every workgroup, so it is read straight from global memory (it stays
 // in cache), except that one row with a folded norm is staged in shared memory once (STAGED);
 // either way there is no barrier in the main loop. A workgroup may take several blocks of rows
@@ -71,12 +72,15 @@ layout(constant_id = 6) const bool BLOCK_LOOP = false;
 // last five levels of each fixed tree (partial t += partial t + s, s = 16 .. 1) run as subgroup
 // shuffles instead of shared memory and barriers -- the same additions in the same order.
 layout(constant_id = 7) const bool SHUFFLE_TREE = false;
-// Groups of KS threads sharing one weight row, each summing a contiguous slice of its k (plain
-// variant, one weight row per thread, 16-byte loads; else 1): a long row (the down projection's
-// K = 8192) then takes one round of loads per thread instead of several. The slices' sums are
-// added in slice order.
+// Groups of KS threads sharing each weight row, each summing a contiguous slice of its k (plain
+// variant, 16-byte loads, one weight row per thread or one activation row; else 1): a long row
+// (the down projection's K = 8192) then takes one round of loads per thread instead of several.
+// The slices' sums are added in slice order.
 layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
-const uint K_SPLIT = GATED != 0 || RPT != 1 || !VEC8 ? 1u : K_SPLIT_SPEC;
+// (RPT - 1) (MROWS - 1): nonzero where both exceed one (as a product: this glslc mis-optimizes the
+// nested logical form of spec constants).
+const uint SEVERAL_BOTH = (RPT - 1u) * (MROWS - 1u);
+const uint K_SPLIT = GATED != 0 || SEVERAL_BOTH != 0u || !VEC8 ? 1u : K_SPLIT_SPEC;
 // K / 4 where the one activation row is staged in shared memory once per workgroup (NORM, MROWS
 // 1, 16-byte loads; the host checks that it fits), else 1: read from memory once for the norm's
 // sums and the products, and normalized in place, so that each group of 8 values is two shared
@@ -245,12 +249,13 @@ void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
 }
 
 // Sums the KS partial sums of each row (lanes tid - lane .. tid - lane + KS - 1) in
-// red[m * LOCAL_SIZE + tid], m < MROWS, by a fixed tree; the totals land in lane 0's entries.
-void reduce_lanes(uint tid, uint lane) {
+// red[m * LOCAL_SIZE + tid], m < rows (MROWS, or RPT * MROWS with the K split), by a fixed tree;
+// the totals land in lane 0's entries.
+void reduce_lanes(uint tid, uint lane, uint rows) {
   barrier();
   for (uint s = KS / 2; s > 0; s /= 2) {
     if (lane < s) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m)
+      [[unroll]] for (uint m = 0; m < rows; ++m)
         red[m * LOCAL_SIZE + tid] += red[m * LOCAL_SIZE + tid + s];
     }
     barrier();
@@ -267,27 +272,34 @@ void store_row(uint z, uint m, uint n, VACC total, VACC up_total) {
 #endif
 }
 
-// The outputs of the thread's RPT weight rows n0 + r * COLS from the accumulators: each row's KS
+// The outputs of the thread's RPT weight rows n0 + r * ROWS from the accumulators: each row's KS
 // partial sums meet in a fixed tree (by shuffles, or in `red`), lane 0 stores. Leaves `red` free
 // for reuse.
 void finish_rows(uint tid, uint lane, uint z, uint n0) {
-  if (K_SPLIT > 1) {  // one weight row per thread; each group of KS threads sums a slice
+  if (K_SPLIT > 1) {  // each group of KS threads sums a slice of its RPT rows (RPT * MROWS <= 8)
     const uint group = tid / KS;
     if (SHUFFLE_TREE) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-        const VACC total = subgroup_tree(acc[0][m]);
-        if (lane == 0) red[m * LOCAL_SIZE + tid] = total;
+      [[unroll]] for (uint r = 0; r < RPT; ++r) {
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+          const VACC total = subgroup_tree(acc[r][m]);
+          if (lane == 0) red[(r * MROWS + m) * LOCAL_SIZE + tid] = total;
+        }
       }
       barrier();
     } else {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[0][m];
-      reduce_lanes(tid, lane);  // each group's total in its lane 0's entries
+      [[unroll]] for (uint r = 0; r < RPT; ++r)
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) red[(r * MROWS + m) * LOCAL_SIZE + tid] = acc[r][m];
+      reduce_lanes(tid, lane, RPT * MROWS);  // each group's totals in its lane 0's entries
     }
-    if (lane == 0 && group % K_SPLIT == 0 && n0 < p.N) {
-      [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-        VACC total = red[m * LOCAL_SIZE + tid];
-        for (uint s = 1; s < K_SPLIT; ++s) total += red[m * LOCAL_SIZE + tid + s * KS];
-        store_row(z, m, n0, total, VACC(0.0));
+    if (lane == 0 && group % K_SPLIT == 0) {
+      [[unroll]] for (uint r = 0; r < RPT; ++r) {
+        if (n0 + r * ROWS >= p.N) continue;
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+          const uint at = (r * MROWS + m) * LOCAL_SIZE + tid;
+          VACC total = red[at];
+          for (uint s = 1; s < K_SPLIT; ++s) total += red[at + s * KS];
+          store_row(z, m, n0 + r * ROWS, total, VACC(0.0));
+        }
       }
     }
     barrier();  // red is read before the next block's rows write it
@@ -295,7 +307,7 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
   }
   if (SHUFFLE_TREE) {  // a row's KS = 32 lanes are one subgroup: no shared memory, no barrier
     [[unroll]] for (uint r = 0; r < RPT; ++r) {
-      const uint n = n0 + r * COLS;
+      const uint n = n0 + r * ROWS;
       [[unroll]] for (uint m = 0; m < MROWS; ++m) {
         const VACC total = subgroup_tree(acc[r][m]);
         const VACC up_total = GATED != 0 ? subgroup_tree(acc2[r][m]) : VACC(0.0);
@@ -305,16 +317,16 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
     return;
   }
   [[unroll]] for (uint r = 0; r < RPT; ++r) {
-    const uint n = n0 + r * COLS;
+    const uint n = n0 + r * ROWS;
     if (r > 0) barrier();  // red is read before it is reused
     [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc[r][m];
-    reduce_lanes(tid, lane);
+    reduce_lanes(tid, lane, MROWS);
     VACC total[MMAX];
     [[unroll]] for (uint m = 0; m < MROWS; ++m) total[m] = red[m * LOCAL_SIZE + tid];
 #if GATED
     barrier();  // red is read before it is reused
     [[unroll]] for (uint m = 0; m < MROWS; ++m) red[m * LOCAL_SIZE + tid] = acc2[r][m];
-    reduce_lanes(tid, lane);
+    reduce_lanes(tid, lane, MROWS);
 #endif
     if (lane == 0 && n < p.N) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m)
@@ -344,8 +356,8 @@ void main() {
   const uint blocks = (p.N + ROWS * RPT - 1) / (ROWS * RPT);
   const uint abase = z * p.sa, bbase = z * p.sb;
   uint blk = gl_WorkGroupID.x;
-  // The thread's weight rows in block blk: n0 + r * COLS, r < RPT (consecutive rows in
-  // consecutive groups of KS threads, as with RPT = 1).
+  // The thread's weight rows in block blk: n0 + r * ROWS, r < RPT (consecutive rows in
+  // consecutive groups of KS threads, as with RPT = 1; ROWS = COLS without the K split).
   uint n0 = blk * ROWS * RPT + col;
   clear_accumulators();
 
@@ -367,7 +379,7 @@ void main() {
 #define LOAD_BATCH(g)                                                    \
   [[unroll]] for (uint u = 0; u < UNROLL_R; ++u) {                       \
     [[unroll]] for (uint r = 0; r < RPT; ++r) {                          \
-      const uint n = n0 + r * COLS;                                      \
+      const uint n = n0 + r * ROWS;                                      \
       const uint row = (bbase + n * p.ldb) / 8; /* in 8-half groups */   \
       const bool ok = n < p.N && (g) + u * KS < g_end;                   \
       wv[u][r] = ok ? w.v[row + (g) + u * KS] : uvec4(0);                \

@@ -147,33 +147,42 @@ TEST(MatmulF16Weights, SkinnyKSplit) {
     const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
     const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(b, {out});
     const auto want = ref::linear(x, w.values, b, rows, in, out);
-    ops::detail::set_skinny_f16_rows_per_thread(1);
     for (const uint32_t split : {1u, 2u, 4u, 8u}) {
       ops::detail::set_skinny_f16_k_split(split);
       std::vector<double> first;
-      for (const uint32_t groups : {0u, 1u, 3u}) {
-        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
-        ops::detail::set_skinny_f16_max_groups(groups);
-        const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
-        const std::string what = "split " + std::to_string(split) + ", " + std::to_string(groups) +
-                                 " workgroups at most, " + std::to_string(rows) + "x" +
-                                 std::to_string(out) + "x" + std::to_string(in);
-        if (groups == 0) {
-          first = got;
-          test::expect_close(got, want, product_atol(in), 1e-5, what);
-        } else {
-          EXPECT_EQ(got, first) << what;
+      // One activation row: also two weight rows per thread (the same slices, so the same bits).
+      for (const uint32_t rpt :
+           rows == 1 ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{1}) {
+        ops::detail::set_skinny_f16_rows_per_thread(rpt);
+        for (const uint32_t groups : {0u, 1u, 3u}) {
+          ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
+          ops::detail::set_skinny_f16_max_groups(groups);
+          const std::vector<double> got = ops::linear(xt, w.tensor, bt).to_double();
+          const std::string what = "split " + std::to_string(split) + ", " + std::to_string(rpt) +
+                                   " rows per thread, " + std::to_string(groups) +
+                                   " workgroups at most, " + std::to_string(rows) + "x" +
+                                   std::to_string(out) + "x" + std::to_string(in);
+          if (first.empty()) {
+            first = got;
+            test::expect_close(got, want, product_atol(in), 1e-5, what);
+          } else {
+            EXPECT_EQ(got, first) << what;
+          }
         }
       }
     }
     ops::detail::reset_skinny_f16_settings();
   }
-  // The rule: slices of at least 2048 halves, at most 4; never with several rows per thread or
-  // scalar loads.
+  // The rule: slices of at least 2048 halves, at most 4; never with scalar loads, or several rows
+  // per thread for several activation rows. One activation row of K = 8192 takes two rows per
+  // thread and the split; K = 2048 neither.
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true, 1), 4u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true, 2), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 8192), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 2048), 1u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 1, true), 4u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(4096, 1, true), 2u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 1, true), 1u);
-  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true), 1u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 1, false), 1u);
   test::expect_error([] { ops::detail::set_skinny_f16_k_split(3); }, {"k split", "1, 2, 4 or 8"});
 }
