@@ -4,7 +4,7 @@
 //   - fp32 (fma_peak.comp): 64 independent multiply-adds per invocation per round.
 //   - Subgroup scope (mma_peak.comp): each subgroup repeats NA x NB 16x16x16 multiply-adds on
 //     fragments held in registers; a1b1 is one dependent chain (the instruction's latency), the
-//     others independent chains.
+//     others independent chains; `feed` the flash attention's accumulator-to-operand pattern.
 //   - Workgroup scope (VK_NV_cooperative_matrix2, ops/matmul_workgroup.h): the GEMM kernel with
 //     the first K-step's tiles loaded before its loop and multiplied at every step
 //     (WorkgroupGemmKey::loads_hoisted), against the same kernel with its loads, on one product.

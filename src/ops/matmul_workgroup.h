@@ -54,7 +54,7 @@ std::string workgroup_unsupported(bool tensor_loads = false, uint32_t invocation
 struct WorkgroupGemmKey {
   WorkgroupTile tile;
   bool trans_a = false, trans_b = false, c_column_major = false, accumulate = false;
-  // Measurement only (matmul_bench --mma-peak): the tiles of the first K-step are loaded once,
+  // Measurement only (bench/mma_peak): the tiles of the first K-step are loaded once,
   // before the loop, and every step multiplies those, so the kernel runs its multiply-adds with
   // no loads in the loop: the rate its instructions allow at this tile. Wrong products.
   bool loads_hoisted = false;

@@ -1,4 +1,4 @@
-// matmul_bench --mma-peak: how fast the tensor cores multiply when nothing else runs, as Vulkan's
+// bench/mma_peak: how fast the tensor cores multiply when nothing else runs, as Vulkan's
 // subgroup-scope NV cooperative matrices reach them on this device and driver. Every subgroup
 // loads NA f16 A fragments and NB f16 B fragments (16 x 16) once, then repeats `iters` rounds of
 // the NA x NB multiply-adds into f32 accumulators held in registers: no memory traffic and no
