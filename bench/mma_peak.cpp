@@ -48,6 +48,22 @@ double replay_us(Fn&& record, double warm_ms) {
   return vkf::bench::median_replay_us(stream, *graph, 7);
 }
 
+// Median microseconds of one dispatch of a peak kernel (push constants: src, dst, iters) over
+// `groups` workgroups of `local` invocations, each of which writes one float of dst.
+double time_peak(const std::string& module, const Tensor& src, uint32_t groups, uint32_t local,
+                 uint32_t iters, double warm_ms) {
+  const Tensor dst = Tensor::empty({static_cast<int64_t>(groups) * local});
+  struct {
+    uint64_t src, dst;
+    uint32_t iters;
+  } push{src.address(), dst.address(), iters};
+  return replay_us(
+      [&] {
+        vkf::launch_raw(module, {}, &push, sizeof(push), {groups, 1, 1}, {&src}, {&dst});
+      },
+      warm_ms);
+}
+
 void subgroup_rows(double warm_ms) {
   const auto support = detail::coopmat_support();
   if (!support.unsupported.empty()) {
@@ -61,18 +77,10 @@ void subgroup_rows(double warm_ms) {
        {std::pair{"a1b1", 1}, {"a2b2", 4}, {"a2b4", 8}, {"a4b4", 16}, {"feed", 8}}) {
     for (const uint32_t per_sm : {4u, 8u}) {
       const uint32_t groups = sms * per_sm;
-      const Tensor dst = Tensor::empty({static_cast<int64_t>(groups) * 128});
-      struct {
-        uint64_t src, dst;
-        uint32_t iters;
-      } push{src.address(), dst.address(), 8192};
-      const double flops = 2.0 * 16 * 16 * 16 * chains * push.iters * 4.0 * groups;
-      const double us = replay_us(
-          [&] {
-            vkf::launch_raw(std::string("mma_peak_") + name, {}, &push, sizeof(push),
-                            {groups, 1, 1}, {&src}, {&dst});
-          },
-          warm_ms);
+      constexpr uint32_t kIters = 8192;
+      const double flops = 2.0 * 16 * 16 * 16 * chains * kIters * 4.0 * groups;
+      const double us =
+          time_peak(std::string("mma_peak_") + name, src, groups, 128, kIters, warm_ms);
       fmt::print(
           "subgroup scope {}: {:>2} multiply-adds per subgroup per round, {} workgroups of "
           "4 subgroups ({} per multiprocessor): {:.1f} TFLOP/s ({:.0f} us)\n",
@@ -89,17 +97,9 @@ void fma_rows(double warm_ms) {
   const Tensor src = Tensor::from_host(std::span<const float>(xy), {2});
   for (const uint32_t per_sm : {4u, 8u}) {
     const uint32_t groups = sms * per_sm;
-    const Tensor dst = Tensor::empty({static_cast<int64_t>(groups) * 256});
-    struct {
-      uint64_t src, dst;
-      uint32_t iters;
-    } push{src.address(), dst.address(), 4096};
-    const double flops = 2.0 * 64 * push.iters * 256.0 * groups;
-    const double us = replay_us(
-        [&] {
-          vkf::launch_raw("fma_peak", {}, &push, sizeof(push), {groups, 1, 1}, {&src}, {&dst});
-        },
-        warm_ms);
+    constexpr uint32_t kIters = 4096;
+    const double flops = 2.0 * 64 * kIters * 256.0 * groups;
+    const double us = time_peak("fma_peak", src, groups, 256, kIters, warm_ms);
     fmt::print(
         "fp32 multiply-adds: {} workgroups of 256 ({} per multiprocessor): {:.1f} TFLOP/s "
         "({:.0f} us)\n",
