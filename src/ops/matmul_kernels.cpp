@@ -139,11 +139,12 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
     launch(module, push, Grid{sk.workers, 1, 1}, {&a.t, &b.t, &bias, &c.t}, {&c.t, &partials},
            spec_for(push.gemm, true), cost);
     const int64_t region_tiles = int64_t{push.sk_tiles_n} * push.sk_tiles_m - sk.dp_tiles;
-    const StreamKFixupPush fix{
-        partials.address(), push.gemm.c,    push.gemm.bias, push.gemm.m,
-        push.gemm.n,        push.gemm.c_rs, push.gemm.c_cs, push.gemm.bias_rs,
-        push.gemm.bias_cs,  alpha,          beta,           push.sk_tiles_n,
-        push.sk_tiles_m,    push.sk_slices, sk.workers,     sk.dp_tiles};
+    const StreamKFixupPush fix{partials.address(), push.gemm.c,       push.gemm.bias,
+                               push.gemm.m,        push.gemm.n,       push.gemm.c_rs,
+                               push.gemm.c_cs,     push.gemm.bias_rs, push.gemm.bias_cs,
+                               alpha,              beta,              push.sk_tiles_n,
+                               push.sk_tiles_m,    push.sk_slices,    sk.workers,
+                               sk.dp_tiles};
     launch("matmul_streamk_fixup", fix, grid_1d(region_tiles * tile.bm() * tile.bn(), 256),
            {&partials, &bias, &c.t}, {&c.t}, {tile.bm(), tile.bn(), v.group_m});
     return;

@@ -68,17 +68,25 @@ void set_skinny_f16_stage_normed(bool staged) {
   g_skinny_stage_normed = staged;
 }
 
+namespace {
+
+// The split rule without set_skinny_f16_k_split's override: while every slice keeps one whole
+// round of loads (8 loads of 8 halves per thread, 32 threads: 2048 halves), up to 4 slices.
+uint32_t auto_k_split(int64_t k) {
+  constexpr int64_t kRound = 8 * 8 * 32;
+  uint32_t split = 1;
+  while (split < 4 && k / (2 * split) >= kRound) split *= 2;
+  return split;
+}
+
+}  // namespace
+
 uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m) {
   // The kernel's rule (K_SPLIT): 16-byte loads, and one weight row per thread or one activation
   // row.
   if (!vec8 || (rpt != 1 && m != 1)) return 1;
   if (g_skinny_k_split != 0) return g_skinny_k_split;
-  // Split while every slice keeps one whole round of loads (8 loads of 8 halves per thread, 32
-  // threads: 2048 halves), up to 4 slices.
-  constexpr int64_t kRound = 8 * 8 * 32;
-  uint32_t split = 1;
-  while (split < 4 && k / (2 * split) >= kRound) split *= 2;
-  return split;
+  return auto_k_split(k);
 }
 
 void set_skinny_f16_k_split(uint32_t split) {
@@ -125,7 +133,8 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged
   // per thread as well, each slice of the activation row read once for both. H200 (twentieth
   // session), alternated three times: batch-1 steps 1.084 / 1.070 / 1.115 -> 1.040 / 1.030 /
   // 1.032 ms. K = 2048 products (o) got slower with two rows and no split: they keep one.
-  if (m == 1 && k > 0 && skinny_f16_k_split(k, 2, vec8, m) > 1) return 2;
+  // (The rule's split, not a forced one: forcing a split does not change the rows.)
+  if (m == 1 && auto_k_split(k) > 1) return 2;
   if (m < 2) return 1;
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;

@@ -288,7 +288,8 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
       barrier();
     } else {
       [[unroll]] for (uint r = 0; r < RPT; ++r)
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) red[(r * MROWS + m) * LOCAL_SIZE + tid] = acc[r][m];
+        [[unroll]] for (uint m = 0; m < MROWS; ++m)
+          red[(r * MROWS + m) * LOCAL_SIZE + tid] = acc[r][m];
       reduce_lanes(tid, lane, RPT * MROWS);  // each group's totals in its lane 0's entries
     }
     if (lane == 0 && group % K_SPLIT == 0) {
