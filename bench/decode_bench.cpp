@@ -15,7 +15,7 @@
 //                [--profile [--profile-shapes]] [--stage-profile] [--top 20]
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
-//                [--skinny-unstaged]
+//                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
 //                [--norm-fold-rows 1..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -242,6 +242,13 @@ int main(int argc, char** argv) {
                  "(one row per thread): 0 (by shape), 1, 2, 4 or 8")
       ->check(CLI::IsMember({0, 1, 2, 4, 8}))
       ->capture_default_str();
+  bool full_rounds = false;
+  app.add_flag("--skinny-full-rounds", full_rounds,
+               "skinny f16 products of one plain activation row: K split by whole rounds of "
+               "loads only (no half-round slices at two weight rows per thread)");
+  bool head_norm_separate = false;
+  app.add_flag("--head-norm-separate", head_norm_separate,
+               "run the final RMSNorm as its own dispatch instead of folding it into the head");
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
@@ -265,6 +272,8 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_shuffle_tree(!shared_tree);
     ops::detail::set_skinny_f16_k_split(k_split);
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
+    ops::detail::set_skinny_f16_half_round_split(!full_rounds);
+    models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));

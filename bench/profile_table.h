@@ -24,7 +24,7 @@ inline void print_profile(std::vector<vk::KernelProfile> prof, double steps, dou
             [](const auto& l, const auto& r) { return l.total_ms > r.total_ms; });
   double total = 0;
   for (const auto& p : prof) total += p.total_ms;
-  std::fprintf(stderr, "\nGPU time per step %.2f ms (wall %.2f ms); top kernels:\n", total / steps,
+  std::fprintf(stderr, "\nGPU time per step %.3f ms (wall %.3f ms); top kernels:\n", total / steps,
                wall_ms);
   std::fprintf(stderr, "  %-56s %8s %7s %6s %9s %9s  %s\n", "kernel", "ms/step", "calls", "share",
                "TFLOP/s", "GB/s", "of roofline");

@@ -219,7 +219,14 @@ bool& projection_grouping_slot() {
   }();
   return on;
 }
+
+bool& decode_head_norm_fold_slot() {
+  static bool on = true;
+  return on;
+}
 }  // namespace
+
+void DecoderModel::set_decode_head_norm_fold(bool on) { decode_head_norm_fold_slot() = on; }
 
 void DecoderModel::set_projection_grouping(bool on) { projection_grouping_slot() = on; }
 bool DecoderModel::projection_grouping() { return projection_grouping_slot(); }
@@ -561,9 +568,11 @@ Tensor DecoderModel::forward(const Tensor& input_ids, const Tensor& attention_ma
   return logits;
 }
 
-Tensor DecoderModel::apply_head(const HeadInput& head, const Trace& trace) const {
+Tensor DecoderModel::apply_head(const HeadInput& head, const Trace& trace,
+                                const ops::RowNorm* pre_norm) const {
   const auto& s = spec_;
-  Tensor logits = nn::linear(kHeadModule, head.hidden, head.weight);
+  Tensor logits = pre_norm ? ops::normed_linear(head.hidden, *pre_norm, head.weight)
+                           : nn::linear(kHeadModule, head.hidden, head.weight);
   if (s.logits_divisor != 1.0) logits = ops::scale(logits, static_cast<float>(1.0 / s.logits_divisor));
   if (s.logits_multiplier != 1.0) logits = ops::scale(logits, static_cast<float>(s.logits_multiplier));
   if (s.final_softcap > 0) logits = ops::softcap(logits, static_cast<float>(s.final_softcap));
@@ -694,10 +703,26 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
   step.decode = &in;
   // The adapter and the head as forward() applies them.
   const nn::AdapterScope adapter_scope(effective_adapter());
-  return apply_head(head_input(run(in.ids, step, {})), {});
+  const Tensor x = run_layers(in.ids, step, {});
+  // Without an adapter, the final RMSNorm folds into the head's product as the layers' norms fold
+  // into theirs (ops::normed_linear, at batch 1): one dispatch and one dependent stage fewer.
+  HeadInput head = head_input(x);
+  const ops::RowNorm final_norm = row_norm(s.names.final_norm);
+  if (decode_head_norm_fold_slot() && s.norm == NormKind::RMS && !nn::active_adapter() &&
+      ops::norm_folds(x, head.weight, final_norm))
+    return apply_head(head, {}, &final_norm);
+  head.hidden = norm(x, s.names.final_norm);
+  return apply_head(head, {});
 }
 
 Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace& trace) {
+  Tensor x = run_layers(input_ids, step, trace);
+  x = norm(x, spec_.names.final_norm);
+  if (trace) trace("final_norm", x);
+  return x;
+}
+
+Tensor DecoderModel::run_layers(const Tensor& input_ids, const Step& step, const Trace& trace) {
   const auto& s = spec_;
   const int64_t H = s.hidden_size;
   auto emit = [&](const std::string& name, const Tensor& t) {
@@ -729,8 +754,6 @@ Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace&
     }
     emit(fmt::format("layers.{}.out", l), x);
   }
-  x = norm(x, s.names.final_norm);
-  emit("final_norm", x);
   return x;
 }
 

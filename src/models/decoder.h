@@ -142,6 +142,9 @@ class DecoderModel {
   // epilogues, gate/up/activation in one pass for f16 weights) where no adapter or trace needs
   // the separate steps.
   Tensor decode_step(const DecodeInputs& in, KVCache& cache);
+  // Whether decode_step() folds the final RMSNorm into the head's product where it can (on by
+  // default): for A/B timing.
+  static void set_decode_head_norm_fold(bool on);
   // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
   // sequence length change at every step).
   std::string decode_step_unsupported() const;
@@ -157,12 +160,16 @@ class DecoderModel {
   Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask, const Trace& trace,
                        KVCache* cache, std::span<const int32_t> positions);
   HeadInput head_input(Tensor hidden) const;
-  // Logits from the head's input, as forward() and decode_step() both return them.
-  Tensor apply_head(const HeadInput& head, const Trace& trace) const;
+  // Logits from the head's input, as forward() and decode_step() both return them. With
+  // `pre_norm` (decode_step(), no adapter), head.hidden is the final norm's input, which the
+  // head's product normalizes as it reads it (ops::normed_linear).
+  Tensor apply_head(const HeadInput& head, const Trace& trace,
+                    const ops::RowNorm* pre_norm = nullptr) const;
   Tensor norm(const Tensor& x, const std::string& prefix) const;
   struct Step;  // what every layer of one forward call shares (mask, positions, cache)
   // The embedding, layers and final norm of one step: the hidden states [B, T, hidden_size].
   Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
+  Tensor run_layers(const Tensor& input_ids, const Step& step, const Trace& trace);  // no norm
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
   // With `residual`, the block's output projection is added into *residual in place and an
   // undefined tensor is returned. With `pre_norm`, h is the block's input before its RMSNorm,

@@ -230,12 +230,11 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          sn.eps,
          norm ? detail::norm_threads_per_row_log2(k) : 0u};
   const uint32_t norm_mode = detail::skinny_norm_mode(norm ? &sn : nullptr);
-  const uint32_t rpt = detail::skinny_f16_rows_per_thread(
-      m, n, vec8, detail::skinny_f16_row_staged(m, k, vec8, norm_mode));
-  const uint32_t blocks = div_up(n, detail::kSkinnyF16Cols * rpt);
+  const detail::SkinnyF16Plan plan = detail::plan_skinny_f16(m, n, k, vec8, norm_mode, true);
+  const uint32_t blocks = div_up(n, plan.rows_per_block());
   const uint32_t groups = detail::skinny_f16_groups(m, blocks);
   const std::vector<uint32_t> spec = detail::skinny_f16_spec(
-      m, k, false, vec8, static_cast<uint32_t>(act), rpt, norm_mode, groups, blocks);
+      plan, m, k, false, vec8, static_cast<uint32_t>(act), norm_mode, groups, blocks);
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())

@@ -240,10 +240,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
   const bool vec8 = !la.trans && k % 8 == 0 && a.t.address() % 16 == 0 && la.ld % 4 == 0 &&
                     a.bs % 4 == 0 && b.t.address() % 16 == 0 && lb.ld % 8 == 0 && b.bs % 8 == 0;
-  const uint32_t rpt = skinny_f16_rows_per_thread(
-      m, n, vec8, skinny_f16_row_staged(m, k, vec8, skinny_norm_mode(norm)), k);
-  const uint32_t k_split = skinny_f16_k_split(k, rpt, vec8, m);
-  const uint32_t rows_per_block = kSkinnyF16Cols / k_split * rpt;
+  const SkinnyF16Plan plan = plan_skinny_f16(m, n, k, vec8, skinny_norm_mode(norm), false);
+  const uint32_t rows_per_block = plan.rows_per_block();
   const Tensor norm_w = norm ? norm->weight : Tensor();
   const int64_t zstep = g_max_groups, nstep = g_max_groups * int64_t{rows_per_block};
   bool first = true;
@@ -259,9 +257,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
              norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
              norm ? norm_threads_per_row_log2(k) : 0u};
       const uint32_t blocks = div_up(nc, rows_per_block);
-      const Grid grid{skinny_f16_groups(m, blocks, k_split), 1, static_cast<uint32_t>(zc)};
-      const std::vector<uint32_t> spec = skinny_f16_spec(
-          m, k, la.trans, vec8, 0u, rpt, skinny_norm_mode(norm), grid.x, blocks, k_split);
+      const Grid grid{skinny_f16_groups(m, blocks, plan.k_split), 1, static_cast<uint32_t>(zc)};
+      const std::vector<uint32_t> spec =
+          skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks);
       launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
              first ? cost : vk::DispatchCost{});
       first = false;

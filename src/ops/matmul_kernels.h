@@ -171,9 +171,9 @@ constexpr int64_t kSkinnyF16Cols = 8;
 // weight rows: with several activation rows, each thread reads its activations once for up to 4
 // weight rows (16-byte loads only), as long as that leaves the grid at least 128 workgroups; with
 // one activation row staged in shared memory (`staged`: skinny_f16_row_staged), or one plain row
-// of k the K split cuts, 2. The sums are the same in every case.
+// of k the K split cuts (the plain variant: not `gated`), 2. The sums are the same in every case.
 uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged = false,
-                                    int64_t k = 0);
+                                    int64_t k = 0, bool gated = false);
 // Forces that choice (1, 2 or 4; 0 restores the rule), for tests and benchmarks.
 void set_skinny_f16_rows_per_thread(uint32_t rows);
 
@@ -197,25 +197,45 @@ void set_skinny_f16_shuffle_tree(bool allowed);
 // Groups of 32 threads that share one weight row of the plain matmul_skinny_f16 variant, each
 // summing a contiguous slice of K (blocks then hold kSkinnyF16Cols / split * rpt rows): with
 // 16-byte loads and one weight row per thread (or m == 1 activation row, with rpt rows per
-// thread), as many as keep a whole round of loads (2048 halves) per slice, up to 4 (the down
-// projection's K = 8192: 4); else 1. The slices' totals are added in order, so a split changes
-// the sums' grouping, not their determinism.
-uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m = 1);
+// thread), as many as keep a whole round of loads per slice, up to 4: 2048 halves at one row per
+// thread (the down projection's K = 8192: 4), and for one plain (not `staged`) activation row at
+// two rows per thread 1024 (K = 2048: 2); else 1. The slices' totals are added in order, so a
+// split changes the sums' grouping, not their determinism.
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m = 1, bool staged = false);
 // Forces the split where it applies (1, 2, 4 or 8; 0 restores the rule), for tests and benches.
 void set_skinny_f16_k_split(uint32_t split);
+// Turns the half-round slices off (false: whole rounds at two rows per thread too, and then
+// K = 2048 neither splits nor takes two rows) or back on, for A/B timing.
+void set_skinny_f16_half_round_split(bool on);
+
+// One matmul_skinny_f16 dispatch's launch by the rules above and below: weight rows per thread,
+// thread groups per weight row (the K split; never in the gated variant), and whether its one
+// activation row is staged. Both variants' hosts take it from here, so each rule is applied in
+// one place.
+struct SkinnyF16Plan {
+  uint32_t rows_per_thread = 1;
+  uint32_t k_split = 1;
+  bool staged = false;
+  // Weight rows per block (a workgroup's rows in one pass).
+  uint32_t rows_per_block() const {
+    return static_cast<uint32_t>(kSkinnyF16Cols) / k_split * rows_per_thread;
+  }
+};
+SkinnyF16Plan plan_skinny_f16(int64_t m, int64_t n, int64_t k, bool vec8, uint32_t norm_mode,
+                              bool gated);
 
 // The specialization constants of a matmul_skinny_f16 dispatch (both variants; `act` is the gated
-// variant's activation, 0 for the plain one) for m activation rows, rpt weight rows per thread
-// and a grid of `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups <
-// blocks, SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plain variant's K split, and for one
-// activation row with a folded norm and 16-byte loads, its normalized values staged in shared
-// memory where they fit (K of them beside the kernel's 16 KiB of other shared arrays).
-std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
-                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks, uint32_t k_split = 1);
+// variant's activation, 0 for the plain one) for m activation rows by `plan` and a grid of
+// `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups < blocks,
+// SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plan's rows per thread and K split, and its
+// staged row (for one activation row with a folded norm and 16-byte loads, its normalized values
+// in shared memory where they fit: K of them beside the kernel's 16 KiB of other shared arrays).
+std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
+                                      bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
-// Whether such a dispatch stages its normalized row (the rule skinny_f16_spec applies).
+// Whether such a dispatch stages its normalized row (the rule plan_skinny_f16 applies).
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode);
 // Restores every skinny f16 choice above that a test or benchmark forced to its rule.
 void reset_skinny_f16_settings();

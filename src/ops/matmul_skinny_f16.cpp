@@ -38,22 +38,21 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
 }
 
-std::vector<uint32_t> skinny_f16_spec(int64_t m, int64_t k, bool trans_a, bool vec8, uint32_t act,
-                                      uint32_t rpt, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks, uint32_t k_split) {
-  const bool staged = skinny_f16_row_staged(m, k, vec8, norm_mode);
+std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
+                                      bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
+                                      uint32_t blocks) {
   // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
   // STAGED_LEN4.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
           act,
-          rpt,
+          plan.rows_per_thread,
           norm_mode,
           groups < blocks ? 1u : 0u,
           skinny_f16_shuffle_tree() ? 1u : 0u,
-          k_split,
-          staged ? static_cast<uint32_t>(k / 4) : 1u};
+          plan.k_split,
+          plan.staged ? static_cast<uint32_t>(k / 4) : 1u};
 }
 
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
@@ -70,23 +69,40 @@ void set_skinny_f16_stage_normed(bool staged) {
 
 namespace {
 
-// The split rule without set_skinny_f16_k_split's override: while every slice keeps one whole
-// round of loads (8 loads of 8 halves per thread, 32 threads: 2048 halves), up to 4 slices.
-uint32_t auto_k_split(int64_t k) {
-  constexpr int64_t kRound = 8 * 8 * 32;
+// The split rule without set_skinny_f16_k_split's override: up to 4 slices, while every slice keeps
+// one whole round of loads (UNROLL = 8 loads of 8 halves per thread, 32 threads: 2048 halves at
+// one weight row per thread, 1024 at two, which share the round's loads).
+uint32_t auto_k_split(int64_t k, uint32_t rpt = 1) {
+  const int64_t round = 8 * 8 * 32 / int64_t{rpt};
   uint32_t split = 1;
-  while (split < 4 && k / (2 * split) >= kRound) split *= 2;
+  while (split < 4 && k / (2 * split) >= round) split *= 2;
   return split;
 }
 
+// Whether one plain activation row with two weight rows per thread splits by rounds of 1024 halves
+// (set_skinny_f16_half_round_split), so that K = 2048 products split too.
+bool g_skinny_half_round_split = true;
+
 }  // namespace
 
-uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m) {
+uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m, bool staged) {
   // The kernel's rule (K_SPLIT): 16-byte loads, and one weight row per thread or one activation
   // row.
   if (!vec8 || (rpt != 1 && m != 1)) return 1;
   if (g_skinny_k_split != 0) return g_skinny_k_split;
+  // One plain row (read from L2, not staged) with two weight rows per thread: slices of half a
+  // round, each read once for both rows, so that K = 2048 products (o, an unfolded LM head) split
+  // in two. H200 (twenty-first session, bench/RESULTS.md), stage profile: o 0.122 -> 0.112 ms per
+  // step, the plain head 0.130 -> 0.119; the step, alternated three times, 1.034 -> 1.013 ms. A
+  // staged row gains nothing from fewer reads of it per workgroup: the normed q/k/v got slower
+  // split (0.140 -> 0.152), and the folded head split with its workgroup cap kept 0.125 against
+  // 0.119 plain, so staged rows keep whole rounds.
+  if (m == 1 && rpt == 2 && !staged && g_skinny_half_round_split) return auto_k_split(k, 2);
   return auto_k_split(k);
+}
+
+void set_skinny_f16_half_round_split(bool on) {
+  g_skinny_half_round_split = on;
 }
 
 void set_skinny_f16_k_split(uint32_t split) {
@@ -117,7 +133,8 @@ void set_skinny_f16_rows_per_thread(uint32_t rows) {
   g_skinny_rows_per_thread = rows;
 }
 
-uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged, int64_t k) {
+uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged, int64_t k,
+                                    bool gated) {
   constexpr int64_t kMinGroups = 128;
   if (!vec8) return 1;
   if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
@@ -127,18 +144,32 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged
   // activations come from shared memory. H200, forced for every product (bench/RESULTS.md,
   // twentieth session): the gated gate/up product 0.356 -> 0.327 ms per step, the q/k/v stage
   // 0.162 -> 0.139; the plain products, which read their row from L2 and lose the K split, got
-  // slower (down 0.262 -> 0.313, o 0.119 -> 0.131), so they keep one row.
+  // slower (down 0.262 -> 0.313, o 0.119 -> 0.131).
   if (m == 1 && staged) return 2;
-  // One plain row whose weight rows the K split cuts (K >= 4096: the down projection): two rows
-  // per thread as well, each slice of the activation row read once for both. H200 (twentieth
-  // session), alternated three times: batch-1 steps 1.084 / 1.070 / 1.115 -> 1.040 / 1.030 /
-  // 1.032 ms. K = 2048 products (o) got slower with two rows and no split: they keep one.
-  // (The rule's split, not a forced one: forcing a split does not change the rows.)
-  if (m == 1 && auto_k_split(k) > 1) return 2;
+  // One plain row whose weight rows the K split cuts (the plain variant only: the gated one does
+  // not split): two rows per thread as well, each slice of the activation row read once for both.
+  // H200 (twentieth session), alternated three times: batch-1 steps 1.084 / 1.070 / 1.115 ->
+  // 1.040 / 1.030 / 1.032 ms for the down projection's K = 8192; with slices of half a round
+  // (skinny_f16_k_split) K = 2048 splits too (o, the LM head). Without a split, K = 2048 products
+  // (o) got slower with two rows: then they keep one. (The rule's split, not a forced one: forcing
+  // a split does not change the rows.)
+  if (m == 1 && !gated) {
+    const bool halves = g_skinny_half_round_split;
+    return auto_k_split(k, halves ? 2 : 1) > 1 ? 2 : 1;
+  }
   if (m < 2) return 1;
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
   return rpt;
+}
+
+SkinnyF16Plan plan_skinny_f16(int64_t m, int64_t n, int64_t k, bool vec8, uint32_t norm_mode,
+                              bool gated) {
+  SkinnyF16Plan plan;
+  plan.staged = skinny_f16_row_staged(m, k, vec8, norm_mode);
+  plan.rows_per_thread = skinny_f16_rows_per_thread(m, n, vec8, plan.staged, k, gated);
+  plan.k_split = gated ? 1u : skinny_f16_k_split(k, plan.rows_per_thread, vec8, m, plan.staged);
+  return plan;
 }
 
 void reset_skinny_f16_settings() {
@@ -148,6 +179,7 @@ void reset_skinny_f16_settings() {
   g_skinny_shuffle_tree = true;
   g_skinny_k_split = 0;
   g_skinny_stage_normed = true;
+  g_skinny_half_round_split = true;
 }
 
 }  // namespace vkf::ops::detail

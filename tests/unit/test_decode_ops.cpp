@@ -606,10 +606,14 @@ TEST(DecodeOps, NormedLinear) {
                        atol, 1e-5, what + " gated");
     // Aligned, the kernel reads 16 bytes at a time as it does after rms_norm's aligned output, so
     // the same normalized values give the same bits. (Misaligned rows take the scalar loads,
-    // whose sums run in another order.)
+    // whose sums run in another order; and the plain product of a row of 2048 splits its k in
+    // half-round slices, which the staged one does not: compared with whole rounds.)
     if (!misaligned) {
       const Tensor normed = ops::rms_norm(xt, norm.weight, norm.eps, one_plus);
-      test::expect_bitwise_equal(got, ops::linear(normed, wt, bt), what + " vs rms_norm, linear");
+      ops::detail::set_skinny_f16_half_round_split(false);
+      const Tensor plain = ops::linear(normed, wt, bt);
+      ops::detail::set_skinny_f16_half_round_split(true);
+      test::expect_bitwise_equal(got, plain, what + " vs rms_norm, linear");
       test::expect_bitwise_equal(gated, ops::gated_linear(normed, wt, ut, ops::Activation::SiLU),
                                  what + " gated vs rms_norm, gated_linear");
     }
@@ -624,22 +628,28 @@ TEST(DecodeOps, NormedLinear) {
     const auto [w, wt] = half_weights(rng, out, in);
     const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-6f, rows == 5};
     const Tensor xt = test::to_gpu(x, {rows, in});
-    const Tensor want = ops::linear(ops::rms_norm(xt, norm.weight, norm.eps, norm.one_plus), wt);
-    for (const uint32_t rpt : {1u, 2u, 4u}) {
-      for (const uint32_t groups : {0u, 1u, 3u}) {  // the prologue once for several blocks
-        // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
-        ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
-        ops::detail::set_skinny_f16_stage_normed(groups != 1);
+    // Split k too (where the kernel splits: one weight row per thread or one activation row),
+    // against the plain product with the same split and rows per thread.
+    for (const uint32_t split : {1u, 2u}) {
+      ops::detail::set_skinny_f16_k_split(split);
+      for (const uint32_t rpt : {1u, 2u, 4u}) {
         ops::detail::set_skinny_f16_rows_per_thread(rpt);
-        ops::detail::set_skinny_f16_max_groups(groups);
-        const Tensor got = Tensor::empty({rows, out});
-        ops::detail::skinny_f16_normed(ops::detail::describe_rows(xt),
-                                       ops::detail::describe_readable(wt).transposed(),
-                                       ops::detail::describe_rows(got), Tensor(), norm);
-        test::expect_bitwise_equal(got, want,
-                                   std::to_string(rows) + " rows, " + std::to_string(rpt) +
-                                       " weight rows per thread, " + std::to_string(groups) +
-                                       " workgroups at most");
+        const Tensor want =
+            ops::linear(ops::rms_norm(xt, norm.weight, norm.eps, norm.one_plus), wt);
+        for (const uint32_t groups : {0u, 1u, 3u}) {  // the prologue once for several blocks
+          // Odd groups: the shared-memory trees where shuffles could end them (the same bits).
+          ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
+          ops::detail::set_skinny_f16_stage_normed(groups != 1);
+          ops::detail::set_skinny_f16_max_groups(groups);
+          const Tensor got = Tensor::empty({rows, out});
+          ops::detail::skinny_f16_normed(ops::detail::describe_rows(xt),
+                                         ops::detail::describe_readable(wt).transposed(),
+                                         ops::detail::describe_rows(got), Tensor(), norm);
+          test::expect_bitwise_equal(got, want,
+                                     std::to_string(rows) + " rows, " + std::to_string(rpt) +
+                                         " weight rows per thread, " + std::to_string(groups) +
+                                         " workgroups at most, split " + std::to_string(split));
+        }
       }
     }
     ops::detail::reset_skinny_f16_settings();

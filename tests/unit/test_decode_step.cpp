@@ -6,7 +6,7 @@
 // at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
 // tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
 // back to the general path. A prefill computes the head on the last position only. An active
-// adapter is applied by the decode step too.
+// adapter is applied by the decode step too. At batch 1 the final norm folds into the head.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -275,6 +275,55 @@ TEST(DecodeStep, HalfPrecisionWeights) {
     infer::GenerationConfig cfg;
     cfg.max_new_tokens = 8;
     EXPECT_EQ(infer::generate(f16, kPrompts, cfg), infer::generate(rounded, kPrompts, cfg)) << c;
+  }
+}
+
+// One row through the replayed runner: the logits of every fed token, and the graph's dispatches.
+std::vector<std::vector<double>> single_row_logits(models::DecoderModel& model,
+                                                   uint64_t& dispatches) {
+  autograd::NoGradScope no_grad;
+  const std::vector<int32_t>& prompt = kPrompts[0];
+  const auto L = static_cast<int64_t>(prompt.size());
+  auto cache = model.make_cache(1, L + kSteps);
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t);
+  model.forward(Tensor::from_host_i32(prompt, {1, L}),
+                Tensor::from_host_i32(std::vector<int32_t>(prompt.size(), 1), {1, L}), {}, &cache,
+                pos);
+  infer::DecodeStepRunner runner(
+      model, cache, std::vector<int32_t>(static_cast<size_t>(L + kSteps), 1), true, false);
+  std::vector<std::vector<double>> out;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    runner.step(std::vector<int32_t>{kFed[0][static_cast<size_t>(s)]},
+                std::vector<int32_t>{static_cast<int32_t>(L + s)});
+    const auto l = runner.logits();
+    out.emplace_back(l.begin(), l.end());
+  }
+  dispatches = runner.graph_dispatches();
+  return out;
+}
+
+// At batch 1 with f16 weights the final RMSNorm folds into the head's product: one dispatch fewer
+// than the norm followed by the head, and the same logits up to the products' summation order
+// (gemma2: norm weight 1 + w, a scaled embedding and a soft-capped head after the fold).
+TEST(DecodeStep, FinalNormFoldsIntoTheHead) {
+  struct Restore {
+    ~Restore() { models::DecoderModel::set_decode_head_norm_fold(true); }
+  } restore;
+  for (const std::string c : {"llama", "gemma2"}) {
+    SCOPED_TRACE(c);
+    auto f16 = load(c, DType::F16);
+    uint64_t folded_dispatches = 0, plain_dispatches = 0;
+    const auto folded = single_row_logits(f16, folded_dispatches);
+    models::DecoderModel::set_decode_head_norm_fold(false);
+    const auto plain = single_row_logits(f16, plain_dispatches);
+    models::DecoderModel::set_decode_head_norm_fold(true);
+    EXPECT_EQ(folded_dispatches + 1, plain_dispatches) << c << ": the norm's own dispatch";
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const auto i = static_cast<size_t>(s);
+      test::expect_close(folded[i], plain[i], 2e-5, 2e-5,
+                         c + " folded vs separate final norm, step " + std::to_string(s));
+    }
   }
 }
 

@@ -139,6 +139,7 @@ TEST(MatmulF16Weights, SkinnyRowsPerThreadKeepTheSums) {
 TEST(MatmulF16Weights, SkinnyKSplit) {
   Rng rng(14);
   for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 21},
+                                      {1, 2048, 19},  // half-round slices at two rows per thread
                                       {1, 4104, 37},  // 513 groups of 8: uneven slices
                                       {3, 24, 30},    // 3 groups: some slices empty
                                       {1, 37, 9}}) {  // K % 8 != 0: scalar loads, no split
@@ -173,13 +174,32 @@ TEST(MatmulF16Weights, SkinnyKSplit) {
     }
     ops::detail::reset_skinny_f16_settings();
   }
-  // The rule: slices of at least 2048 halves, at most 4; never with scalar loads, or several rows
-  // per thread for several activation rows. One activation row of K = 8192 takes two rows per
-  // thread and the split; K = 2048 neither.
+  // The rule: slices of at least one round (2048 halves at one row per thread, 1024 at two for
+  // one plain activation row), at most 4; never with scalar loads, or several rows per thread for
+  // several activation rows. One plain activation row of K >= 2048 takes two rows per thread and
+  // the split; a staged one keeps whole rounds (K = 2048: no split), and the gated variant one row.
   EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true, 1), 4u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true, 2), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 2, true, 1), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 2, true, 1, true), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(1024, 2, true, 1), 1u);
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 8192), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 2048), 2u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 1024), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 2048, true), 1u);
+  {
+    const auto plan = ops::detail::plan_skinny_f16(1, 2048, 2048, true, 0, false);
+    EXPECT_EQ(plan.rows_per_thread, 2u);
+    EXPECT_EQ(plan.k_split, 2u);
+    EXPECT_EQ(plan.rows_per_block(), 8u);
+    EXPECT_EQ(ops::detail::plan_skinny_f16(1, 2048, 8192, true, 0, true).k_split, 1u);
+  }
+  // Without the half-round slices, K = 2048 neither splits nor takes two rows; K = 8192 does both.
+  ops::detail::set_skinny_f16_half_round_split(false);
   EXPECT_EQ(ops::detail::skinny_f16_rows_per_thread(1, 2048, true, false, 2048), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 2, true, 1), 1u);
+  EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 2, true, 1), 4u);
+  ops::detail::reset_skinny_f16_settings();
   EXPECT_EQ(ops::detail::skinny_f16_k_split(8192, 1, true), 4u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(4096, 1, true), 2u);
   EXPECT_EQ(ops::detail::skinny_f16_k_split(2048, 1, true), 1u);
