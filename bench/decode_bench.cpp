@@ -16,6 +16,7 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
+//                [--argmax-separate]
 //                [--norm-fold-rows 1..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
   int skinny_groups = -1;
   app.add_option("--skinny-groups", skinny_groups,
                  "most workgroups of a skinny f16 product (0: one per block of weight rows; "
-                 "-1: two per multiprocessor where the device reports them)")
+                 "-1: four per multiprocessor where the device reports them)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   int norm_fold_rows = 1;
@@ -249,6 +250,9 @@ int main(int argc, char** argv) {
   bool head_norm_separate = false;
   app.add_flag("--head-norm-separate", head_norm_separate,
                "run the final RMSNorm as its own dispatch instead of folding it into the head");
+  bool argmax_separate = false;
+  app.add_flag("--argmax-separate", argmax_separate,
+               "greedy tokens by argmax_rows over the logits instead of from the head's product");
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
@@ -274,6 +278,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
+    models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));

@@ -46,9 +46,10 @@ void DecodeStepRunner::record() {
   auto& stream = vk::Context::get().stream();
   stream.copy(host_in_, 0, state_.allocation(), static_cast<uint64_t>(state_.offset()) * 4,
               static_cast<uint64_t>(2 * batch_ + 1) * 4);
-  const Tensor logits = model_.decode_step(inputs_, cache_);  // [B, 1, V]
+  Tensor ids;  // the head may choose the tokens itself (decode_step's greedy_ids)
+  const Tensor logits = model_.decode_step(inputs_, cache_, device_argmax_ ? &ids : nullptr);
   if (device_argmax_) {
-    const Tensor ids = ops::argmax_rows(logits);
+    if (!ids.defined()) ids = ops::argmax_rows(logits);  // [B, 1, V]
     stream.read_back(ids.allocation(), static_cast<uint64_t>(ids.offset()) * 4, host_out_, 0,
                      static_cast<uint64_t>(batch_) * 4);
   } else {

@@ -224,9 +224,14 @@ bool& decode_head_norm_fold_slot() {
   static bool on = true;
   return on;
 }
+bool& decode_head_argmax_fold_slot() {
+  static bool on = true;
+  return on;
+}
 }  // namespace
 
 void DecoderModel::set_decode_head_norm_fold(bool on) { decode_head_norm_fold_slot() = on; }
+void DecoderModel::set_decode_head_argmax_fold(bool on) { decode_head_argmax_fold_slot() = on; }
 
 void DecoderModel::set_projection_grouping(bool on) { projection_grouping_slot() = on; }
 bool DecoderModel::projection_grouping() { return projection_grouping_slot(); }
@@ -672,7 +677,7 @@ std::string DecoderModel::decode_step_unsupported() const {
   return "";
 }
 
-Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
+Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor* greedy_ids) {
   const auto& s = spec_;
   const std::string why = decode_step_unsupported();
   VKF_REQUIRE(why.empty(), "{} decode_step: not available for this model: {}", s.model_type, why);
@@ -709,8 +714,14 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache) {
   HeadInput head = head_input(x);
   const ops::RowNorm final_norm = row_norm(s.names.final_norm);
   if (decode_head_norm_fold_slot() && s.norm == NormKind::RMS && !nn::active_adapter() &&
-      ops::norm_folds(x, head.weight, final_norm))
+      ops::norm_folds(x, head.weight, final_norm)) {
+    // With nothing after the head's product (no scale, no soft-cap: either could make ties), the
+    // greedy choice comes from the product itself.
+    if (greedy_ids && decode_head_argmax_fold_slot() && s.logits_divisor == 1.0 &&
+        s.logits_multiplier == 1.0 && s.final_softcap <= 0 && x.numel() == s.hidden_size)
+      return ops::normed_linear_argmax(x, final_norm, head.weight, *greedy_ids);
     return apply_head(head, {}, &final_norm);
+  }
   head.hidden = norm(x, s.names.final_norm);
   return apply_head(head, {});
 }

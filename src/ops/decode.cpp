@@ -42,6 +42,23 @@ bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& nor
 
 }  // namespace
 
+// argmax_rows.comp's push block.
+struct ArgmaxPush {
+  uint64_t x, value, index, out;
+  uint32_t cols, row_stride, chunks;
+};
+
+// argmax_rows.comp's final pass: each row's argmax from its `chunks` (value, index) pairs (value,
+// index: f32 and u32 [rows, chunks]).
+Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64_t chunks) {
+  Tensor out = Tensor::empty({rows}, DType::I32);
+  const ArgmaxPush push{
+      0, value.address(), index.address(), out.address(), 0, 0, static_cast<uint32_t>(chunks)};
+  launch("argmax_rows_final", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&value, &index},
+         {&out});
+  return out;
+}
+
 Tensor argmax_rows(const Tensor& x_in) {
   VKF_REQUIRE(
       x_in.defined() && x_in.dtype() == DType::F32 && (x_in.rank() == 2 || x_in.rank() == 3),
@@ -64,24 +81,18 @@ Tensor argmax_rows(const Tensor& x_in) {
               cols);
   Tensor value = Tensor::empty({rows, chunks}, DType::F32),
          index = Tensor::empty({rows, chunks}, DType::I32);
-  Tensor out = Tensor::empty({rows}, DType::I32);
-  struct {
-    uint64_t x, value, index, out;
-    uint32_t cols, row_stride, chunks;
-  } push{x.address(),
-         value.address(),
-         index.address(),
-         out.address(),
-         static_cast<uint32_t>(cols),
-         static_cast<uint32_t>(row_stride),
-         static_cast<uint32_t>(chunks)};
+  const ArgmaxPush push{x.address(),
+                        value.address(),
+                        index.address(),
+                        0,
+                        static_cast<uint32_t>(cols),
+                        static_cast<uint32_t>(row_stride),
+                        static_cast<uint32_t>(chunks)};
   launch("argmax_rows_partial", push,
          Grid{static_cast<uint32_t>(chunks), static_cast<uint32_t>(rows), 1}, {&x},
          {&value, &index}, {},
          {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
-  launch("argmax_rows_final", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&value, &index},
-         {&out});
-  return out;
+  return argmax_fold(value, index, rows, chunks);
 }
 
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
@@ -170,6 +181,37 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
   autograd::NoGradScope no_grad;
   detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
                             detail::describe_rows(out), bias, norm);
+  return out;
+}
+
+Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                            Tensor& ids) {
+  const char* op = "normed_linear_argmax";
+  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
+              "{}: x must be a non-empty f32 [..., in] tensor", op);
+  check_row_norm(norm, x.dim(-1), op);
+  VKF_REQUIRE(weight.defined() && weight.rank() == 2 && weight.dim(1) == x.dim(-1),
+              "{}: weight must be [out, {}], got {}", op, x.dim(-1),
+              weight.defined() ? shape_str(weight.shape()) : "undefined");
+  VKF_REQUIRE(x.numel() == x.dim(-1), "{}: x must be one row, got {}", op, shape_str(x.shape()));
+  const Tensor xc = x.is_contiguous() ? x : x.contiguous();
+  const detail::MatDesc a = detail::describe_rows(xc);
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.dim(0);
+  if (!foldable(a, weight, norm)) {
+    Tensor logits = normed_linear(x, norm, weight);
+    ids = argmax_rows(logits.reshape({1, weight.dim(0)}));
+    return logits;
+  }
+  Tensor out = Tensor::empty(out_shape, DType::F32);
+  autograd::NoGradScope no_grad;
+  detail::SkinnyArgmax slots;
+  detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
+                            detail::describe_rows(out), Tensor(), norm, &slots);
+  const int64_t groups = slots.workgroups;
+  ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
+                                 slots.slots.slice(0, groups, 2 * groups), 1, groups)
+                   : argmax_rows(out.reshape({1, weight.dim(0)}));  // more than one dispatch
   return out;
 }
 

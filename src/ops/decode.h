@@ -49,6 +49,14 @@ void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias
 Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                      const Tensor& bias = {});
 
+// normed_linear(x, norm, weight) for one row of x, and `ids` = argmax_rows of its outputs (I32
+// [1]). Where normed_linear folds the norm, the product's workgroups keep their best output as
+// they store it (matmul_skinny_f16.comp's ARGMAX), so only argmax_rows' final fold of those pairs
+// follows: no pass over the outputs, one dependent stage fewer (a decode step's greedy choice
+// from its LM head). Otherwise normed_linear then argmax_rows. The same outputs and ids either way.
+Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                            Tensor& ids);
+
 // Whether normed_linear and gated_linear fold `norm` into their product for this x and weight:
 // f16 weights, one row of x (decode at batch 1), Fast math, in % 8 == 0, x's rows and the norm
 // weight contiguous and 16-byte aligned. Measured on the H200 (bench/RESULTS.md): a 1B decode

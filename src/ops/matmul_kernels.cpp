@@ -234,7 +234,8 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
 // the [N, K] Hugging Face layout read as K x N); bias indexed by column.
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                          float beta, const Tensor& bias, int64_t bias_stride,
-                         const vk::DispatchCost& cost, const RowNorm* norm = nullptr) {
+                         const vk::DispatchCost& cost, const RowNorm* norm = nullptr,
+                         SkinnyArgmax* argmax = nullptr) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
@@ -244,6 +245,10 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   const uint32_t rows_per_block = plan.rows_per_block();
   const Tensor norm_w = norm ? norm->weight : Tensor();
   const int64_t zstep = g_max_groups, nstep = g_max_groups * int64_t{rows_per_block};
+  VKF_REQUIRE(!argmax || (m == 1 && c.batch == 1 && !bias.defined()),
+              "matmul: internal: a skinny f16 product's argmax needs one row, one batch entry and "
+              "no bias");
+  if (argmax && n > nstep) argmax = nullptr;  // several dispatches: no slots (workgroups 0)
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
@@ -253,15 +258,23 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
         uint64_t norm_w;
         float norm_eps;
         uint32_t norm_tpr_log2;
+        uint64_t argmax_out;
       } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
              norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
-             norm ? norm_threads_per_row_log2(k) : 0u};
+             norm ? norm_threads_per_row_log2(k) : 0u, 0};
       const uint32_t blocks = div_up(nc, rows_per_block);
       const Grid grid{skinny_f16_groups(m, blocks, plan.k_split), 1, static_cast<uint32_t>(zc)};
+      if (argmax) {
+        argmax->workgroups = grid.x;
+        argmax->slots = Tensor::empty({2 * int64_t{grid.x}}, DType::F32);
+        push.argmax_out = argmax->slots.address();
+      }
+      const Tensor slots = argmax ? argmax->slots : Tensor();
       const std::vector<uint32_t> spec =
-          skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks);
-      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t}, spec,
-             first ? cost : vk::DispatchCost{});
+          skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
+                          argmax != nullptr);
+      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots},
+             spec, first ? cost : vk::DispatchCost{});
       first = false;
     }
   }
@@ -323,7 +336,7 @@ uint32_t skinny_norm_mode(const RowNorm* norm) {
 }
 
 void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in,
-                       const Tensor& bias, const RowNorm& norm) {
+                       const Tensor& bias, const RowNorm& norm, SkinnyArgmax* argmax) {
   VKF_REQUIRE(a_in.batch == 1 && b_in.batch == 1 && c_in.batch == 1 && a_in.cs == 1 &&
                   c_in.rows <= kSkinnyMaxRows && b_in.t.dtype() == DType::F16 &&
                   kernel_layout(b_in).trans && norm.weight.is_contiguous() &&
@@ -342,7 +355,7 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   vk::DispatchCost cost{2.0 * m * n * k, 2.0 * n * k + 4.0 * (m * k + m * n + k)};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("{}x{}x{} normed", c.rows, c.cols, a.cols);
-  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm);
+  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm, argmax);
 }
 
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,

@@ -180,7 +180,7 @@ void set_skinny_f16_rows_per_thread(uint32_t rows);
 // Workgroups of a matmul_skinny_f16 dispatch (both variants) over `blocks` blocks of weight rows:
 // each workgroup takes every so-many-th block, so fewer workgroups than blocks overlap a block's
 // epilogue with the next one's loads. The same sums in every case. The rule: for one activation
-// row (m == 1) and whole rows per thread group (k_split 1), at most two workgroups per
+// row (m == 1) and whole rows per thread group (k_split 1), at most four workgroups per
 // multiprocessor where the device reports its multiprocessors; else one per block.
 uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split = 1);
 // Forces the most workgroups of skinny f16 dispatches (0: one per block), for tests and
@@ -229,10 +229,11 @@ SkinnyF16Plan plan_skinny_f16(int64_t m, int64_t n, int64_t k, bool vec8, uint32
 // `groups` workgroups over `blocks` blocks of rows: BLOCK_LOOP where groups < blocks,
 // SHUFFLE_TREE where skinny_f16_shuffle_tree(), the plan's rows per thread and K split, and its
 // staged row (for one activation row with a folded norm and 16-byte loads, its normalized values
-// in shared memory where they fit: K of them beside the kernel's 16 KiB of other shared arrays).
+// in shared memory where they fit: K of them beside the kernel's 16 KiB of other shared arrays),
+// and the plain variant's ARGMAX slots.
 std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
                                       bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks);
+                                      uint32_t blocks, bool argmax = false);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
 // Whether such a dispatch stages its normalized row (the rule plan_skinny_f16 applies).
@@ -247,8 +248,15 @@ uint32_t skinny_norm_mode(const RowNorm* norm);
 // c = a b (+ bias) by matmul_skinny_f16 with its NORM prologue: opA's rows are read as
 // rms_norm(a, norm...) would store them. a is [M <= 8, K] f32 with contiguous rows, b a weight
 // stored in f16 with contiguous rows (the [N, K] layout, transposed), norm.weight f32 [K]
-// contiguous; the caller checks those conditions (ops::normed_linear).
+// contiguous; the caller checks those conditions (ops::normed_linear). With `argmax` (one row of
+// a, no bias), each workgroup also writes the best (value, index) of the outputs it stores under
+// torch.argmax's order (matmul_skinny_f16.comp's ARGMAX): argmax->slots gets f32 values
+// [workgroups] then the u32 indices [workgroups], for argmax_rows.comp's final fold.
+struct SkinnyArgmax {
+  Tensor slots;
+  int64_t workgroups = 0;
+};
 void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
-                       const RowNorm& norm);
+                       const RowNorm& norm, SkinnyArgmax* argmax = nullptr);
 
 }  // namespace vkf::ops::detail

@@ -25,14 +25,18 @@ bool g_skinny_stage_normed = true;  // where it fits
 }  // namespace
 
 uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
-  // One activation row: two workgroups per multiprocessor where the driver reports them. On the
-  // H200 (132) a decode step at batch 1 took 1.33 ms against 1.36-1.37 before (1, 4, 8 and 16
-  // per multiprocessor measured in between); at batch 8 the loop cost more than it saved. Rows
-  // split over several thread groups (the down projection's 1,024 blocks of 2 rows) run
-  // uncapped: 1.250 ms per step against 1.270 with them capped too, 1.290 unsplit.
+  // One activation row: four workgroups per multiprocessor where the driver reports them. On the
+  // H200 (132), two per multiprocessor had taken a batch-1 decode step from 1.36-1.37 ms to 1.33
+  // (1, 4, 8 and 16 measured in between, thirteenth session); since the normed products stage
+  // their row and take two weight rows per thread, four measured better: 1.017 -> 1.009 ms per
+  // step, alternated three times (twenty-first session; the gated gate/up product's 512 blocks
+  // then run one per workgroup: 0.330 -> 0.322 ms per step), and three worse (1.150 ms in the
+  // stage profile against 1.136). At batch 8 the loop cost more than it saved. Rows split over
+  // several thread groups (the down projection) run uncapped: 1.250 ms per step against 1.270
+  // with them capped too, 1.290 unsplit.
   const int64_t cap = g_skinny_max_groups_forced ? int64_t{g_skinny_max_groups}
                       : m == 1 && k_split == 1
-                          ? 2 * int64_t{vk::Context::get().info().multiprocessors}
+                          ? 4 * int64_t{vk::Context::get().info().multiprocessors}
                           : 0;
   if (cap == 0) return static_cast<uint32_t>(blocks);
   return static_cast<uint32_t>(std::min<int64_t>(blocks, cap));
@@ -40,9 +44,9 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
 
 std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
                                       bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
-                                      uint32_t blocks) {
-  // Ids 0..9: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
-  // STAGED_LEN4.
+                                      uint32_t blocks, bool argmax) {
+  // Ids 0..10: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
+  // STAGED_LEN4, ARGMAX_SPEC.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
@@ -52,13 +56,15 @@ std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int6
           groups < blocks ? 1u : 0u,
           skinny_f16_shuffle_tree() ? 1u : 0u,
           plan.k_split,
-          plan.staged ? static_cast<uint32_t>(k / 4) : 1u};
+          plan.staged ? static_cast<uint32_t>(k / 4) : 1u,
+          argmax ? 1u : 0u};
 }
 
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
   // One row, folded norm, 16-byte loads, and room beside the kernel's other shared arrays (8
-  // rows x 256 partial sums, in f64 for the precise build: 16 KiB, plus the rows' rstd).
-  constexpr int64_t kOtherShared = 16 * 1024 + 64;
+  // rows x 256 partial sums, in f64 for the precise build: 16 KiB, plus the rows' rstd and the
+  // groups' argmax pairs).
+  constexpr int64_t kOtherShared = 16 * 1024 + 128;
   return g_skinny_stage_normed && m == 1 && norm_mode != 0 && vec8 &&
          4 * k + kOtherShared <= vk::Context::get().info().max_shared_memory;
 }
@@ -140,7 +146,7 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged
   if (g_skinny_rows_per_thread != 0) return g_skinny_rows_per_thread;
   // One staged row (a decode step's normed products at batch 1): each thread's loads of two
   // weight rows go out before either is used, twice the bytes in flight per thread in a grid that
-  // skinny_f16_groups caps at two workgroups per multiprocessor, and the second row's
+  // skinny_f16_groups caps at a few workgroups per multiprocessor, and the second row's
   // activations come from shared memory. H200, forced for every product (bench/RESULTS.md,
   // twentieth session): the gated gate/up product 0.356 -> 0.327 ms per step, the q/k/v stage
   // 0.162 -> 0.139; the plain products, which read their row from L2 and lose the K split, got

@@ -22,11 +22,13 @@ layout(push_constant, std430) uniform Push {
 } p;
 
 // The epilogue every GEMM kernel ends with, for one in-range output element.
-void store_output(uint z, uint m, uint n, VACC acc) {
+// Returns the value stored.
+float store_output(uint z, uint m, uint n, VACC acc) {
   // With VKF_PRECISE the whole epilogue runs in double and rounds once.
   VACC v = VACC(p.alpha) * acc;
   const uint ci = z * p.sc + m * p.c_rs + n * p.c_cs;
   if (p.beta != 0.0) v += VACC(p.beta) * VACC(p.c.v[ci]);
   if (p.bias != 0) v += VACC(F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs]);
   p.c.v[ci] = float(v);
+  return float(v);
 }

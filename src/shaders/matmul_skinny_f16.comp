@@ -26,6 +26,12 @@
 // by gated_act.comp. Its push block is its own (one batch entry, no bias), and the spec constant
 // ACT (id 3) picks the activation of activation.glsl.
 //
+// ARGMAX (plain variant, one activation row) also keeps, in each workgroup, the best (value,
+// index) of the outputs it stores under torch.argmax's order (argmax_rows.comp's), and writes that
+// pair to slot gl_WorkGroupID.x of argmax_out: argmax_rows.comp's final pass folds the slots into
+// the row's argmax, with no pass over the stored row (a decode step's greedy choice from its LM
+// head). Exact comparisons, so the result is the argmax of the stored values whatever the grouping.
+//
 // NORM (both variants) folds an RMSNorm of opA's rows into the product (decode's input norms,
 // ops::normed_linear): every workgroup first takes each row's sum of squares exactly as
 // norm_fwd.comp does (the same threads per row, element order and tree as norm_rows.glsl, all
@@ -81,6 +87,9 @@ layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
 // nested logical form of spec constants).
 const uint SEVERAL_BOTH = (RPT - 1u) * (MROWS - 1u);
 const uint K_SPLIT = GATED != 0 || SEVERAL_BOTH != 0u || !VEC8 ? 1u : K_SPLIT_SPEC;
+// The workgroup's best stored output (see ARGMAX above; push argmax_out): plain variant, MROWS 1.
+layout(constant_id = 10) const bool ARGMAX_SPEC = false;
+const bool ARGMAX = ARGMAX_SPEC && GATED == 0 && MROWS == 1;
 // K / 4 where the one activation row is staged in shared memory once per workgroup (NORM, MROWS
 // 1, 16-byte loads; the host checks that it fits), else 1: read from memory once for the norm's
 // sums and the products, and normalized in place, so that each group of 8 values is two shared
@@ -113,14 +122,40 @@ layout(push_constant, std430) uniform Push {
   uint norm_tpr_log2;
 } p;
 #else
-#define MATMUL_PUSH_EXTRA \
-  uint64_t norm_w;        \
-  float norm_eps;         \
-  uint norm_tpr_log2;
+#define MATMUL_PUSH_EXTRA                                                                  \
+  uint64_t norm_w;                                                                         \
+  float norm_eps;                                                                          \
+  uint norm_tpr_log2;                                                                      \
+  uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups] */
 #include "matmul_push.glsl"
 #endif
 shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
 shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as stored, then as normed() makes it
+
+// ARGMAX: the best (value, index) this thread has stored, and each group of KS threads' best.
+const uint NO_INDEX = 0xffffffffu;
+float arg_value = 0.0;
+uint arg_index = NO_INDEX;
+shared float arg_group_value[COLS];
+shared uint arg_group_index[COLS];
+
+// Whether (a, ia) wins over (b, ib) under torch.argmax's order (argmax_rows.comp's rule): NaN
+// above every number, then the larger value, then the lower index.
+bool argmax_better(float a, uint ia, float b, uint ib) {
+  if (ib == NO_INDEX) return ia != NO_INDEX;
+  if (ia == NO_INDEX) return false;
+  const bool an = isnan(a), bn = isnan(b);
+  if (an != bn) return an;
+  if (!an && a != b) return a > b;
+  return ia < ib;
+}
+
+void note_stored(float v, uint n) {
+  if (ARGMAX && argmax_better(v, n, arg_value, arg_index)) {
+    arg_value = v;
+    arg_index = n;
+  }
+}
 
 VACC acc[RMAX][MMAX];
 VACC acc2[RMAX][MMAX];  // the up product (gated)
@@ -268,7 +303,32 @@ void store_row(uint z, uint m, uint n, VACC total, VACC up_total) {
 #if GATED
   p.c.v[m * p.c_rs + n] = float(act_value_acc(float(total)) * VACC(float(up_total)));
 #else
-  store_output(z, m, n, total);
+  note_stored(store_output(z, m, n, total), n);
+#endif
+}
+
+// ARGMAX: the workgroup's best pair from its groups' storing threads (lane 0 of each), folded by
+// thread 0 in group order, to the workgroup's slot. All threads call it.
+void finish_argmax(uint tid, uint lane) {
+#if !GATED
+  if (!ARGMAX) return;
+  if (lane == 0) {
+    arg_group_value[tid / KS] = arg_value;
+    arg_group_index[tid / KS] = arg_index;
+  }
+  barrier();
+  if (tid == 0) {
+    float v = arg_group_value[0];
+    uint i = arg_group_index[0];
+    for (uint g = 1; g < COLS; ++g) {
+      if (argmax_better(arg_group_value[g], arg_group_index[g], v, i)) {
+        v = arg_group_value[g];
+        i = arg_group_index[g];
+      }
+    }
+    F32Buf(p.argmax_out).v[gl_WorkGroupID.x] = v;
+    U32Buf(p.argmax_out + uint64_t(4u * gl_NumWorkGroups.x)).v[gl_WorkGroupID.x] = i;
+  }
 #endif
 }
 
@@ -456,4 +516,5 @@ void main() {
       clear_accumulators();
     }
   }
+  finish_argmax(tid, lane);
 }

@@ -679,5 +679,84 @@ TEST(DecodeOps, NormedLinear) {
       {"gated_linear", "norm weight"});
 }
 
+// The LM head's greedy choice from its own product (normed_linear_argmax): the outputs of
+// normed_linear bit for bit, and the argmax of those outputs (host reference: ref::argmax_rows,
+// torch.argmax's order) with a tie (two equal weight rows: the first wins) and NaN outputs (the
+// first NaN wins), over grids of every workgroup and of one and three, split rows and the
+// shared-memory trees. A row that does not fold takes normed_linear and argmax_rows.
+TEST(DecodeOps, NormedLinearArgmax) {
+  Rng rng(31);
+  enum Special { kNone, kTie, kNan };
+  const std::tuple<int64_t, int64_t, Special> cases[] = {
+      {2048, 1000, kNone}, {64, 3000, kTie}, {64, 3000, kNan}, {48, 37, kNone}};
+  for (const auto& [in, out, special] : cases) {
+    const std::string what = "in " + std::to_string(in) + " out " + std::to_string(out) +
+                             (special == kTie   ? " tie"
+                              : special == kNan ? " nan"
+                                                : "");
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+    const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+    const auto v = rng.uniform(static_cast<size_t>(out * in));
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_f16_bits(static_cast<float>(v[i]));
+    const int64_t row_len = in;
+    auto set_row = [&bits, row_len](int64_t row, uint16_t value) {
+      std::fill_n(bits.begin() + row * row_len, row_len, value);
+    };
+    if (special == kTie) {  // outputs near the sum of the (positive) normalized row: the largest
+      set_row(1700, f32_to_f16_bits(1.0f));
+      set_row(2500, f32_to_f16_bits(1.0f));
+    }
+    if (special == kNan) {
+      set_row(1200, 0x7e00);
+      set_row(2200, 0x7e00);
+    }
+    const Tensor wt = Tensor::from_bytes(bits.data(), DType::F16, {out, in});
+    const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-5f, false};
+    const Tensor xt = test::to_gpu(x, {1, 1, in});
+    // (split, most workgroups): the rule's grid, three workgroups taking several blocks each with
+    // the shared-memory trees, and one workgroup with split rows.
+    for (const auto& [split, groups] : {std::pair{0u, 0u}, {0u, 3u}, {2u, 1u}}) {
+      ops::detail::set_skinny_f16_k_split(split);
+      ops::detail::set_skinny_f16_shuffle_tree(groups % 2 == 0);
+      ops::detail::set_skinny_f16_max_groups(groups);
+      const std::string with =
+          what + ", split " + std::to_string(split) + ", " + std::to_string(groups) + " groups";
+      Tensor ids;
+      const Tensor got = ops::normed_linear_argmax(xt, norm, wt, ids);
+      test::expect_bitwise_equal(got, ops::normed_linear(xt, norm, wt), with);
+      ASSERT_TRUE(ids.defined()) << with;
+      EXPECT_EQ(ids.shape(), (Shape{1})) << with;
+      const auto want = ref::argmax_rows(got.to_double(), 1, out);
+      EXPECT_EQ(ids.to_int()[0], want[0]) << with;
+      if (special == kTie) {
+        EXPECT_EQ(want[0], 1700) << with;
+      }
+      if (special == kNan) {
+        EXPECT_EQ(want[0], 1200) << with;
+      }
+    }
+    ops::detail::reset_skinny_f16_settings();
+  }
+  // Misaligned (the product does not fold): normed_linear, then argmax_rows.
+  const int64_t in = 40, out = 50;
+  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in), -3, 3));
+  const auto nw = test::as_f32(rng.uniform(static_cast<size_t>(in), 0.5, 1.5));
+  const auto [w, wt] = half_weights(rng, out, in);
+  const ops::RowNorm norm{test::to_gpu(nw, {in}), 1e-5f, true};
+  const Tensor xt = rows_on_gpu(x, 1, in, true);
+  Tensor ids;
+  const Tensor got = ops::normed_linear_argmax(xt, norm, wt, ids);
+  EXPECT_EQ(ids.to_int()[0], ref::argmax_rows(got.to_double(), 1, out)[0]);
+  test::expect_bitwise_equal(got, ops::normed_linear(xt, norm, wt), "misaligned");
+  const Tensor two_rows = test::to_gpu(std::vector<double>(2 * in, 1.0), {2, in});
+  test::expect_error(
+      [&] {
+        Tensor none;
+        ops::normed_linear_argmax(two_rows, norm, wt, none);
+      },
+      {"normed_linear_argmax", "one row"});
+}
+
 }  // namespace
 }  // namespace vkf

@@ -6,7 +6,8 @@
 // at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
 // tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
 // back to the general path. A prefill computes the head on the last position only. An active
-// adapter is applied by the decode step too. At batch 1 the final norm folds into the head.
+// adapter is applied by the decode step too. At batch 1 the final norm and the greedy choice fold
+// into the head's product.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -324,6 +325,39 @@ TEST(DecodeStep, FinalNormFoldsIntoTheHead) {
       test::expect_close(folded[i], plain[i], 2e-5, 2e-5,
                          c + " folded vs separate final norm, step " + std::to_string(s));
     }
+  }
+}
+
+// At batch 1 the greedy token comes from the head's own product (ops::normed_linear_argmax, after
+// the final norm's fold): one dispatch fewer than argmax_rows over the logits, whose values stay
+// the same, so the same tokens as with argmax_rows.
+TEST(DecodeStep, GreedyChoiceFoldsIntoTheHead) {
+  struct Restore {
+    ~Restore() { models::DecoderModel::set_decode_head_argmax_fold(true); }
+  } restore;
+  const std::vector<std::vector<int32_t>> one_row = {kPrompts[0]};
+  infer::GenerationConfig cfg;
+  cfg.max_new_tokens = kSteps;
+  for (const std::string c : {"llama", "qwen3"}) {
+    SCOPED_TRACE(c);
+    auto f16 = load(c, DType::F16);
+    auto dispatches = [&] {  // of a replayed batch-1 step with the device argmax
+      autograd::NoGradScope no_grad;
+      auto cache = f16.make_cache(1, 4);
+      infer::DecodeStepRunner runner(f16, cache, std::vector<int32_t>(4, 1), true, true);
+      for (int32_t s = 0; s < 2; ++s)
+        runner.step(std::vector<int32_t>{kFed[0][0]}, std::vector<int32_t>{s});
+      EXPECT_TRUE(runner.replaying());
+      return runner.graph_dispatches();
+    };
+    const auto folded = infer::generate(f16, one_row, cfg);
+    const uint64_t folded_dispatches = dispatches();
+    models::DecoderModel::set_decode_head_argmax_fold(false);
+    const auto separate = infer::generate(f16, one_row, cfg);
+    const uint64_t separate_dispatches = dispatches();
+    models::DecoderModel::set_decode_head_argmax_fold(true);
+    EXPECT_EQ(folded, separate) << c;
+    EXPECT_EQ(folded_dispatches + 1, separate_dispatches) << c << ": argmax_rows' first pass";
   }
 }
 
