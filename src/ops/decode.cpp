@@ -40,8 +40,6 @@ bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& nor
          norm.weight.is_contiguous() && norm.weight.address() % 16 == 0;
 }
 
-}  // namespace
-
 // argmax_rows.comp's push block.
 struct ArgmaxPush {
   uint64_t x, value, index, out;
@@ -58,6 +56,8 @@ Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64
          {&out});
   return out;
 }
+
+}  // namespace
 
 Tensor argmax_rows(const Tensor& x_in) {
   VKF_REQUIRE(
@@ -162,57 +162,53 @@ bool norm_folds(const Tensor& x, const Tensor& weight, const RowNorm& norm) {
   return foldable(detail::describe_rows(x), weight, norm);
 }
 
-Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
-                     const Tensor& bias) {
-  const char* op = "normed_linear";
-  VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
-              "{}: x must be a non-empty f32 [..., in] tensor", op);
-  check_row_norm(norm, x.dim(-1), op);
-  VKF_REQUIRE(weight.defined() && weight.rank() == 2 && weight.dim(1) == x.dim(-1),
-              "{}: weight must be [out, {}], got {}", op, x.dim(-1),
-              weight.defined() ? shape_str(weight.shape()) : "undefined");
-  const Tensor xc = x.is_contiguous() ? x : x.contiguous();
-  const detail::MatDesc a = detail::describe_rows(xc);
-  if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32))
-    return linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
-  Shape out_shape = x.shape();
-  out_shape.back() = weight.dim(0);
-  Tensor out = Tensor::empty(out_shape, DType::F32);
-  autograd::NoGradScope no_grad;
-  detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
-                            detail::describe_rows(out), bias, norm);
-  return out;
-}
+namespace {
 
-Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
-                            Tensor& ids) {
-  const char* op = "normed_linear_argmax";
+// normed_linear, and with `ids` (one row of x) normed_linear_argmax.
+Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                      const Tensor& bias, Tensor* ids) {
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
   check_row_norm(norm, x.dim(-1), op);
   VKF_REQUIRE(weight.defined() && weight.rank() == 2 && weight.dim(1) == x.dim(-1),
               "{}: weight must be [out, {}], got {}", op, x.dim(-1),
               weight.defined() ? shape_str(weight.shape()) : "undefined");
-  VKF_REQUIRE(x.numel() == x.dim(-1), "{}: x must be one row, got {}", op, shape_str(x.shape()));
+  VKF_REQUIRE(!ids || x.numel() == x.dim(-1), "{}: x must be one row, got {}", op,
+              shape_str(x.shape()));
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const detail::MatDesc a = detail::describe_rows(xc);
-  Shape out_shape = x.shape();
-  out_shape.back() = weight.dim(0);
-  if (!foldable(a, weight, norm)) {
-    Tensor logits = normed_linear(x, norm, weight);
-    ids = argmax_rows(logits.reshape({1, weight.dim(0)}));
-    return logits;
+  const int64_t n = weight.dim(0);
+  if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
+    Tensor out = linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
+    if (ids) *ids = argmax_rows(out.reshape({1, n}));
+    return out;
   }
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
   Tensor out = Tensor::empty(out_shape, DType::F32);
   autograd::NoGradScope no_grad;
   detail::SkinnyArgmax slots;
   detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
-                            detail::describe_rows(out), Tensor(), norm, &slots);
-  const int64_t groups = slots.workgroups;
-  ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
-                                 slots.slots.slice(0, groups, 2 * groups), 1, groups)
-                   : argmax_rows(out.reshape({1, weight.dim(0)}));  // more than one dispatch
+                            detail::describe_rows(out), bias, norm, ids ? &slots : nullptr);
+  if (ids) {
+    const int64_t groups = slots.workgroups;  // 0: the product took more than one dispatch
+    *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
+                                    slots.slots.slice(0, groups, 2 * groups), 1, groups)
+                      : argmax_rows(out.reshape({1, n}));
+  }
   return out;
+}
+
+}  // namespace
+
+Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                     const Tensor& bias) {
+  return normed_product("normed_linear", x, norm, weight, bias, nullptr);
+}
+
+Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
+                            Tensor& ids) {
+  return normed_product("normed_linear_argmax", x, norm, weight, Tensor(), &ids);
 }
 
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
