@@ -15,6 +15,7 @@
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "argmax_order.glsl"
 #define LOCAL_SIZE 256
 #define PER_THREAD 16
 #define CHUNK (LOCAL_SIZE * PER_THREAD)  // elements per workgroup of the partial pass
@@ -30,20 +31,8 @@ layout(push_constant, std430) uniform Push {
   uint chunks;      // ceil(cols / CHUNK)
 } p;
 
-const uint NONE = 0xffffffffu;  // no element seen yet
-
 shared float best_value[LOCAL_SIZE];
 shared uint best_index[LOCAL_SIZE];
-
-// Whether (a, ia) wins over (b, ib) under torch.argmax's order.
-bool better(float a, uint ia, float b, uint ib) {
-  if (ib == NONE) return ia != NONE;
-  if (ia == NONE) return false;
-  const bool an = isnan(a), bn = isnan(b);
-  if (an != bn) return an;
-  if (!an && a != b) return a > b;
-  return ia < ib;
-}
 
 // The workgroup's best pair, by a fixed tree over the threads' pairs (valid in thread 0).
 void reduce_workgroup(uint tid, float bv, uint bi) {
@@ -51,7 +40,8 @@ void reduce_workgroup(uint tid, float bv, uint bi) {
   best_index[tid] = bi;
   barrier();
   for (uint s = LOCAL_SIZE / 2; s > 0; s /= 2) {
-    if (tid < s && better(best_value[tid + s], best_index[tid + s], best_value[tid], best_index[tid])) {
+    if (tid < s && argmax_better(best_value[tid + s], best_index[tid + s], best_value[tid],
+                                 best_index[tid])) {
       best_value[tid] = best_value[tid + s];
       best_index[tid] = best_index[tid + s];
     }
@@ -62,7 +52,7 @@ void reduce_workgroup(uint tid, float bv, uint bi) {
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   float bv = 0.0;
-  uint bi = NONE;
+  uint bi = ARGMAX_NONE;
 #if PARTIAL
   const uint chunk = gl_WorkGroupID.x, row = gl_WorkGroupID.y;
   const uint first = chunk * CHUNK + tid, base = row * p.row_stride;
@@ -73,7 +63,7 @@ void main() {
   }
   [[unroll]] for (uint j = 0; j < PER_THREAD; ++j) {
     const uint i = first + j * LOCAL_SIZE;
-    if (i < p.cols && better(v[j], i, bv, bi)) {
+    if (i < p.cols && argmax_better(v[j], i, bv, bi)) {
       bv = v[j];
       bi = i;
     }
@@ -88,7 +78,7 @@ void main() {
   for (uint c = tid; c < p.chunks; c += LOCAL_SIZE) {
     const float cv = p.pvalue.v[row * p.chunks + c];
     const uint ci = p.pindex.v[row * p.chunks + c];
-    if (better(cv, ci, bv, bi)) {
+    if (argmax_better(cv, ci, bv, bi)) {
       bv = cv;
       bi = ci;
     }

@@ -27,7 +27,7 @@
 // ACT (id 3) picks the activation of activation.glsl.
 //
 // ARGMAX (plain variant, one activation row) also keeps, in each workgroup, the best (value,
-// index) of the outputs it stores under torch.argmax's order (argmax_rows.comp's), and writes that
+// index) of the outputs it stores under torch.argmax's order (argmax_order.glsl), and writes that
 // pair to slot gl_WorkGroupID.x of argmax_out: argmax_rows.comp's final pass folds the slots into
 // the row's argmax, with no pass over the stored row (a decode step's greedy choice from its LM
 // head). Exact comparisons, so the result is the argmax of the stored values whatever the grouping.
@@ -50,6 +50,7 @@
 #endif
 #include "common.glsl"
 #include "precise_math.glsl"
+#include "argmax_order.glsl"
 #define LOCAL_SIZE 256
 #define KS 32                     // threads sharing one weight row
 #define COLS (LOCAL_SIZE / KS)    // weight rows per workgroup
@@ -133,22 +134,10 @@ shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
 shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as stored, then as normed() makes it
 
 // ARGMAX: the best (value, index) this thread has stored, and each group of KS threads' best.
-const uint NO_INDEX = 0xffffffffu;
 float arg_value = 0.0;
-uint arg_index = NO_INDEX;
+uint arg_index = ARGMAX_NONE;
 shared float arg_group_value[COLS];
 shared uint arg_group_index[COLS];
-
-// Whether (a, ia) wins over (b, ib) under torch.argmax's order (argmax_rows.comp's rule): NaN
-// above every number, then the larger value, then the lower index.
-bool argmax_better(float a, uint ia, float b, uint ib) {
-  if (ib == NO_INDEX) return ia != NO_INDEX;
-  if (ia == NO_INDEX) return false;
-  const bool an = isnan(a), bn = isnan(b);
-  if (an != bn) return an;
-  if (!an && a != b) return a > b;
-  return ia < ib;
-}
 
 void note_stored(float v, uint n) {
   if (ARGMAX && argmax_better(v, n, arg_value, arg_index)) {
