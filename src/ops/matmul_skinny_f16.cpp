@@ -89,6 +89,19 @@ uint32_t auto_k_split(int64_t k, uint32_t rpt = 1) {
 // (set_skinny_f16_half_round_split), so that K = 2048 products split too.
 bool g_skinny_half_round_split = true;
 
+// The split's rule without set_skinny_f16_k_split's override, for a product the kernel splits.
+// One plain row (read from L2, not staged) with two weight rows per thread: slices of half a
+// round, each read once for both rows, so that K = 2048 products (o, an unfolded LM head) split
+// in two. H200 (twenty-first session, bench/RESULTS.md), stage profile: o 0.122 -> 0.112 ms per
+// step, the plain head 0.130 -> 0.119; the step, alternated three times, 1.034 -> 1.013 ms. A
+// staged row gains nothing from fewer reads of it per workgroup: the normed q/k/v got slower split
+// (0.140 -> 0.152), and the folded head split with its workgroup cap kept 0.125 against 0.119
+// plain, so staged rows keep whole rounds.
+uint32_t rule_k_split(int64_t k, uint32_t rpt, int64_t m, bool staged) {
+  if (m == 1 && rpt == 2 && !staged && g_skinny_half_round_split) return auto_k_split(k, 2);
+  return auto_k_split(k);
+}
+
 }  // namespace
 
 uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m, bool staged) {
@@ -96,15 +109,7 @@ uint32_t skinny_f16_k_split(int64_t k, uint32_t rpt, bool vec8, int64_t m, bool 
   // row.
   if (!vec8 || (rpt != 1 && m != 1)) return 1;
   if (g_skinny_k_split != 0) return g_skinny_k_split;
-  // One plain row (read from L2, not staged) with two weight rows per thread: slices of half a
-  // round, each read once for both rows, so that K = 2048 products (o, an unfolded LM head) split
-  // in two. H200 (twenty-first session, bench/RESULTS.md), stage profile: o 0.122 -> 0.112 ms per
-  // step, the plain head 0.130 -> 0.119; the step, alternated three times, 1.034 -> 1.013 ms. A
-  // staged row gains nothing from fewer reads of it per workgroup: the normed q/k/v got slower
-  // split (0.140 -> 0.152), and the folded head split with its workgroup cap kept 0.125 against
-  // 0.119 plain, so staged rows keep whole rounds.
-  if (m == 1 && rpt == 2 && !staged && g_skinny_half_round_split) return auto_k_split(k, 2);
-  return auto_k_split(k);
+  return rule_k_split(k, rpt, m, staged);
 }
 
 void set_skinny_f16_half_round_split(bool on) {
@@ -159,10 +164,7 @@ uint32_t skinny_f16_rows_per_thread(int64_t m, int64_t n, bool vec8, bool staged
   // (skinny_f16_k_split) K = 2048 splits too (o, the LM head). Without a split, K = 2048 products
   // (o) got slower with two rows: then they keep one. (The rule's split, not a forced one: forcing
   // a split does not change the rows.)
-  if (m == 1 && !gated) {
-    const bool halves = g_skinny_half_round_split;
-    return auto_k_split(k, halves ? 2 : 1) > 1 ? 2 : 1;
-  }
+  if (m == 1 && !gated) return rule_k_split(k, 2, m, false) > 1 ? 2 : 1;
   if (m < 2) return 1;
   uint32_t rpt = 4;
   while (rpt > 1 && div_up(n, kSkinnyF16Cols * rpt) < kMinGroups) rpt /= 2;
