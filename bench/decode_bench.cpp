@@ -17,7 +17,7 @@
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
 //                [--argmax-separate]
-//                [--norm-fold-rows 1..8]
+//                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
 // have ramped up (measured on the H200: the usual single warm-up run already suffices).
@@ -229,6 +229,11 @@ int main(int argc, char** argv) {
                  "most activation rows whose RMSNorm folds into the next products (1 to 8)")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  int attn_keys = 0;
+  app.add_option("--attn-keys", attn_keys,
+                 "keys per lane group and pass of the one-query attention (0: the rule, 1 to 8)")
+      ->check(CLI::Range(0, 8))
+      ->capture_default_str();
   bool shared_tree = false;
   app.add_flag("--skinny-shared-tree", shared_tree,
                "skinny f16 products: the shared-memory trees even where subgroup shuffles could "
@@ -280,6 +285,7 @@ int main(int argc, char** argv) {
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);
+    ops::detail::set_decode_keys_per_lane_group(attn_keys);
     if (skinny_groups >= 0)
       ops::detail::set_skinny_f16_max_groups(static_cast<uint32_t>(skinny_groups));
     if (stage_floor > 0) {

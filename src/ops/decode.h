@@ -126,6 +126,8 @@ DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64
 // Caps the query heads per workgroup (tests: the grouped path on small grids); 0 restores the
 // rule (fewer heads per workgroup until the grid is large enough).
 void set_decode_heads_per_group(int64_t heads);
+// Forces the keys per lane group and pass (1..8; benches and tests); 0 restores the rule.
+void set_decode_keys_per_lane_group(int64_t keys);
 
 }  // namespace detail
 

@@ -39,6 +39,7 @@ constexpr int64_t kTargetWorkgroups = 256;
 constexpr int64_t kMinPassesToSplit = 8;
 constexpr int64_t kMaxSplits = 64;
 int64_t g_heads_per_group = 0;  // 0: the rule of decode_attention_plan
+int64_t g_keys_per_lane_group = 0;  // likewise
 
 bool plain_forced() {
   const char* env = std::getenv("VKF_ATTENTION");
@@ -265,6 +266,12 @@ void set_decode_heads_per_group(int64_t heads) {
   g_heads_per_group = heads;
 }
 
+void set_decode_keys_per_lane_group(int64_t keys) {
+  VKF_REQUIRE(keys >= 0 && keys <= 8,
+              "decode keys per lane group must be 0 (the rule) or 1..8, got {}", keys);
+  g_keys_per_lane_group = keys;
+}
+
 DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64_t q_heads,
                                           int64_t kv_heads, int64_t head_dim) {
   DecodeAttentionPlan p;
@@ -289,7 +296,9 @@ DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64
   // Keys per lane group and pass: 16 values per lane in flight (two keys at head_dim 64; four
   // measured the same at short caches and slower at 1,000 cached tokens: batch 1 1.53 against
   // 1.48 ms per step, batch 8 3.38 against 3.15).
-  p.keys_per_lane_group = std::clamp<int64_t>(16 / p.dims_per_lane, 1, 4);
+  p.keys_per_lane_group = g_keys_per_lane_group > 0
+                              ? g_keys_per_lane_group
+                              : std::clamp<int64_t>(16 / p.dims_per_lane, 1, 4);
   p.vec4 = p.dims_per_lane % 4 == 0 && head_dim % 4 == 0;
   const int64_t pass = kLaneGroups * p.keys_per_lane_group;
   const int64_t passes = (capacity + pass - 1) / pass;

@@ -218,6 +218,27 @@ TEST(DecodeOps, AttentionDecodeMatchesReference) {
   EXPECT_EQ(ops::detail::decode_attention_plan(1, 128, 32, 8, 64).heads_per_group, 1);
 }
 
+// Other keys per lane group and pass than the rule's: one, an odd count, and the largest the
+// kernel takes, so that passes of every size (each prefetched while the one before is summed)
+// and the split boundaries between them meet the reference.
+TEST(DecodeOps, AttentionDecodeKeysPerPass) {
+  if (!ops::detail::decode_attention_fast_unfit(64).empty())
+    GTEST_SKIP() << "no fast decode kernel: " << ops::detail::decode_attention_fast_unfit(64);
+  struct Restore {
+    ~Restore() { ops::detail::set_decode_keys_per_lane_group(0); }
+  } restore;
+  for (const int64_t keys : {1, 3, 8}) {
+    SCOPED_TRACE("keys per lane group " + std::to_string(keys));
+    ops::detail::set_decode_keys_per_lane_group(keys);
+    EXPECT_EQ(ops::detail::decode_attention_plan(1, 128, 32, 8, 64).keys_per_lane_group, keys);
+    Rng rng(29);
+    for (const DecodeCase& c : kDecodeCases)
+      if (c.d <= 64) check_attention_decode(rng, c);
+  }
+  test::expect_error([] { ops::detail::set_decode_keys_per_lane_group(9); },
+                     {"keys per lane group"});
+}
+
 TEST(DecodeOps, AttentionDecodePlainMatchesReference) {
   const PlainDecodeAttention plain;
   Rng rng(27);
