@@ -16,7 +16,7 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
-//                [--argmax-separate]
+//                [--argmax-separate] [--skinny-early-epilogue]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -252,6 +252,10 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-full-rounds", full_rounds,
                "skinny f16 products of one plain activation row: K split by whole rounds of "
                "loads only (no half-round slices at two weight rows per thread)");
+  bool early_epilogue = false;
+  app.add_flag("--skinny-early-epilogue", early_epilogue,
+               "skinny f16 products of one activation row: read the old output values and the "
+               "bias before the main loop instead of in the epilogue");
   bool head_norm_separate = false;
   app.add_flag("--head-norm-separate", head_norm_separate,
                "run the final RMSNorm as its own dispatch instead of folding it into the head");
@@ -282,6 +286,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_k_split(k_split);
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
+    ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);

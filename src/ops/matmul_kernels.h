@@ -236,6 +236,9 @@ std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int6
                                       uint32_t blocks, bool argmax = false);
 // Turns that staging off (false) or back on, for A/B timing and the tests that compare the two.
 void set_skinny_f16_stage_normed(bool staged);
+// One activation row: the storing threads read the old C values and the bias before the main loop
+// (true) instead of in the epilogue (false, the default: not yet timed on a GPU). The same bits.
+void set_skinny_f16_early_epilogue(bool on);
 // Whether such a dispatch stages its normalized row (the rule plan_skinny_f16 applies).
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode);
 // Restores every skinny f16 choice above that a test or benchmark forced to its rule.

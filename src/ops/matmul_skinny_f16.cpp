@@ -21,6 +21,7 @@ bool g_skinny_max_groups_forced = false;
 bool g_skinny_shuffle_tree = true;  // where the device allows it
 uint32_t g_skinny_k_split = 0;      // 0: by shape
 bool g_skinny_stage_normed = true;  // where it fits
+bool g_skinny_early_epilogue = false;
 
 }  // namespace
 
@@ -45,8 +46,8 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
 std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
                                       bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, bool argmax) {
-  // Ids 0..10: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
-  // STAGED_LEN4, ARGMAX_SPEC.
+  // Ids 0..11: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
+  // STAGED_LEN4, ARGMAX_SPEC, EARLY_EPILOGUE_SPEC.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
@@ -57,7 +58,8 @@ std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int6
           skinny_f16_shuffle_tree() ? 1u : 0u,
           plan.k_split,
           plan.staged ? static_cast<uint32_t>(k / 4) : 1u,
-          argmax ? 1u : 0u};
+          argmax ? 1u : 0u,
+          g_skinny_early_epilogue ? 1u : 0u};
 }
 
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
@@ -71,6 +73,10 @@ bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) 
 
 void set_skinny_f16_stage_normed(bool staged) {
   g_skinny_stage_normed = staged;
+}
+
+void set_skinny_f16_early_epilogue(bool on) {
+  g_skinny_early_epilogue = on;
 }
 
 namespace {
@@ -188,6 +194,7 @@ void reset_skinny_f16_settings() {
   g_skinny_k_split = 0;
   g_skinny_stage_normed = true;
   g_skinny_half_round_split = true;
+  g_skinny_early_epilogue = false;
 }
 
 }  // namespace vkf::ops::detail

@@ -21,14 +21,29 @@ layout(push_constant, std430) uniform Push {
 #endif
 } p;
 
+// The epilogue's inputs besides the sum, for output (m, n) of batch entry z: C's value before the
+// product (read only with beta != 0) and the bias (only where there is one), else 0.
+float output_old(uint z, uint m, uint n) {
+  return p.beta != 0.0 ? p.c.v[z * p.sc + m * p.c_rs + n * p.c_cs] : 0.0;
+}
+float output_bias(uint m, uint n) {
+  return p.bias != 0 ? F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs] : 0.0;
+}
+
+// The epilogue with those inputs already read (a kernel may read them early, to take their latency
+// out of its end). Returns the value stored.
+float store_output_with(uint z, uint m, uint n, VACC acc, float old, float bias) {
+  // With VKF_PRECISE the whole epilogue runs in double and rounds once.
+  VACC v = VACC(p.alpha) * acc;
+  if (p.beta != 0.0) v += VACC(p.beta) * VACC(old);
+  if (p.bias != 0) v += VACC(bias);
+  const float stored = float(v);
+  p.c.v[z * p.sc + m * p.c_rs + n * p.c_cs] = stored;
+  return stored;
+}
+
 // The epilogue every GEMM kernel ends with, for one in-range output element.
 // Returns the value stored.
 float store_output(uint z, uint m, uint n, VACC acc) {
-  // With VKF_PRECISE the whole epilogue runs in double and rounds once.
-  VACC v = VACC(p.alpha) * acc;
-  const uint ci = z * p.sc + m * p.c_rs + n * p.c_cs;
-  if (p.beta != 0.0) v += VACC(p.beta) * VACC(p.c.v[ci]);
-  if (p.bias != 0) v += VACC(F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs]);
-  p.c.v[ci] = float(v);
-  return float(v);
+  return store_output_with(z, m, n, acc, output_old(z, m, n), output_bias(m, n));
 }

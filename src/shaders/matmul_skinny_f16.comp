@@ -149,6 +149,29 @@ void note_stored(float v, uint n) {
 VACC acc[RMAX][MMAX];
 VACC acc2[RMAX][MMAX];  // the up product (gated)
 
+// EARLY_EPILOGUE (plain variant, one activation row; the host's set_skinny_f16_early_epilogue,
+// off by default until measured): the storing thread of each weight row reads that output's old
+// C value (a residual the product adds into) and its bias before the main loop instead of in the
+// epilogue, where the read is one more memory latency after the tree. Nothing else in the
+// dispatch writes those elements, so the values are the same, and store_output_with computes
+// what store_output would have: the same bits either way.
+layout(constant_id = 11) const bool EARLY_EPILOGUE_SPEC = false;
+const bool EARLY_EPILOGUE = EARLY_EPILOGUE_SPEC && GATED == 0 && MROWS == 1;
+float early_old[RMAX], early_bias[RMAX];
+
+// Reads them for the thread's rows n0 + r * ROWS (storer: the thread that stores them).
+void read_epilogue_early(uint z, uint n0, bool storer) {
+#if !GATED
+  if (!EARLY_EPILOGUE) return;
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    const uint n = n0 + r * ROWS;
+    const bool mine = storer && n < p.N;
+    early_old[r] = mine ? output_old(z, 0, n) : 0.0;
+    early_bias[r] = mine ? output_bias(0, n) : 0.0;
+  }
+#endif
+}
+
 // The tree's last five levels over 32 consecutive invocations, by shuffles (SHUFFLE_TREE): each
 // level adds the value s lanes up, so the first lane ends with the tree's total.
 VACC subgroup_tree(VACC v) {
@@ -286,13 +309,16 @@ void reduce_lanes(uint tid, uint lane, uint rows) {
   }
 }
 
-// Output (m, n) from its trees' totals: the product, or (gated) gated_act.comp's formula on the
-// values the gate and up products would have stored.
-void store_row(uint z, uint m, uint n, VACC total, VACC up_total) {
+// Output (m, n), the thread's weight row r, from its trees' totals: the product, or (gated)
+// gated_act.comp's formula on the values the gate and up products would have stored.
+void store_row(uint z, uint m, uint r, uint n, VACC total, VACC up_total) {
 #if GATED
   p.c.v[m * p.c_rs + n] = float(act_value_acc(float(total)) * VACC(float(up_total)));
 #else
-  note_stored(store_output(z, m, n, total), n);
+  const float stored = EARLY_EPILOGUE
+                           ? store_output_with(z, m, n, total, early_old[r], early_bias[r])
+                           : store_output(z, m, n, total);
+  note_stored(stored, n);
 #endif
 }
 
@@ -348,7 +374,7 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
           const uint at = (r * MROWS + m) * LOCAL_SIZE + tid;
           VACC total = red[at];
           for (uint s = 1; s < K_SPLIT; ++s) total += red[at + s * KS];
-          store_row(z, m, n0 + r * ROWS, total, VACC(0.0));
+          store_row(z, m, r, n0 + r * ROWS, total, VACC(0.0));
         }
       }
     }
@@ -361,7 +387,7 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m) {
         const VACC total = subgroup_tree(acc[r][m]);
         const VACC up_total = GATED != 0 ? subgroup_tree(acc2[r][m]) : VACC(0.0);
-        if (lane == 0 && n < p.N) store_row(z, m, n, total, up_total);
+        if (lane == 0 && n < p.N) store_row(z, m, r, n, total, up_total);
       }
     }
     return;
@@ -380,7 +406,7 @@ void finish_rows(uint tid, uint lane, uint z, uint n0) {
 #endif
     if (lane == 0 && n < p.N) {
       [[unroll]] for (uint m = 0; m < MROWS; ++m)
-        store_row(z, m, n, total[m], GATED != 0 ? red[m * LOCAL_SIZE + tid] : VACC(0.0));
+        store_row(z, m, r, n, total[m], GATED != 0 ? red[m * LOCAL_SIZE + tid] : VACC(0.0));
     }
   }
   barrier();  // the next block's rows write red only after every lane 0 has read it
@@ -437,6 +463,8 @@ void main() {
     }                                                                    \
   }
     LOAD_BATCH(g_begin + lane)
+    const bool storer = lane == 0 && slice == 0;  // who stores each of the thread's rows
+    read_epilogue_early(z, n0, storer);
     // STAGED: the norm weights this thread applies below, loaded with the row so that their
     // latency overlaps its instead of following the norm's tree.
     vec4 norm_w_ahead[STAGED_PER_THREAD];
@@ -479,6 +507,7 @@ void main() {
         LOAD_BATCH(g_begin + lane)
       }
       finish_rows(tid, lane, z, rows_done);
+      if (next < blocks) read_epilogue_early(z, n0, storer);  // after the stores that used them
       if (next >= blocks) break;
       clear_accumulators();
     }
@@ -487,6 +516,7 @@ void main() {
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
     for (; blk < blocks; blk += BLOCK_LOOP ? gl_NumWorkGroups.x : blocks) {  // RPT = 1
       n0 = blk * ROWS + col;
+      read_epilogue_early(z, n0, lane == 0);
       if (n0 < p.N) {
         const uint row = bbase + n0 * p.ldb;
         for (uint k = lane; k < p.K; k += KS) {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -513,6 +514,40 @@ TEST(DecodeOps, LinearAccumulate) {
                                Tensor::zeros({2, 4}));
       },
       {"linear_accumulate", "out"});
+}
+
+// The early epilogue reads (set_skinny_f16_early_epilogue) give the same bits as the epilogue's
+// own: one activation row into a residual (beta 1) and with a bias, one and two weight rows per
+// thread, split rows (in = 2048, 8192), and grids of one workgroup per block or fewer (the block
+// loop, where each next block's values are read after the stores of the one before).
+TEST(DecodeOps, SkinnyEarlyEpilogue) {
+  struct Restore {
+    ~Restore() { ops::detail::reset_skinny_f16_settings(); }
+  } restore;
+  Rng rng(35);
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{40, 21}, {2048, 300}, {8192, 70}}) {
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(in)));
+    const auto r = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+    const auto b = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+    const auto [w, wt] = half_weights(rng, out, in);
+    const Tensor xt = test::to_gpu(x, {1, 1, in}), bt = test::to_gpu(b, {out});
+    for (const std::optional<uint32_t> groups : {std::optional<uint32_t>{}, {3u}}) {
+      const std::string what = "in " + std::to_string(in) + (groups ? ", 3 workgroups" : "");
+      ops::detail::set_skinny_f16_max_groups(groups);
+      Tensor acc[2], plain[2];
+      for (const bool early : {false, true}) {
+        ops::detail::set_skinny_f16_early_epilogue(early);
+        acc[early] = test::to_gpu(r, {1, 1, out});
+        ops::linear_accumulate(xt, wt, bt, acc[early]);
+        plain[early] = ops::linear(xt, wt, bt);
+      }
+      test::expect_bitwise_equal(acc[1], acc[0], what + " into a residual");
+      test::expect_bitwise_equal(plain[1], plain[0], what + " with a bias");
+      auto want = ref::linear(x, w, b, 1, in, out);
+      test::expect_close(plain[1], want, 2e-5, 1e-5, what + " against the reference");
+    }
+    ops::detail::reset_skinny_f16_settings();
+  }
 }
 
 TEST(DecodeOps, GatedLinear) {
