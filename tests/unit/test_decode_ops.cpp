@@ -8,8 +8,6 @@
 // 16-byte and scalar loads, 1 to 8 rows, norm rows of 8 to 256 threads, 1 + w, bias, several
 // weight rows per thread, one row folded and several composed, the precise fallback), the greedy
 // choice from the head's product; determinism; bad input.
-#include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -172,7 +170,6 @@ TEST(DecodeOps, SkinnyEarlyEpilogue) {
       auto want = ref::linear(x, w, b, 1, in, out);
       test::expect_close(plain[1], want, 2e-5, 1e-5, what + " against the reference");
     }
-    ops::detail::reset_skinny_f16_settings();
   }
 }
 
