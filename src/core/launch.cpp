@@ -70,19 +70,35 @@ static const std::string& resolve_module(const std::string& module) {
   return it->second;
 }
 
+namespace {
+
+std::vector<vk::BufferRange> ranges_of(std::span<const Tensor* const> tensors) {
+  std::vector<vk::BufferRange> out;
+  out.reserve(tensors.size());
+  for (const Tensor* t : tensors)
+    if (t && t->defined()) out.push_back(t->range());
+  return out;
+}
+
+}  // namespace
+
 void launch_raw(const std::string& module, const std::vector<uint32_t>& spec, const void* push,
                 uint32_t push_bytes, Grid grid, std::span<const Tensor* const> reads,
                 std::span<const Tensor* const> writes, const vk::DispatchCost& cost) {
   auto& ctx = vk::Context::get();
   const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(module), spec);
-  std::vector<vk::BufferRange> r, w;
-  r.reserve(reads.size());
-  w.reserve(writes.size());
-  for (const Tensor* t : reads)
-    if (t && t->defined()) r.push_back(t->range());
-  for (const Tensor* t : writes)
-    if (t && t->defined()) w.push_back(t->range());
-  ctx.stream().dispatch(kernel, push, push_bytes, grid.x, grid.y, grid.z, r, w, cost);
+  ctx.stream().dispatch(kernel, push, push_bytes, grid.x, grid.y, grid.z, ranges_of(reads),
+                        ranges_of(writes), cost);
+}
+
+void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
+                        const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
+                        std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,
+                        const vk::DispatchCost& cost) {
+  auto& ctx = vk::Context::get();
+  const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(module), spec);
+  ctx.stream().dispatch_chained(kernel, push, push_bytes, sync_offset, grid.x, grid.y, grid.z,
+                                ranges_of(reads), ranges_of(writes), cost);
 }
 
 }  // namespace vkf

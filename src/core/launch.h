@@ -60,6 +60,23 @@ void launch(const std::string& module, const Push& push, Grid grid,
   launch_raw(module, spec, &push, sizeof(Push), grid, reads, writes, cost);
 }
 
+// A kernel that can be chained (vk::Stream::dispatch_chained, stage_chain_push.glsl): `push` ends
+// with a vk::ChainSync at byte `sync_offset` (offsetof), which the stream fills in.
+void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
+                        const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
+                        std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,
+                        const vk::DispatchCost& cost = {});
+template <typename Push>
+void launch_chained(const std::string& module, const Push& push, uint32_t sync_offset, Grid grid,
+                    std::initializer_list<const Tensor*> reads,
+                    std::initializer_list<const Tensor*> writes,
+                    const std::vector<uint32_t>& spec = {}, const vk::DispatchCost& cost = {}) {
+  static_assert(sizeof(Push) <= vk::kPushConstantBytes, "push constants exceed 128 bytes");
+  launch_chained_raw(module, spec, &push, sizeof(Push), sync_offset, grid,
+                     std::span(reads.begin(), reads.size()),
+                     std::span(writes.begin(), writes.size()), cost);
+}
+
 // The same for kernels over a list of tensors (multi-tensor kernels), whose reads and writes are
 // known only at run time. Null or undefined entries are ignored.
 template <typename Push>

@@ -84,6 +84,14 @@ void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_
   if (graph_) {
     stream.replay(*graph_);
     stream.wait(*graph_);
+    if (!chain_checked_) {  // a chained graph's counters, once (vk::Stream's stage chaining)
+      chain_checked_ = true;
+      const std::string wrong = graph_->check_chain_counters();
+      VKF_REQUIRE(wrong.empty(),
+                  "decode step: the chained stages of the replayed step did not all complete "
+                  "({}); set VKF_STAGE_CHAIN=0 to record barriers instead",
+                  wrong);
+    }
   } else {
     record();
     stream.synchronize();

@@ -43,6 +43,8 @@ class DecodeStepRunner {
   // dispatches it holds.
   bool replaying() const { return graph_ != nullptr; }
   uint64_t graph_dispatches() const { return graph_ ? graph_->dispatch_count() : 0; }
+  // The barriers its stage chaining left out (vk::Stream::set_stage_chaining; 0 without).
+  uint64_t graph_chain_links() const { return graph_ ? graph_->chain_links() : 0; }
 
  private:
   void record();  // the step's commands, into the stream or the capture
@@ -56,6 +58,7 @@ class DecodeStepRunner {
   vk::Allocation host_in_, host_out_;
   std::unique_ptr<vk::Graph> graph_;
   int64_t steps_ = 0;
+  bool chain_checked_ = false;  // the first replay's chain counters (step())
 };
 
 }  // namespace vkf::infer

@@ -5,6 +5,7 @@
 #include "ops/decode.h"
 
 #include <cmath>
+#include <cstddef>
 
 #include "core/autograd.h"
 #include "core/launch.h"
@@ -252,6 +253,7 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
     uint64_t norm_w;
     float norm_eps;
     uint32_t norm_tpr_log2;
+    vk::ChainSync chain;  // filled by the stream
   } push{a.t.address(),
          w_gate.address(),
          w_up.address(),
@@ -266,7 +268,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          0,
          norm ? sn.weight.address() : 0,
          sn.eps,
-         norm ? detail::norm_threads_per_row_log2(k) : 0u};
+         norm ? detail::norm_threads_per_row_log2(k) : 0u,
+         {}};
   const uint32_t norm_mode = detail::skinny_norm_mode(norm ? &sn : nullptr);
   const detail::SkinnyF16Plan plan = detail::plan_skinny_f16(m, n, k, vec8, norm_mode, true);
   const uint32_t blocks = div_up(n, plan.rows_per_block());
@@ -277,8 +280,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
-  launch("matmul_skinny_f16_gated", push, Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight},
-         {&out}, spec, cost);
+  launch_chained("matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
+                 Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 
 #include "core/autograd.h"
@@ -259,9 +260,13 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
         float norm_eps;
         uint32_t norm_tpr_log2;
         uint64_t argmax_out;
+        vk::ChainSync chain;  // filled by the stream
       } push{make_push(a, b, c, z0, 0, n0, m, nc, alpha, beta, bias, 0, bias_stride),
-             norm ? norm->weight.address() : 0, norm ? norm->eps : 0.0f,
-             norm ? norm_threads_per_row_log2(k) : 0u, 0};
+             norm ? norm->weight.address() : 0,
+             norm ? norm->eps : 0.0f,
+             norm ? norm_threads_per_row_log2(k) : 0u,
+             0,
+             {}};
       const uint32_t blocks = div_up(nc, rows_per_block);
       const Grid grid{skinny_f16_groups(m, blocks, plan.k_split), 1, static_cast<uint32_t>(zc)};
       if (argmax) {
@@ -273,8 +278,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      launch("matmul_skinny_f16", push, grid, {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots},
-             spec, first ? cost : vk::DispatchCost{});
+      launch_chained("matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
+                     {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
+                     first ? cost : vk::DispatchCost{});
       first = false;
     }
   }

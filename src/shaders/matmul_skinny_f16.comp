@@ -32,6 +32,9 @@
 // the row's argmax, with no pass over the stored row (a decode step's greedy choice from its LM
 // head). Exact comparisons, so the result is the argmax of the stored values whatever the grouping.
 //
+// Both variants can be chained (stage_chain_push.glsl): the first weight loads go out before the
+// wait for the stage that writes opA and C.
+//
 // NORM (both variants) folds an RMSNorm of opA's rows into the product (decode's input norms,
 // ops::normed_linear): every workgroup first takes each row's sum of squares exactly as
 // norm_fwd.comp does (the same threads per row, element order and tree as norm_rows.glsl, all
@@ -51,6 +54,7 @@
 #include "common.glsl"
 #include "precise_math.glsl"
 #include "argmax_order.glsl"
+#include "stage_chain_push.glsl"
 #define LOCAL_SIZE 256
 #define KS 32                     // threads sharing one weight row
 #define COLS (LOCAL_SIZE / KS)    // weight rows per workgroup
@@ -121,15 +125,18 @@ layout(push_constant, std430) uniform Push {
   uint64_t norm_w;  // NORM: the norm's weight, f32 [K]
   float norm_eps;
   uint norm_tpr_log2;
+  STAGE_CHAIN_PUSH_FIELDS
 } p;
 #else
 #define MATMUL_PUSH_EXTRA                                                                  \
   uint64_t norm_w;                                                                         \
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
-  uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups] */
+  uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups] */ \
+  STAGE_CHAIN_PUSH_FIELDS
 #include "matmul_push.glsl"
 #endif
+#include "stage_chain.glsl"
 shared VACC norm_rstd[MMAX];  // NORM: each opA row's rsqrt(mean(x^2) + eps)
 shared vec4 staged_row[STAGED_LEN4];  // STAGED: opA's row as stored, then as normed() makes it
 
@@ -463,6 +470,7 @@ void main() {
     }                                                                    \
   }
     LOAD_BATCH(g_begin + lane)
+    stage_chain_wait();  // the weights need nothing from the stage before; opA and C do
     const bool storer = lane == 0 && slice == 0;  // who stores each of the thread's rows
     read_epilogue_early(z, n0, storer);
     // STAGED: the norm weights this thread applies below, loaded with the row so that their
@@ -512,6 +520,7 @@ void main() {
       clear_accumulators();
     }
   } else {
+    stage_chain_wait();
     if (NORM != 0) compute_norm_rstd(tid, abase);
     U16Buf w = U16Buf(uint64_t(p.b)), wu = U16Buf(b2);
     for (; blk < blocks; blk += BLOCK_LOOP ? gl_NumWorkGroups.x : blocks) {  // RPT = 1
@@ -536,4 +545,5 @@ void main() {
     }
   }
   finish_argmax(tid, lane);
+  stage_chain_signal();
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "vk/context.h"
@@ -16,6 +18,8 @@ constexpr uint32_t kQueriesPerBatch = 2 * 512 + 8;
 }
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {
+  const char* chain = std::getenv("VKF_STAGE_CHAIN");
+  stage_chaining_ = chain && std::string(chain) == "1";
   VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = ctx_.queue_family();
@@ -115,24 +119,54 @@ void Stream::full_barrier() {
   vkCmdPipelineBarrier(current().cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
   written_since_barrier_.clear();
   read_since_barrier_.clear();
+  chain_ = ChainState{};
+  chain_.ready = capture_ && capture_->chain_counters_;  // the zeroing fill is behind this barrier
   ++barriers_total_;
 }
 
-void Stream::hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes) {
+namespace {
+
+// Whether a command with these reads and writes depends on one that read `read` and wrote
+// `written`: read after write, write after write, write after read.
+bool depends(std::span<const BufferRange> reads, std::span<const BufferRange> writes,
+             const std::vector<BufferRange>& written, const std::vector<BufferRange>& read) {
   auto hits = [](const std::vector<BufferRange>& set, const BufferRange& r) {
     return std::any_of(set.begin(), set.end(), [&](const BufferRange& s) { return s.overlaps(r); });
   };
-  bool need = false;
-  for (const auto& r : reads) need = need || hits(written_since_barrier_, r);  // read after write
-  for (const auto& w : writes)  // write after write, write after read
-    need = need || hits(written_since_barrier_, w) || hits(read_since_barrier_, w);
-  if (need) full_barrier();
+  for (const auto& r : reads)
+    if (hits(written, r)) return true;
+  for (const auto& w : writes)
+    if (hits(written, w) || hits(read, w)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool Stream::hits_stage(std::span<const BufferRange> reads,
+                        std::span<const BufferRange> writes) const {
+  return depends(reads, writes, written_since_barrier_, read_since_barrier_);
+}
+
+bool Stream::hits_chained(std::span<const BufferRange> reads,
+                          std::span<const BufferRange> writes) const {
+  return depends(reads, writes, chain_.written_before, chain_.read_before);
+}
+
+void Stream::note_access(std::span<const BufferRange> reads, std::span<const BufferRange> writes) {
   read_since_barrier_.insert(read_since_barrier_.end(), reads.begin(), reads.end());
   written_since_barrier_.insert(written_since_barrier_.end(), writes.begin(), writes.end());
   if (capture_) {
     capture_->touched_.insert(capture_->touched_.end(), reads.begin(), reads.end());
     capture_->touched_.insert(capture_->touched_.end(), writes.begin(), writes.end());
   }
+}
+
+void Stream::hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes) {
+  // A command that cannot wait on a counter: a barrier for anything since the last one, chained
+  // stages included.
+  if (hits_stage(reads, writes) || hits_chained(reads, writes)) full_barrier();
+  note_access(reads, writes);
+  chain_.stage_chained = false;  // the stage now holds a command that signals nothing
 }
 
 void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
@@ -146,8 +180,14 @@ void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_byte
               "kernel {} needs {}x{}x{} workgroups; the device allows {}x{}x{}", kernel.name,
               groups_x, groups_y, groups_z, lim[0], lim[1], lim[2]);
   if (groups_x == 0 || groups_y == 0 || groups_z == 0) return;  // nothing to do (empty tensor)
-  Batch& b = current();
   hazard(reads, writes);
+  record_dispatch(kernel, push, push_bytes, groups_x, groups_y, groups_z, cost);
+}
+
+void Stream::record_dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
+                             uint32_t groups_x, uint32_t groups_y, uint32_t groups_z,
+                             const DispatchCost& cost) {
+  Batch& b = current();
   vkCmdBindPipeline(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline);
   if (push_bytes)
     vkCmdPushConstants(b.cmd, ctx_.pipelines().layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes,
@@ -405,6 +445,15 @@ void Stream::begin_capture() {
   graphs_.push_back(&g);
   ctx_.allocator().hold_cached_blocks(true);  // kept blocks may become part of the recording
   full_barrier();  // a replay starts after everything submitted before it
+  if (stage_chaining_) {
+    // Zeroed at the start of every replay; chained dispatches wait and signal only after the
+    // next barrier (full_barrier() sets chain_.ready).
+    g.chain_counters_ = ctx_.allocator().allocate(kChainSlots * 4, MemoryKind::Device);
+    vkCmdFillBuffer(g.cmd_, g.chain_counters_.buffer(), g.chain_counters_.offset, kChainSlots * 4,
+                    0);
+    g.chain_expected_.assign(1, 0);  // slot 0: no faults
+    chain_ = ChainState{};
+  }
   if (stage_timing_ && ctx_.info().timestamps) {
     VkQueryPoolCreateInfo qci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
@@ -469,6 +518,7 @@ std::unique_ptr<Graph> Stream::end_capture() {
   }
   capture_ = nullptr;
   capture_batch_ = Batch{};
+  chain_ = ChainState{};
   written_since_barrier_ = std::move(saved_written_);
   read_since_barrier_ = std::move(saved_read_);
   saved_written_.clear();
@@ -548,6 +598,8 @@ void Stream::destroy(Graph& g) {
   g.owned_.clear();
   for (const Allocation& a : g.arena_) free_after_use(a);
   g.arena_.clear();
+  if (g.chain_counters_) free_after_use(g.chain_counters_);
+  g.chain_counters_ = {};
 }
 
 uint64_t Graph::arena_bytes() const {

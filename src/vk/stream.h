@@ -19,6 +19,14 @@
 // not time the dispatches of a graph; stage timing (set_stage_timing) times a graph's stages
 // instead: a timestamp at each of its barriers, so a replay's time is split into the dependent
 // stages it really runs, concurrency within a stage included.
+//
+// Stage chaining (set_stage_chaining; a capture only): where a dispatch of a kernel built for it
+// (dispatch_chained, stage_chain_push.glsl) depends on a stage whose commands were all chained
+// dispatches, no pipeline barrier is recorded: the kernel waits on a device counter that each
+// workgroup of the stage before adds to when done, after issuing its own loads of what no stage
+// writes (a decode step's weights), so one stage's tail overlaps the next one's loads and launch.
+// Any other command, or a chained one that depends on a stage with other commands in it, gets
+// the barrier as before. The counters are the graph's, zeroed at the start of every replay.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -67,6 +75,15 @@ struct DispatchCost {
   std::string detail = {};
 };
 
+// The push fields of a chained dispatch (stage_chain_push.glsl's STAGE_CHAIN_PUSH_FIELDS), which
+// the stream writes: zero counters, not chained.
+struct ChainSync {
+  static constexpr uint32_t kNoSlot = 0xFFFF;
+  uint64_t counters = 0;
+  uint32_t slots = kNoSlot | (kNoSlot << 16);  // the slot waited on | the slot signalled << 16
+  uint32_t wait_count = 0;                     // 0: no wait
+};
+
 class Stream;
 
 // A captured command buffer (see the header comment); destroy it before its Stream.
@@ -78,6 +95,13 @@ class Graph {
   uint64_t dispatch_count() const { return dispatches_; }
   // Device bytes the graph claimed at the end of its capture (its arena).
   uint64_t arena_bytes() const;
+  // Stage chaining: the barriers the capture left out, and after a replay (waited for), whether
+  // every chained stage's counter reached its workgroup count and no wait gave up (a chained
+  // kernel's bounded wait): "" if so, else what differed. Downloads the counters.
+  uint64_t chain_links() const { return chain_links_; }
+  std::string check_chain_counters();
+  // What each chained dispatch of the capture was given, in recording order (tests).
+  const std::vector<ChainSync>& chain_log() const { return chain_log_; }
 
  private:
   friend class Stream;
@@ -97,6 +121,12 @@ class Graph {
   std::vector<Allocation> owned_;     // released by their owners while the graph lives
   std::vector<Allocation> arena_;     // claimed at end_capture: freed inside the capture
   uint64_t dispatches_ = 0;
+  // Stage chaining: the u32 counters (slot 0 counts waits that gave up), and each used slot's
+  // workgroup count, from slot 1.
+  Allocation chain_counters_;
+  std::vector<uint32_t> chain_expected_;
+  std::vector<ChainSync> chain_log_;
+  uint64_t chain_links_ = 0;
 };
 
 class Stream {
@@ -110,6 +140,15 @@ class Stream {
   void dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes, uint32_t groups_x,
                 uint32_t groups_y, uint32_t groups_z, std::span<const BufferRange> reads,
                 std::span<const BufferRange> writes, const DispatchCost& cost = {});
+  // The same for a kernel that can be chained (see the header comment): `push` holds a ChainSync
+  // at byte `sync_offset`, which the stream fills in.
+  void dispatch_chained(const Kernel& kernel, const void* push, uint32_t push_bytes,
+                        uint32_t sync_offset, uint32_t groups_x, uint32_t groups_y,
+                        uint32_t groups_z, std::span<const BufferRange> reads,
+                        std::span<const BufferRange> writes, const DispatchCost& cost = {});
+  // Whether captures begun from now on chain stages (default: VKF_STAGE_CHAIN=1|0, else off).
+  void set_stage_chaining(bool on) { stage_chaining_ = on; }
+  bool stage_chaining() const { return stage_chaining_; }
   void copy(const Allocation& src, uint64_t src_offset, const Allocation& dst, uint64_t dst_offset,
             uint64_t bytes);
   void fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32_t pattern);
@@ -179,6 +218,14 @@ class Stream {
   void new_command_buffer(VkCommandBuffer& cmd, VkFence& fence);  // and its fence
   void begin(Batch& b);
   void hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
+  bool hits_stage(std::span<const BufferRange> reads, std::span<const BufferRange> writes) const;
+  bool hits_chained(std::span<const BufferRange> reads, std::span<const BufferRange> writes) const;
+  void note_access(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
+  ChainSync chain_sync(std::span<const BufferRange> reads, std::span<const BufferRange> writes,
+                       uint64_t workgroups);
+  void record_dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
+                       uint32_t groups_x, uint32_t groups_y, uint32_t groups_z,
+                       const DispatchCost& cost);
   void full_barrier();
   void retire(Batch& b);
   void wait_all();
@@ -201,8 +248,21 @@ class Stream {
   std::vector<Batch> in_flight_;
   Batch recording_;
   bool has_recording_ = false;
-  std::vector<BufferRange> written_since_barrier_;
+  std::vector<BufferRange> written_since_barrier_;  // by the current stage
   std::vector<BufferRange> read_since_barrier_;
+  // Stage chaining within the capture (see the header comment).
+  static constexpr uint32_t kChainSlots = 1024;  // per graph; slot 0 counts faults
+  bool stage_chaining_ = false;
+  struct ChainState {
+    bool ready = false;  // the graph's counters were zeroed before the current stage
+    uint32_t stage_slot = ChainSync::kNoSlot;  // the current stage's counter
+    uint32_t stage_count = 0;                  // its workgroups so far
+    bool stage_chained = true;                 // every command in it signals stage_slot
+    uint32_t link_slot = ChainSync::kNoSlot, link_count = 0;  // what the current stage waits on
+    // What the stages since the last barrier before the current one read and wrote: a command
+    // that touches them must wait on the link (or a barrier is recorded).
+    std::vector<BufferRange> written_before, read_before;
+  } chain_;
   Graph* capture_ = nullptr;  // the graph being recorded
   Batch capture_batch_;       // its command buffer while recording
   std::unique_ptr<Graph> capture_owner_;

@@ -1,0 +1,30 @@
+// Stage chaining (vk::Stream's chained dispatches, see vk/stream.h): inside a captured graph a
+// dependent stage can start without a pipeline barrier. Its workgroups issue the loads that need
+// nothing from the stage before (weights), then wait on a device counter until every workgroup of
+// that stage has counted itself done, and only then read its outputs; each workgroup of a chained
+// dispatch counts itself done after its last store. The host decides per dispatch (it fills the
+// push fields below; zero counters means no chaining at all), so one build serves both ways.
+//
+// The includer includes this file before its push block `p`, ends that block with
+// STAGE_CHAIN_PUSH_FIELDS (16 bytes, 8-byte aligned), includes stage_chain.glsl after it, and
+// calls stage_chain_wait() before its first read of another stage's output and
+// stage_chain_signal() after its last store: both in uniform control flow, by every invocation.
+//
+// Memory: the waiting invocation polls the counter with coherent volatile loads, then a
+// device-scope memory barrier and the workgroup barrier order everything the workgroup reads
+// after the counters it saw; the signalling workgroup's stores are ordered before its count by
+// a memory barrier and the workgroup barrier. Forward progress: a waiting workgroup holds its
+// multiprocessor slot, so the host chains only on devices that start every workgroup of a
+// dispatch before any of the next one's (in-order launch, NVIDIA), and every wait gives up after
+// a bounded number of polls, counting the fault in slot 0 (a wrong result,
+// never a hang; vk::Graph::chain_faults() reads it).
+// The fields: the u32 counters' address (0: not chained), the slot waited on (bits 0-15) and the
+// slot signalled (bits 16-31), and the count waited for (0: no wait).
+#define STAGE_CHAIN_PUSH_FIELDS \
+  uint64_t chain_counters;      \
+  uint chain_slots;             \
+  uint chain_wait_count;
+
+#define STAGE_CHAIN_NO_SLOT 0xFFFFu
+#define STAGE_CHAIN_FAULT_SLOT 0u  // where a wait that gave up is counted (no stage uses it)
+#define STAGE_CHAIN_MAX_POLLS (1u << 24)

@@ -1,0 +1,198 @@
+// Stage chaining in captured graphs (vk::Stream::set_stage_chaining, stage_chain_push.glsl): which
+// chained dispatches wait on which counter instead of a pipeline barrier (a dispatch that depends
+// on a stage of chained dispatches waits for all of that stage's workgroups; one that depends
+// only on the stages before waits on the same counter; any other command gets a barrier), that a
+// replay counts every workgroup of every chained stage on the device, and that chained replays give
+// bitwise the results of the same graph with barriers: for a chain of skinny f16 products and for
+// the decode step of f16 models at batch 1 and 2. (lavapipe runs dispatches one after another, so
+// here the waits never hold anything up: the order they would enforce is checked through what the
+// stream decided, the counts through the device's counters.)
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/dtype.h"
+#include "infer/decode_step.h"
+#include "models/decoder.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "test_util.h"
+#include "vk/context.h"
+
+namespace vkf {
+namespace {
+
+using test::Rng;
+
+// Chaining on for the scope's captures, back to off after.
+struct ChainingOn {
+  explicit ChainingOn(bool on = true) { vk::Context::get().stream().set_stage_chaining(on); }
+  ~ChainingOn() { vk::Context::get().stream().set_stage_chaining(false); }
+};
+
+Tensor half_weight(Rng& rng, int64_t rows, int64_t cols) {
+  const auto v = rng.uniform(static_cast<size_t>(rows * cols));
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_f16_bits(static_cast<float>(v[i]));
+  return Tensor::from_bytes(bits.data(), DType::F16, {rows, cols});
+}
+
+struct ChainRun {
+  std::vector<double> sum, last;  // two of the graph's results after one replay
+  std::vector<vk::ChainSync> log;
+  uint64_t links = 0, barriers = 0;
+  std::string counters;  // check_chain_counters() after the replay
+};
+
+// A graph of one-row f16 products (the skinny kernel, which can be chained) and one plain addition
+// between them:
+//   x2 = 2 x; y1 = x2 W1^T; y2 = y1 W2^T; y3 = y1 W3^T; sum = y2 + y3; y4 = x2 W4^T; last = y4 W1^T
+ChainRun run_chain(bool chaining) {
+  autograd::NoGradScope no_grad;
+  Rng rng(71);
+  constexpr int64_t K = 256, N = 256;
+  const Tensor x = test::to_gpu(test::as_f32(rng.uniform(K)), {1, K});
+  const Tensor w1 = half_weight(rng, N, K), w2 = half_weight(rng, N, K),
+               w3 = half_weight(rng, N, K), w4 = half_weight(rng, N, K);
+  auto& stream = vk::Context::get().stream();
+  ChainingOn scope(chaining);
+  stream.synchronize();
+  const uint64_t barriers_before = stream.barrier_count();
+  stream.begin_capture();
+  const Tensor x2 = ops::scale(x, 2.0f);
+  const Tensor y1 = ops::linear(x2, w1);
+  const Tensor y2 = ops::linear(y1, w2);
+  const Tensor y3 = ops::linear(y1, w3);
+  const Tensor sum = ops::add(y2, y3);
+  const Tensor y4 = ops::linear(x2, w4);
+  const Tensor last = ops::linear(y4, w1);
+  auto graph = stream.end_capture();
+  ChainRun out;
+  out.barriers = stream.barrier_count() - barriers_before;
+  stream.replay(*graph);
+  stream.wait(*graph);
+  out.sum = sum.to_double();
+  out.last = last.to_double();
+  out.log = graph->chain_log();
+  out.links = graph->chain_links();
+  out.counters = graph->check_chain_counters();
+  return out;
+}
+
+uint32_t waited(const vk::ChainSync& s) {
+  return s.slots & 0xFFFF;
+}
+uint32_t signalled(const vk::ChainSync& s) {
+  return s.slots >> 16;
+}
+
+TEST(StageChain, WaitsWhereTheStageBeforeIsChained) {
+  const ChainRun chained = run_chain(true);
+  ASSERT_EQ(chained.log.size(), 5u) << "the five products are chained dispatches";
+  const auto& a = chained.log[0];  // y1: after the scale (not chained): a barrier, no wait
+  const auto& b = chained.log[1];  // y2: waits for y1's stage
+  const auto& c = chained.log[2];  // y3: independent of y2, but reads y1: the same wait
+  const auto& e = chained.log[3];  // y4: after the addition's barrier, nothing to wait on
+  const auto& f = chained.log[4];  // last: its stage holds the addition: a barrier
+  constexpr uint32_t kNone = vk::ChainSync::kNoSlot;
+  for (const auto& s : chained.log) EXPECT_NE(s.counters, 0u);
+  EXPECT_EQ(waited(a), kNone);
+  EXPECT_EQ(a.wait_count, 0u);
+  EXPECT_EQ(signalled(a), 1u);
+  EXPECT_EQ(waited(b), signalled(a));
+  EXPECT_GT(b.wait_count, 0u);
+  EXPECT_EQ(signalled(b), 2u);
+  EXPECT_EQ(waited(c), signalled(a));
+  EXPECT_EQ(c.wait_count, b.wait_count);
+  EXPECT_EQ(signalled(c), 2u) << "y2 and y3 are one stage";
+  EXPECT_EQ(waited(e), kNone);
+  EXPECT_EQ(signalled(e), 3u);
+  EXPECT_EQ(waited(f), kNone);
+  EXPECT_EQ(signalled(f), 4u);
+  EXPECT_EQ(chained.links, 1u);
+  EXPECT_EQ(chained.counters, "") << "every chained workgroup counted itself on the device";
+
+  const ChainRun plain = run_chain(false);
+  EXPECT_EQ(plain.links, 0u);
+  for (const auto& s : plain.log) EXPECT_EQ(s.counters, 0u) << "not chained: no counters";
+  EXPECT_EQ(plain.barriers, chained.barriers + 1) << "one barrier left out";
+  test::expect_close(chained.sum, plain.sum, 0, 0, "y2 + y3");
+  test::expect_close(chained.last, plain.last, 0, 0, "y4 W1^T");
+}
+
+TEST(StageChain, OffOutsideCapturesAndByDefault) {
+  auto& stream = vk::Context::get().stream();
+  EXPECT_FALSE(stream.stage_chaining()) << "VKF_STAGE_CHAIN is not set in the test environment";
+  autograd::NoGradScope no_grad;
+  Rng rng(72);
+  const Tensor x = test::to_gpu(test::as_f32(rng.uniform(64)), {1, 64});
+  const Tensor w1 = half_weight(rng, 64, 64), w2 = half_weight(rng, 32, 64);
+  // Eagerly recorded products are never chained (there are no counters outside a graph): the
+  // same barriers with chaining on as off.
+  auto barriers = [&](bool chaining) {
+    ChainingOn scope(chaining);
+    stream.synchronize();
+    const uint64_t before = stream.barrier_count();
+    const Tensor y = ops::linear(ops::linear(x, w1), w2);
+    stream.synchronize();
+    return stream.barrier_count() - before;
+  };
+  const uint64_t off = barriers(false);
+  EXPECT_GT(off, 0u);
+  EXPECT_EQ(barriers(true), off);
+}
+
+// The decode step's logits with chaining on and off, over the steps of one prompt.
+std::vector<std::vector<double>> decode_logits(models::DecoderModel& model, int64_t batch,
+                                               bool chaining, uint64_t& links) {
+  autograd::NoGradScope no_grad;
+  ChainingOn scope(chaining);
+  constexpr int64_t kPrompt = 4, kSteps = 5;
+  auto cache = model.make_cache(batch, kPrompt + kSteps);
+  std::vector<int32_t> ids, pos;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < kPrompt; ++t) {
+      ids.push_back(static_cast<int32_t>(3 + 5 * t + 7 * b));
+      pos.push_back(static_cast<int32_t>(t));
+    }
+  model.forward(Tensor::from_host_i32(ids, {batch, kPrompt}),
+                Tensor::from_host_i32(std::vector<int32_t>(ids.size(), 1), {batch, kPrompt}), {},
+                &cache, pos);
+  infer::DecodeStepRunner runner(
+      model, cache, std::vector<int32_t>(static_cast<size_t>(batch * (kPrompt + kSteps)), 1), true,
+      false);
+  std::vector<std::vector<double>> out;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::vector<int32_t> step_ids, step_pos;
+    for (int64_t b = 0; b < batch; ++b) {
+      step_ids.push_back(static_cast<int32_t>(11 + 3 * s + b));
+      step_pos.push_back(static_cast<int32_t>(kPrompt + s));
+    }
+    runner.step(step_ids, step_pos);  // checks the first replay's counters itself
+    const auto l = runner.logits();
+    out.emplace_back(l.begin(), l.end());
+  }
+  links = runner.graph_chain_links();
+  return out;
+}
+
+TEST(StageChain, DecodeStepGivesTheSameLogits) {
+  for (const std::string c : {"llama", "qwen3"}) {
+    auto model =
+        models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string(), DType::F16);
+    for (const int64_t batch : {1, 2}) {
+      SCOPED_TRACE(c + " batch " + std::to_string(batch));
+      uint64_t links_on = 0, links_off = 0;
+      const auto chained = decode_logits(model, batch, true, links_on);
+      const auto plain = decode_logits(model, batch, false, links_off);
+      EXPECT_GT(links_on, 0u) << "some stages chained";
+      EXPECT_EQ(links_off, 0u);
+      ASSERT_EQ(chained.size(), plain.size());
+      for (size_t s = 0; s < chained.size(); ++s)
+        test::expect_close(chained[s], plain[s], 0, 0, "step " + std::to_string(s));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vkf
