@@ -166,6 +166,14 @@ layout(constant_id = 11) const bool EARLY_EPILOGUE_SPEC = false;
 const bool EARLY_EPILOGUE = EARLY_EPILOGUE_SPEC && GATED == 0 && MROWS == 1;
 float early_old[RMAX], early_bias[RMAX];
 
+#if !GATED
+// C's old value at output (m, n) of batch entry z, as output_old reads it, but coherently where
+// the dispatch waited on the stage that wrote it (stage_chain.glsl).
+float chained_output_old(uint z, uint m, uint n) {
+  return p.beta != 0.0 ? chained_f32(uint64_t(p.c), z * p.sc + m * p.c_rs + n * p.c_cs) : 0.0;
+}
+#endif
+
 // Reads them for the thread's rows n0 + r * ROWS (storer: the thread that stores them).
 void read_epilogue_early(uint z, uint n0, bool storer) {
 #if !GATED
@@ -173,7 +181,7 @@ void read_epilogue_early(uint z, uint n0, bool storer) {
   [[unroll]] for (uint r = 0; r < RPT; ++r) {
     const uint n = n0 + r * ROWS;
     const bool mine = storer && n < p.N;
-    early_old[r] = mine ? output_old(z, 0, n) : 0.0;
+    early_old[r] = mine ? chained_output_old(z, 0, n) : 0.0;
     early_bias[r] = mine ? output_bias(0, n) : 0.0;
   }
 #endif
@@ -188,7 +196,7 @@ VACC subgroup_tree(VACC v) {
 }
 
 float load_a_raw(uint abase, uint m, uint k) {
-  return p.a.v[abase + (TRANS_A ? k * p.lda + m : m * p.lda + k)];
+  return chained_f32(uint64_t(p.a), abase + (TRANS_A ? k * p.lda + m : m * p.lda + k));
 }
 
 // What norm_fwd.comp stores for x of row m with norm weight w: (x * rstd) * w', rounded to fp32.
@@ -277,7 +285,6 @@ void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
     }
     return;
   }
-  Vec4Buf a4 = Vec4Buf(uint64_t(p.a));
   // NORM: the norm weights of k = 8g..8g+7 (the host checks their 16-byte alignment).
   vec4 nw0 = vec4(0.0), nw1 = vec4(0.0);
   if (NORM != 0) {
@@ -286,7 +293,7 @@ void accumulate8(uvec4 wg[RMAX], uvec4 wu[RMAX], uint abase, uint g) {
   }
   [[unroll]] for (uint m = 0; m < MROWS; ++m) {
     const uint ai = (abase + m * p.lda) / 4 + 2 * g;
-    vec4 a0 = a4.v[ai], a1 = a4.v[ai + 1];
+    vec4 a0 = chained_vec4(uint64_t(p.a), ai), a1 = chained_vec4(uint64_t(p.a), ai + 1);
     if (NORM != 0) {
       [[unroll]] for (uint e = 0; e < 4u; ++e) {
         a0[e] = normed(a0[e], m, nw0[e]);
@@ -324,7 +331,8 @@ void store_row(uint z, uint m, uint r, uint n, VACC total, VACC up_total) {
 #else
   const float stored = EARLY_EPILOGUE
                            ? store_output_with(z, m, n, total, early_old[r], early_bias[r])
-                           : store_output(z, m, n, total);
+                           : store_output_with(z, m, n, total, chained_output_old(z, m, n),
+                                               output_bias(m, n));
   note_stored(stored, n);
 #endif
 }
@@ -480,7 +488,7 @@ void main() {
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
         const uint i = tid + j * LOCAL_SIZE;
         if (i < p.K / 4) {
-          staged_row[i] = Vec4Buf(uint64_t(p.a)).v[abase / 4 + i];
+          staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
           norm_w_ahead[j] = Vec4Buf(p.norm_w).v[i];
         }
       }

@@ -147,6 +147,9 @@ class Stream {
                         uint32_t groups_z, std::span<const BufferRange> reads,
                         std::span<const BufferRange> writes, const DispatchCost& cost = {});
   // Whether captures begun from now on chain stages (default: VKF_STAGE_CHAIN=1|0, else off).
+  // Off by default: on the H200 a chained batch-1 decode step measured slower than with barriers
+  // once its reads of other stages' outputs were made coherent, as correctness needs there
+  // (bench/RESULTS.md, twenty-third session).
   void set_stage_chaining(bool on) { stage_chaining_ = on; }
   bool stage_chaining() const { return stage_chaining_; }
   void copy(const Allocation& src, uint64_t src_offset, const Allocation& dst, uint64_t dst_offset,
