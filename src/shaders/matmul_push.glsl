@@ -23,8 +23,9 @@ layout(push_constant, std430) uniform Push {
 
 // The epilogue's inputs besides the sum, for output (m, n) of batch entry z: C's value before the
 // product (read only with beta != 0) and the bias (only where there is one), else 0.
+uint output_index(uint z, uint m, uint n) { return z * p.sc + m * p.c_rs + n * p.c_cs; }
 float output_old(uint z, uint m, uint n) {
-  return p.beta != 0.0 ? p.c.v[z * p.sc + m * p.c_rs + n * p.c_cs] : 0.0;
+  return p.beta != 0.0 ? p.c.v[output_index(z, m, n)] : 0.0;
 }
 float output_bias(uint m, uint n) {
   return p.bias != 0 ? F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs] : 0.0;
@@ -38,7 +39,7 @@ float store_output_with(uint z, uint m, uint n, VACC acc, float old, float bias)
   if (p.beta != 0.0) v += VACC(p.beta) * VACC(old);
   if (p.bias != 0) v += VACC(bias);
   const float stored = float(v);
-  p.c.v[z * p.sc + m * p.c_rs + n * p.c_cs] = stored;
+  p.c.v[output_index(z, m, n)] = stored;
   return stored;
 }
 

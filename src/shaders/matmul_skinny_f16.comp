@@ -170,7 +170,7 @@ float early_old[RMAX], early_bias[RMAX];
 // C's old value at output (m, n) of batch entry z, as output_old reads it, but coherently where
 // the dispatch waited on the stage that wrote it (stage_chain.glsl).
 float chained_output_old(uint z, uint m, uint n) {
-  return p.beta != 0.0 ? chained_f32(uint64_t(p.c), z * p.sc + m * p.c_rs + n * p.c_cs) : 0.0;
+  return p.beta != 0.0 ? chained_f32(uint64_t(p.c), output_index(z, m, n)) : 0.0;
 }
 #endif
 

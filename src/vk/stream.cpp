@@ -169,17 +169,22 @@ void Stream::hazard(std::span<const BufferRange> reads, std::span<const BufferRa
   chain_.stage_chained = false;  // the stage now holds a command that signals nothing
 }
 
-void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
-                      uint32_t groups_x, uint32_t groups_y, uint32_t groups_z,
-                      std::span<const BufferRange> reads, std::span<const BufferRange> writes,
-                      const DispatchCost& cost) {
+bool Stream::dispatch_allowed(const Kernel& kernel, uint32_t push_bytes, uint32_t groups_x,
+                              uint32_t groups_y, uint32_t groups_z) const {
   VKF_REQUIRE(push_bytes <= kPushConstantBytes, "kernel {} pushes {} bytes (limit {})", kernel.name,
               push_bytes, kPushConstantBytes);
   const auto& lim = ctx_.info().max_workgroup_count;
   VKF_REQUIRE(groups_x <= lim[0] && groups_y <= lim[1] && groups_z <= lim[2],
               "kernel {} needs {}x{}x{} workgroups; the device allows {}x{}x{}", kernel.name,
               groups_x, groups_y, groups_z, lim[0], lim[1], lim[2]);
-  if (groups_x == 0 || groups_y == 0 || groups_z == 0) return;  // nothing to do (empty tensor)
+  return groups_x != 0 && groups_y != 0 && groups_z != 0;  // else nothing to do (empty tensor)
+}
+
+void Stream::dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
+                      uint32_t groups_x, uint32_t groups_y, uint32_t groups_z,
+                      std::span<const BufferRange> reads, std::span<const BufferRange> writes,
+                      const DispatchCost& cost) {
+  if (!dispatch_allowed(kernel, push_bytes, groups_x, groups_y, groups_z)) return;
   hazard(reads, writes);
   record_dispatch(kernel, push, push_bytes, groups_x, groups_y, groups_z, cost);
 }

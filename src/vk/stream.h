@@ -226,6 +226,9 @@ class Stream {
   void note_access(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
   ChainSync chain_sync(std::span<const BufferRange> reads, std::span<const BufferRange> writes,
                        uint64_t workgroups);
+  // Checks a dispatch's push size and grid against the device; false for an empty grid.
+  bool dispatch_allowed(const Kernel& kernel, uint32_t push_bytes, uint32_t groups_x,
+                        uint32_t groups_y, uint32_t groups_z) const;
   void record_dispatch(const Kernel& kernel, const void* push, uint32_t push_bytes,
                        uint32_t groups_x, uint32_t groups_y, uint32_t groups_z,
                        const DispatchCost& cost);

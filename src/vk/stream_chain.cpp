@@ -72,15 +72,10 @@ void Stream::dispatch_chained(const Kernel& kernel, const void* push, uint32_t p
                               uint32_t sync_offset, uint32_t groups_x, uint32_t groups_y,
                               uint32_t groups_z, std::span<const BufferRange> reads,
                               std::span<const BufferRange> writes, const DispatchCost& cost) {
-  VKF_REQUIRE(push_bytes <= kPushConstantBytes && sync_offset % 8 == 0 &&
-                  sync_offset + sizeof(ChainSync) <= push_bytes,
+  VKF_REQUIRE(sync_offset % 8 == 0 && sync_offset + sizeof(ChainSync) <= push_bytes,
               "kernel {}: its chain fields at byte {} do not fit its {}-byte push block",
               kernel.name, sync_offset, push_bytes);
-  const auto& lim = ctx_.info().max_workgroup_count;
-  VKF_REQUIRE(groups_x <= lim[0] && groups_y <= lim[1] && groups_z <= lim[2],
-              "kernel {} needs {}x{}x{} workgroups; the device allows {}x{}x{}", kernel.name,
-              groups_x, groups_y, groups_z, lim[0], lim[1], lim[2]);
-  if (groups_x == 0 || groups_y == 0 || groups_z == 0) return;  // nothing to do (empty tensor)
+  if (!dispatch_allowed(kernel, push_bytes, groups_x, groups_y, groups_z)) return;
   unsigned char bytes[kPushConstantBytes];
   std::memcpy(bytes, push, push_bytes);
   const ChainSync sync = chain_sync(reads, writes, uint64_t{groups_x} * groups_y * groups_z);
