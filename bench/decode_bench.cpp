@@ -17,6 +17,7 @@
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
 //                [--argmax-separate] [--skinny-early-epilogue] [--stage-chain]
+//                [--chain-coherent]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -260,6 +261,10 @@ int main(int argc, char** argv) {
   app.add_flag("--stage-chain", stage_chain,
                "replayed steps chain their product stages on device counters instead of pipeline "
                "barriers (vk::Stream::set_stage_chaining)");
+  bool chain_coherent = false;
+  app.add_flag("--chain-coherent", chain_coherent,
+               "with --stage-chain: the chained kernels' legacy-memory-model builds (coherent "
+               "reads of other stages' outputs) instead of their Vulkan-memory-model builds");
   bool head_norm_separate = false;
   app.add_flag("--head-norm-separate", head_norm_separate,
                "run the final RMSNorm as its own dispatch instead of folding it into the head");
@@ -292,6 +297,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     if (stage_chain) vk::Context::get().stream().set_stage_chaining(true);
+    set_vmm_chaining(!chain_coherent);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);

@@ -70,6 +70,31 @@ static const std::string& resolve_module(const std::string& module) {
   return it->second;
 }
 
+static bool& vmm_chaining_slot() {
+  static bool on = true;
+  return on;
+}
+void set_vmm_chaining(bool on) {
+  vmm_chaining_slot() = on;
+}
+bool vmm_chaining() {
+  return vmm_chaining_slot();
+}
+
+// The build of a chainable kernel to run: while the stream chains stages, its "_vmm" build (the
+// Vulkan memory model: the chained wait makes other stages' stores visible to plain loads, see
+// shaders/stage_chain.glsl) where the device and the module have one; else the kernel as named,
+// whose chained reads are coherent loads that skip the multiprocessor's cache.
+static std::string chained_module(const std::string& module) {
+  auto& ctx = vk::Context::get();
+  const auto& info = ctx.info();
+  if (!ctx.stream().stage_chaining() || !info.vulkan_memory_model ||
+      !info.vulkan_memory_model_device_scope || !vmm_chaining())
+    return module;
+  const std::string vmm = module + "_vmm";
+  return vk::Pipelines::has_module(vmm) ? vmm : module;
+}
+
 namespace {
 
 std::vector<vk::BufferRange> ranges_of(std::span<const Tensor* const> tensors) {
@@ -96,7 +121,7 @@ void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& 
                         std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,
                         const vk::DispatchCost& cost) {
   auto& ctx = vk::Context::get();
-  const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(module), spec);
+  const vk::Kernel& kernel = ctx.pipelines().get(resolve_module(chained_module(module)), spec);
   ctx.stream().dispatch_chained(kernel, push, push_bytes, sync_offset, grid.x, grid.y, grid.z,
                                 ranges_of(reads), ranges_of(writes), cost);
 }

@@ -61,7 +61,12 @@ void launch(const std::string& module, const Push& push, Grid grid,
 }
 
 // A kernel that can be chained (vk::Stream::dispatch_chained, stage_chain_push.glsl): `push` ends
-// with a vk::ChainSync at byte `sync_offset` (offsetof), which the stream fills in.
+// with a vk::ChainSync at byte `sync_offset` (offsetof), which the stream fills in. While the
+// stream chains stages it runs the kernel's Vulkan-memory-model build where the device has the
+// model at device scope (stage_chain.glsl), unless set_vmm_chaining(false) asks for the build
+// whose chained reads are coherent loads (for measuring one against the other).
+void set_vmm_chaining(bool on);
+bool vmm_chaining();
 void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
                         const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
                         std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,

@@ -8,14 +8,25 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_scalar_block_layout : require
+// VKF_VMM (the "_vmm" builds of kernels that can be chained, see stage_chain.glsl): the module
+// uses the Vulkan memory model, and every tensor access below is non-private, so the device-scope
+// barriers of a chained wait make other workgroups' stores visible to the loads that follow (the
+// legacy model's barriers order only coherent accesses, and coherent loads bypass the cache).
+#ifdef VKF_VMM
+#pragma use_vulkan_memory_model
+#extension GL_KHR_memory_scope_semantics : require
+#define VKF_NP nonprivate
+#else
+#define VKF_NP
+#endif
 
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32Buf { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32Buf { uint v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32Buf { int v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16Buf { uint16_t v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer I64Buf { int64_t v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64Buf { uint64_t v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4Buf { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32Buf { VKF_NP float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32Buf { VKF_NP uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32Buf { VKF_NP int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16Buf { VKF_NP uint16_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer I64Buf { VKF_NP int64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64Buf { VKF_NP uint64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4Buf { VKF_NP vec4 v[]; };
 
 // Index of this workgroup, and of this invocation, in a 1-D launch folded as (x, y) groups.
 // `local_size` must be the x workgroup size. Never use gl_WorkGroupSize: lavapipe (Mesa 22.3)

@@ -43,6 +43,8 @@
 // weight loads are issued before that prologue, so its latency hides behind theirs. One dispatch
 // and one dependent stage fewer than the norm followed by the product.
 //!variant gated -DGATED=1
+//!variant vmm -DVKF_VMM=1
+//!variant gated_vmm -DGATED=1 -DVKF_VMM=1
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
@@ -215,29 +217,39 @@ float load_a(uint abase, uint m, uint k) {
 // summing its strided elements in index order, then a tree of the same shape as norm_rows.glsl's
 // (partial i += partial i + s), every row's tree at once in `red` (free until the epilogue).
 // STAGED: the one row is read from staged_row, where main() has put it as stored. All threads
-// call it.
+// call it. Every loop here runs the same number of times in every invocation, the rows and
+// elements an invocation does not own skipped inside it: lavapipe (Mesa 22.3) miscompiles the
+// Vulkan-memory-model build (VKF_VMM) of a loop that touches shared memory and runs a different
+// number of times in different invocations (StageChain.MemoryModelBuildsGiveTheLegacyBits).
 void compute_norm_rstd(uint tid, uint abase) {
   const uint tpr_log2 = p.norm_tpr_log2, tpr = 1u << tpr_log2;
   const uint lane = tid & (tpr - 1u), slot = tid >> tpr_log2, slots = LOCAL_SIZE >> tpr_log2;
-  for (uint m = slot; m < MROWS; m += slots) {
+  for (uint m0 = 0; m0 < MROWS; m0 += slots) {
+    const uint m = m0 + slot;
     VACC q = VACC(0.0);
-    for (uint i = lane; i < p.K; i += tpr) {
-      const VACC v = VACC(STAGED ? staged_row[i / 4][i % 4] : load_a_raw(abase, m, i));
-      q += v * v;
+    for (uint i0 = 0; i0 < p.K; i0 += tpr) {
+      const uint i = i0 + lane;
+      if (m < MROWS && i < p.K) {
+        const VACC v = VACC(STAGED ? staged_row[i / 4][i % 4] : load_a_raw(abase, m, i));
+        q += v * v;
+      }
     }
-    red[m * tpr + lane] = q;
+    if (m < MROWS) red[m * tpr + lane] = q;
   }
   barrier();
   // With SHUFFLE_TREE and rows of 32+ threads, the levels below 32 run in the row's first subgroup.
   const uint last_shared = SHUFFLE_TREE && tpr >= 32u ? 32u : 1u;
   for (uint s = tpr >> 1; s >= last_shared; s >>= 1) {
-    for (uint m = slot; m < MROWS; m += slots)
-      if (lane < s) red[m * tpr + lane] += red[m * tpr + lane + s];
+    for (uint m0 = 0; m0 < MROWS; m0 += slots) {
+      const uint m = m0 + slot;
+      if (m < MROWS && lane < s) red[m * tpr + lane] += red[m * tpr + lane + s];
+    }
     barrier();
   }
   if (last_shared == 32u) {
-    for (uint m = slot; m < MROWS; m += slots) {
-      if (lane < 32u) {
+    for (uint m0 = 0; m0 < MROWS; m0 += slots) {
+      const uint m = m0 + slot;
+      if (m < MROWS && lane < 32u) {
         const VACC total = subgroup_tree(red[m * tpr + lane]);
         if (lane == 0u) red[m * tpr] = total;
       }
@@ -350,7 +362,7 @@ void finish_argmax(uint tid, uint lane) {
   if (tid == 0) {
     float v = arg_group_value[0];
     uint i = arg_group_index[0];
-    for (uint g = 1; g < COLS; ++g) {
+    [[unroll]] for (uint g = 1; g < COLS; ++g) {  // unrolled: no loop in one invocation only
       if (argmax_better(arg_group_value[g], arg_group_index[g], v, i)) {
         v = arg_group_value[g];
         i = arg_group_index[g];
@@ -506,14 +518,16 @@ void main() {
       }
       barrier();
     }
+    // Rounds of UNROLL_R loads per row: as many in every invocation (see compute_norm_rstd), a
+    // lane's groups past its slice skipped.
+    const uint round = UNROLL_R * KS, rounds = (slice_groups + round - 1) / round;
     while (true) {
-      uint g = g_begin + lane;
-      while (g < g_end) {
+      for (uint t = 0; t < rounds; ++t) {
+        const uint g = g_begin + lane + t * round;
         [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
           if (g + u * KS < g_end) accumulate8(wv[u], uv[u], abase, g + u * KS);
-        g += UNROLL_R * KS;
-        if (g < g_end) {
-          LOAD_BATCH(g)
+        if (t + 1 < rounds) {
+          LOAD_BATCH(g + round)
         }
       }
       const uint rows_done = n0, next = BLOCK_LOOP ? blk + gl_NumWorkGroups.x : blocks;
@@ -534,18 +548,18 @@ void main() {
     for (; blk < blocks; blk += BLOCK_LOOP ? gl_NumWorkGroups.x : blocks) {  // RPT = 1
       n0 = blk * ROWS + col;
       read_epilogue_early(z, n0, lane == 0);
-      if (n0 < p.N) {
-        const uint row = bbase + n0 * p.ldb;
-        for (uint k = lane; k < p.K; k += KS) {
-          const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
-          const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
-          [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-            const VACC ak = VACC(load_a(abase, m, k));
-            acc[0][m] += ak * VACC(wk);
+      const uint row = bbase + n0 * p.ldb;
+      for (uint k0 = 0; k0 < p.K; k0 += KS) {  // as often in every invocation (compute_norm_rstd)
+        const uint k = k0 + lane;
+        if (n0 >= p.N || k >= p.K) continue;
+        const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
+        const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+          const VACC ak = VACC(load_a(abase, m, k));
+          acc[0][m] += ak * VACC(wk);
 #if GATED
-            acc2[0][m] += ak * VACC(uk);
+          acc2[0][m] += ak * VACC(uk);
 #endif
-          }
         }
       }
       finish_rows(tid, lane, z, n0);

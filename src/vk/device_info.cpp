@@ -274,6 +274,7 @@ DeviceInfo query_device(VkInstance instance, VkPhysicalDevice pd, uint32_t index
   info.storage16 = f11.storageBuffer16BitAccess;
   info.buffer_device_address = f12.bufferDeviceAddress;
   info.vulkan_memory_model = f12.vulkanMemoryModel;
+  info.vulkan_memory_model_device_scope = f12.vulkanMemoryModelDeviceScope;
   info.subgroup_size_control = f13.subgroupSizeControl;
   info.coopmat_nv = exts.count("VK_NV_cooperative_matrix") > 0;
   info.coopmat_khr = exts.count("VK_KHR_cooperative_matrix") > 0;

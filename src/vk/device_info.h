@@ -68,6 +68,8 @@ struct DeviceInfo {
   // (registers, shared memory, ...). Enabled only when VKF_PIPELINE_STATS=1 asks for them.
   bool pipeline_statistics = false;
   bool vulkan_memory_model = false;
+  // ... at device scope too: the "_vmm" builds of chained kernels need both (stage_chain.glsl).
+  bool vulkan_memory_model_device_scope = false;
   // VK_KHR_shader_float_controls (core in 1.2): kernels may require round-to-nearest-even and
   // preserved subnormals for 16-bit floats.
   bool f16_rounding_rte = false;

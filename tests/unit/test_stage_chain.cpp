@@ -4,7 +4,9 @@
 // only on the stages before waits on the same counter; any other command gets a barrier), that a
 // replay counts every workgroup of every chained stage on the device, and that chained replays give
 // bitwise the results of the same graph with barriers: for a chain of skinny f16 products and for
-// the decode step of f16 models at batch 1 and 2. (lavapipe runs dispatches one after another, so
+// the decode step of f16 models at batch 1 and 2, with the chained kernels' Vulkan-memory-model
+// builds (the default where the device has the model) and their legacy builds, which also give
+// the same bits as each other eagerly. (lavapipe runs dispatches one after another, so
 // here the waits never hold anything up: the order they would enforce is checked through what the
 // stream decided, the counts through the device's counters.) The binary runs without VKF_POISON:
 // its fills of new tensors are commands of their own between the products, which the stream
@@ -15,8 +17,11 @@
 
 #include "core/autograd.h"
 #include "core/dtype.h"
+#include "core/launch.h"
 #include "infer/decode_step.h"
 #include "models/decoder.h"
+#include "ops/activation.h"
+#include "ops/decode.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "test_util.h"
@@ -30,11 +35,26 @@ const bool kPoisonOff = [] { return setenv("VKF_POISON", "0", 1) == 0; }();
 
 using test::Rng;
 
-// Chaining on for the scope's captures, back to off after.
+// Chaining on for the scope's captures, back to off after; `vmm`: the chained kernels'
+// Vulkan-memory-model builds where the device has them (else the legacy builds, whose chained
+// reads are coherent loads).
 struct ChainingOn {
-  explicit ChainingOn(bool on = true) { vk::Context::get().stream().set_stage_chaining(on); }
-  ~ChainingOn() { vk::Context::get().stream().set_stage_chaining(false); }
+  explicit ChainingOn(bool on = true, bool vmm = true) {
+    vk::Context::get().stream().set_stage_chaining(on);
+    set_vmm_chaining(vmm);
+  }
+  ~ChainingOn() {
+    vk::Context::get().stream().set_stage_chaining(false);
+    set_vmm_chaining(true);
+  }
 };
+
+// Whether chained dispatches here run the Vulkan-memory-model builds (the default where the
+// device has the model at device scope).
+bool device_runs_vmm_builds() {
+  const auto& info = vk::Context::get().info();
+  return info.vulkan_memory_model && info.vulkan_memory_model_device_scope;
+}
 
 Tensor half_weight(Rng& rng, int64_t rows, int64_t cols) {
   const auto v = rng.uniform(static_cast<size_t>(rows * cols));
@@ -53,7 +73,7 @@ struct ChainRun {
 // A graph of one-row f16 products (the skinny kernel, which can be chained) and one plain addition
 // between them:
 //   x2 = 2 x; y1 = x2 W1^T; y2 = y1 W2^T; y3 = y1 W3^T; sum = y2 + y3; y4 = x2 W4^T; last = y4 W1^T
-ChainRun run_chain(bool chaining) {
+ChainRun run_chain(bool chaining, bool vmm = true) {
   autograd::NoGradScope no_grad;
   Rng rng(71);
   constexpr int64_t K = 256, N = 256;
@@ -61,7 +81,7 @@ ChainRun run_chain(bool chaining) {
   const Tensor w1 = half_weight(rng, N, K), w2 = half_weight(rng, N, K),
                w3 = half_weight(rng, N, K), w4 = half_weight(rng, N, K);
   auto& stream = vk::Context::get().stream();
-  ChainingOn scope(chaining);
+  ChainingOn scope(chaining, vmm);
   stream.synchronize();
   const uint64_t barriers_before = stream.barrier_count();
   stream.begin_capture();
@@ -125,6 +145,50 @@ TEST(StageChain, WaitsWhereTheStageBeforeIsChained) {
   EXPECT_EQ(plain.barriers, chained.barriers + 1) << "one barrier left out";
   test::expect_close(chained.sum, plain.sum, 0, 0, "y2 + y3");
   test::expect_close(chained.last, plain.last, 0, 0, "y4 W1^T");
+
+  // The other build of the chained kernels: the same decisions, counts and bits.
+  const ChainRun legacy = run_chain(true, false);
+  EXPECT_EQ(legacy.links, chained.links);
+  EXPECT_EQ(legacy.counters, "");
+  test::expect_close(legacy.sum, plain.sum, 0, 0, "y2 + y3, legacy build");
+  test::expect_close(legacy.last, plain.last, 0, 0, "y4 W1^T, legacy build");
+}
+
+TEST(StageChain, MemoryModelBuildsExist) {
+  // Both chainable kernels have their Vulkan-memory-model builds, which chained dispatches run on
+  // devices with the model at device scope (the fallback otherwise: the legacy build).
+  EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_vmm"));
+  EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_gated_vmm"));
+  if (!device_runs_vmm_builds())
+    GTEST_LOG_(INFO) << "this device lacks the memory model at device scope: legacy builds run";
+}
+
+// Each chainable kernel's two builds give the same bits for each of its forms, run eagerly (the
+// stream's chaining setting picks the build, outside captures too): plain, with the norm folded
+// (one row: staged in shared memory) or not (two rows), gated, 2-byte loads (K = 100), rows of
+// 8 to 128 threads in the norm's sums, and a K split whose last slice is shorter (K = 4104).
+TEST(StageChain, MemoryModelBuildsGiveTheLegacyBits) {
+  if (!device_runs_vmm_builds()) GTEST_SKIP() << "no memory model at device scope: one build runs";
+  autograd::NoGradScope no_grad;
+  Rng rng(73);
+  for (const int64_t K : {100, 64, 1024, 4104})
+    for (const int64_t M : {1, 2}) {
+      SCOPED_TRACE("K " + std::to_string(K) + " M " + std::to_string(M));
+      const Tensor x = test::to_gpu(test::as_f32(rng.uniform(static_cast<size_t>(M * K))), {M, K});
+      const Tensor w = half_weight(rng, 96, K), wu = half_weight(rng, 96, K);
+      const ops::RowNorm norm{test::to_gpu(test::as_f32(rng.uniform(K)), {K}), 1e-5f, false};
+      auto products = [&](bool vmm) {
+        ChainingOn scope(true, vmm);
+        std::vector<std::vector<double>> out;
+        out.push_back(ops::linear(x, w).to_double());
+        out.push_back(ops::normed_linear(x, norm, w).to_double());
+        out.push_back(ops::gated_linear(x, w, wu, ops::Activation::SiLU, &norm).to_double());
+        return out;
+      };
+      const auto vmm = products(true), legacy = products(false);
+      const char* names[] = {"linear", "normed_linear", "gated_linear"};
+      for (size_t i = 0; i < vmm.size(); ++i) test::expect_close(vmm[i], legacy[i], 0, 0, names[i]);
+    }
 }
 
 TEST(StageChain, OffOutsideCapturesAndByDefault) {
@@ -151,9 +215,9 @@ TEST(StageChain, OffOutsideCapturesAndByDefault) {
 
 // The decode step's logits with chaining on and off, over the steps of one prompt.
 std::vector<std::vector<double>> decode_logits(models::DecoderModel& model, int64_t batch,
-                                               bool chaining, uint64_t& links) {
+                                               bool chaining, uint64_t& links, bool vmm = true) {
   autograd::NoGradScope no_grad;
-  ChainingOn scope(chaining);
+  ChainingOn scope(chaining, vmm);
   constexpr int64_t kPrompt = 4, kSteps = 5;
   auto cache = model.make_cache(batch, kPrompt + kSteps);
   std::vector<int32_t> ids, pos;
@@ -197,6 +261,11 @@ TEST(StageChain, DecodeStepGivesTheSameLogits) {
       ASSERT_EQ(chained.size(), plain.size());
       for (size_t s = 0; s < chained.size(); ++s)
         test::expect_close(chained[s], plain[s], 0, 0, "step " + std::to_string(s));
+      uint64_t links_legacy = 0;
+      const auto legacy = decode_logits(model, batch, true, links_legacy, false);
+      EXPECT_EQ(links_legacy, links_on);
+      for (size_t s = 0; s < legacy.size(); ++s)
+        test::expect_close(legacy[s], plain[s], 0, 0, "legacy build, step " + std::to_string(s));
     }
   }
 }
