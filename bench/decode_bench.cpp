@@ -16,8 +16,9 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
-//                [--argmax-separate] [--skinny-early-epilogue] [--stage-chain]
-//                [--chain-coherent]
+//                [--argmax-separate] [--skinny-early-epilogue]
+//                [--stage-chain | --stage-barriers] [--chain-coherent]
+//                [--attention-unchained]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -257,10 +258,18 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
                "bias before the main loop instead of in the epilogue");
-  bool stage_chain = false;
+  bool stage_chain = false, stage_barriers = false;
   app.add_flag("--stage-chain", stage_chain,
                "replayed steps chain their product stages on device counters instead of pipeline "
-               "barriers (vk::Stream::set_stage_chaining)");
+               "barriers (vk::Stream::set_stage_chaining; the default on NVIDIA with the Vulkan "
+               "memory model, unless VKF_STAGE_CHAIN=0)");
+  app.add_flag("--stage-barriers", stage_barriers,
+               "replayed steps keep a pipeline barrier between all dependent stages (no chaining)")
+      ->excludes("--stage-chain");
+  bool attention_unchained = false;
+  app.add_flag("--attention-unchained", attention_unchained,
+               "with chained stages: the one-query attention keeps its barriers (only the "
+               "products chain)");
   bool chain_coherent = false;
   app.add_flag("--chain-coherent", chain_coherent,
                "with --stage-chain: the chained kernels' legacy-memory-model builds (coherent "
@@ -296,8 +305,9 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
-    if (stage_chain) vk::Context::get().stream().set_stage_chaining(true);
+    if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     set_vmm_chaining(!chain_coherent);
+    ops::detail::set_decode_attention_chaining(!attention_unchained);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);
@@ -440,9 +450,11 @@ int main(int argc, char** argv) {
               "\"batch\":{},\"prompt\":{},\"new\":{},\"params\":{},"
               "\"decode_tokens_per_s\":{:.1f},\"ms_per_step\":{:.3f},\"dispatches_per_step\":{:.1f}"
               ","
-              "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"device\":\"{}\"}}\n",
+              "\"roofline_b1_tokens_per_s\":{:.1f},\"check\":\"{}\",\"stage_chaining\":{},"
+              "\"device\":\"{}\"}}\n",
               shape, dtype, mode, batch, prompt_len, new_tokens, params, r.tps, r.ms, r.dispatches,
-              roofline, r.check, vk::Context::get().info().name);
+              roofline, r.check, vk::Context::get().stream().stage_chaining(),
+              vk::Context::get().info().name);
           std::fflush(stdout);
           results.push_back(r);
         }

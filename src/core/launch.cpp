@@ -85,12 +85,15 @@ bool vmm_chaining() {
 // Vulkan memory model: the chained wait makes other stages' stores visible to plain loads, see
 // shaders/stage_chain.glsl) where the device and the module have one; else the kernel as named,
 // whose chained reads are coherent loads that skip the multiprocessor's cache.
-static std::string chained_module(const std::string& module) {
+bool chained_vmm_builds_run() {
   auto& ctx = vk::Context::get();
   const auto& info = ctx.info();
-  if (!ctx.stream().stage_chaining() || !info.vulkan_memory_model ||
-      !info.vulkan_memory_model_device_scope || !vmm_chaining())
-    return module;
+  return ctx.stream().stage_chaining() && info.vulkan_memory_model &&
+         info.vulkan_memory_model_device_scope && vmm_chaining();
+}
+
+static std::string chained_module(const std::string& module) {
+  if (!chained_vmm_builds_run()) return module;
   const std::string vmm = module + "_vmm";
   return vk::Pipelines::has_module(vmm) ? vmm : module;
 }

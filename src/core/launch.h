@@ -67,6 +67,10 @@ void launch(const std::string& module, const Push& push, Grid grid,
 // whose chained reads are coherent loads (for measuring one against the other).
 void set_vmm_chaining(bool on);
 bool vmm_chaining();
+// Whether chained dispatches run the "_vmm" builds now (the stream chains stages, the device has
+// the model at device scope, set_vmm_chaining is on): kernels whose only chainable build is a
+// "_vmm" one (attention_decode_fast_chained) are chained only then.
+bool chained_vmm_builds_run();
 void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
                         const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
                         std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,

@@ -128,6 +128,9 @@ DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64
 void set_decode_heads_per_group(int64_t heads);
 // Forces the keys per lane group and pass (1..8; benches and tests); 0 restores the rule.
 void set_decode_keys_per_lane_group(int64_t keys);
+// Whether the one-query attention may run its chained variant where stages are chained (default
+// on; off keeps a barrier before and after it, for timing).
+void set_decode_attention_chaining(bool on);
 
 }  // namespace detail
 

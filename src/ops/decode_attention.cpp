@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 
@@ -40,6 +41,7 @@ constexpr int64_t kMinPassesToSplit = 8;
 constexpr int64_t kMaxSplits = 64;
 int64_t g_heads_per_group = 0;  // 0: the rule of decode_attention_plan
 int64_t g_keys_per_lane_group = 0;  // likewise
+bool g_chain_attention = true;      // set_decode_attention_chaining
 
 bool plain_forced() {
   const char* env = std::getenv("VKF_ATTENTION");
@@ -115,6 +117,19 @@ struct RopeInputs {
   RopeLayout layout = RopeLayout::RotateHalf;
 };
 
+// Whether launch_fast runs the chained variant: only its memory-model build exists, so only where
+// chained dispatches run those (core/launch.h), and only where the addresses it derives hold: the
+// sin table right after the cos table (rope_cos_sin builds them so) and cached[0] right after the
+// B positions (as DecodeStepRunner's inputs lie).
+bool chains_fast(const RopeInputs* rope, const Tensor& cached, int64_t B) {
+  if (!g_chain_attention || !chained_vmm_builds_run()) return false;
+  if (!rope) return true;
+  const uint64_t half = static_cast<uint64_t>(rope->rotary_dim / 2);
+  const uint64_t rows = static_cast<uint64_t>(rope->cos.dim(0));
+  return rope->sin.address() == rope->cos.address() + 4 * rows * half &&
+         cached.address() == rope->positions.address() + 4 * static_cast<uint64_t>(B);
+}
+
 // One launch of attention_decode_fast.comp; with `rope`, the fused op.
 Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_k,
                    const Tensor& cache_v, const Tensor& mask, const Tensor& cached,
@@ -175,7 +190,42 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
   // rows are read once per head group.
   const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
                               8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
-  if (rope) {
+  if (chains_fast(rope, cached, B)) {
+    // The chained variant's push block (see attention_decode_fast.comp): no sin and no cached
+    // field, both derived from the fields before them.
+    struct {
+      uint64_t q, k_new, v_new, cos, pos_cached, cache_k, cache_v, mask, out, scratch;
+      uint32_t capacity, heads, window, table_rows, d, half_flags;
+      float scale, softcap;
+      vk::ChainSync chain;  // filled by the stream
+    } chained{push.q,
+              push.k_new,
+              push.v_new,
+              push.cos,
+              rope ? push.pos : push.cached,
+              push.cache_k,
+              push.cache_v,
+              push.mask,
+              push.out,
+              push.scratch,
+              push.capacity,
+              push.heads,
+              push.window,
+              push.table_rows,
+              push.d,
+              push.half_flags,
+              push.scale,
+              push.softcap,
+              {}};
+    static_assert(sizeof(chained) == 128, "the chained variant's push constants fill 128 bytes");
+    const Tensor none_t;
+    launch_chained("attention_decode_fast_chained", chained, offsetof(decltype(chained), chain),
+                   grid,
+                   {&q, rope ? &rope->k : &none_t, rope ? &rope->v : &none_t,
+                    rope ? &rope->cos : &none_t, rope ? &rope->sin : &none_t,
+                    rope ? &rope->positions : &none_t, &cached, &cache_k, &cache_v, &mask},
+                   {&out, &cache_k, &cache_v, &scratch}, spec, cost);
+  } else if (rope) {
     launch("attention_decode_fast", push, grid,
            {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
             &cache_v, &mask},
@@ -264,6 +314,10 @@ std::string decode_attention_fast_unfit(int64_t head_dim) {
 void set_decode_heads_per_group(int64_t heads) {
   VKF_REQUIRE(heads >= 0, "decode heads per workgroup must be >= 0, got {}", heads);
   g_heads_per_group = heads;
+}
+
+void set_decode_attention_chaining(bool on) {
+  g_chain_attention = on;
 }
 
 void set_decode_keys_per_lane_group(int64_t keys) {

@@ -264,8 +264,13 @@ RopeCosSinHost rope_cos_sin_host(const RopeTables& tables, int64_t positions) {
 
 RopeCosSin rope_cos_sin(const RopeTables& tables, int64_t positions) {
   const RopeCosSinHost h = rope_cos_sin_host(tables, positions);
-  return {Tensor::from_host(std::span<const float>(h.cos), {h.positions, h.half}),
-          Tensor::from_host(std::span<const float>(h.sin), {h.positions, h.half})};
+  // One allocation, the sin table right after the cos table: the chained one-query attention
+  // derives the one's address from the other's (ops/decode_attention.cpp).
+  std::vector<float> both(h.cos.begin(), h.cos.end());
+  both.insert(both.end(), h.sin.begin(), h.sin.end());
+  const Tensor t = Tensor::from_host(std::span<const float>(both), {2, h.positions, h.half});
+  return {t.slice(0, 0, 1).reshape({h.positions, h.half}),
+          t.slice(0, 1, 2).reshape({h.positions, h.half})};
 }
 
 }  // namespace vkf::ops

@@ -36,7 +36,16 @@
 // that combined the splits inside this dispatch (atomic arrival counter, a shared flag read after
 // a barrier). Hence the writer takes the new key from registers, the combine is a second
 // dispatch, and the loads are branch-free (clamped rows and selects, which also keep lanes
-// converged on GPUs). The tests run this kernel on lavapipe: keep them passing there.
+// converged on GPUs). The tests run this kernel on lavapipe: keep them passing there. Every loop
+// that touches shared memory runs equally often in every invocation (lavapipe miscompiles the
+// memory-model build of one that does not, see matmul_skinny_f16.comp's compute_norm_rstd).
+//
+// The `chained_vmm` variant can be chained (stage_chain_push.glsl; the Vulkan memory model,
+// common.glsl's VKF_VMM): it waits for the stage that wrote q, k_new and v_new and counts itself
+// done at the end. Its push block makes room for the chain fields by deriving two addresses
+// (ops::detail's launch checks they hold): the sin table follows the cos table ([2, P, half]), and
+// cached[0] follows the B positions (without FLAG_ROPE the `pos` field is `cached` itself).
+//!variant chained_vmm -DCHAINED=1 -DVKF_VMM=1
 //!precise
 #version 460
 #extension GL_KHR_shader_subgroup_basic : require
@@ -56,6 +65,9 @@ layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 1
 #define LANES 8
 #define GROUPS 16          // NT / LANES
 #define SLICE 128          // dims combined per round at the end
+#if SLICE != NT
+#error "the final combine has every invocation read one slice entry"
+#endif
 #define MIN_PASSES 2       // mirrored by kMinPassesPerSplit in src/ops/decode_attention.cpp
 const uint FLAG_ROPE = 4u;         // kFlagRope in src/ops/decode_attention.cpp (FLAG_MASK is 1)
 const uint FLAG_INTERLEAVED = 8u;
@@ -64,14 +76,24 @@ layout(local_size_x = NT) in;
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer PartialBuf { VACC v[]; };
 
+#ifndef CHAINED
+#define CHAINED 0
+#endif
+#if CHAINED
+#include "stage_chain_push.glsl"
+#endif
 layout(push_constant, std430) uniform Push {
   F32Buf q;       // [B, 1, Hq, D] (not yet rotated under FLAG_ROPE)
   F32Buf k_new;   // [B, 1, Hkv, D], FLAG_ROPE only
   F32Buf v_new;   // [B, 1, Hkv, D], FLAG_ROPE only
-  F32Buf cos_;    // [P, half], FLAG_ROPE only
+  F32Buf cos_;    // [P, half], FLAG_ROPE only (CHAINED: the sin table follows it)
+#if !CHAINED
   F32Buf sin_;
-  I32Buf pos;     // [B] rotary positions, FLAG_ROPE only
+#endif
+  I32Buf pos;     // [B] rotary positions, FLAG_ROPE only (CHAINED: cached follows them)
+#if !CHAINED
   I32Buf cached;  // cached[0]: keys before this step (and the slot of the new one)
+#endif
   F32Buf k;       // cache [B, capacity, Hkv, D]
   F32Buf v;
   I32Buf mask;    // [B, capacity], FLAG_MASK only
@@ -85,7 +107,13 @@ layout(push_constant, std430) uniform Push {
   uint half_flags;  // rotary_dim / 2 | flags << 16 (FLAG_MASK, FLAG_ROPE, FLAG_INTERLEAVED)
   float scale;
   float softcap;
+#if CHAINED
+  STAGE_CHAIN_PUSH_FIELDS
+#endif
 } p;
+#if CHAINED
+#include "stage_chain.glsl"
+#endif
 
 shared float sQ[HPW * LANES * DPL];  // the group's queries (rotated under FLAG_ROPE), zero-padded
 shared float sNewK[LANES * DPL];     // FLAG_ROPE: the new key, rotated, and the new value
@@ -94,11 +122,28 @@ shared float sM[GROUPS * HPW];   // each lane group's running max, per head
 shared VACC sL[GROUPS * HPW];    // each lane group's sum, rescaled to the workgroup's max
 shared VACC sAcc[GROUPS * SLICE];  // each lane group's values of one head, one slice of dims
 
+// The rotary sin table and the cached-keys buffer (derived in the chained variant, see above).
+F32Buf sin_table() {
+#if CHAINED
+  return F32Buf(uint64_t(p.cos_) + 4ul * uint64_t(p.table_rows) * uint64_t(p.half_flags & 0xffffu));
+#else
+  return p.sin_;
+#endif
+}
+I32Buf cached_buf() {
+#if CHAINED
+  const bool rope = ((p.half_flags >> 16) & FLAG_ROPE) != 0u;
+  return I32Buf(uint64_t(p.pos) + (rope ? 4ul * uint64_t(gl_NumWorkGroups.y) : 0ul));
+#else
+  return p.cached;
+#endif
+}
+
 // Element e of row `row` of x [rows, D], rotated at the rotary position of batch row b.
 float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
   const uint half_ = p.half_flags & 0xffffu;
   const uint at = uint(clamp(p.pos.v[b], 0, int(p.table_rows) - 1));
-  return rope_element(x, row * D, e, p.cos_, p.sin_, at, half_,
+  return rope_element(x, row * D, e, p.cos_, sin_table(), at, half_,
                       ((p.half_flags >> 16) & FLAG_INTERLEAVED) != 0u);
 }
 
@@ -111,7 +156,7 @@ void main() {
   const uint D = p.d, cap = p.capacity, flags = p.half_flags >> 16;
   const uint h0 = hk * G + hg * HPW;       // first query head of the group
   const uint nh = min(HPW, G - hg * HPW);  // heads in the group
-  const int cached = p.cached.v[0];
+  const int cached = cached_buf().v[0];
   const int keys = clamp(cached + 1, 0, int(cap));
   const int qpos = keys - 1;
   // Under FLAG_ROPE the newest key comes from k_new / v_new (and is written to its slot here).
@@ -121,19 +166,26 @@ void main() {
   const uint npass = keys > j_lo ? (uint(keys - j_lo) + PASS - 1u) / PASS : 0u;
   const uint per_split = max(uint(MIN_PASSES), (npass + splits - 1u) / splits);
   const uint n_active = max(1u, (npass + per_split - 1u) / per_split);
+#if CHAINED
+  stage_chain_wait();  // q, k_new and v_new come from the stage before
+#endif
   if (split < n_active) {  // uniform over the workgroup
 
     // The group's queries (rotated here under FLAG_ROPE) and the new key and value, in shared
     // memory: every lane group reads them, and one call site each keeps the kernel small.
     const bool rope = (flags & FLAG_ROPE) != 0u;
-    for (uint i = t; i < HPW * LANES * DPL; i += NT) {
+    for (uint i0 = 0; i0 < HPW * LANES * DPL; i0 += NT) {
+      const uint i = i0 + t;
+      if (i >= HPW * LANES * DPL) continue;
       const uint g = i / (LANES * DPL), e = i - g * (LANES * DPL);
       float x = 0.0;
       if (g < nh && e < D) x = rope ? rotated(p.q, b * hq + h0 + g, e, b, D)
                                     : p.q.v[(b * hq + h0 + g) * D + e];
       sQ[i] = x;
     }
-    for (uint e = t; e < LANES * DPL; e += NT) {
+    for (uint e0 = 0; e0 < LANES * DPL; e0 += NT) {
+      const uint e = e0 + t;
+      if (e >= LANES * DPL) continue;
       sNewK[e] = fresh && e < D ? rotated(p.k_new, b * hkv + hk, e, b, D) : 0.0;
       sNewV[e] = fresh && e < D ? p.v_new.v[(b * hkv + hk) * D + e] : 0.0;
     }
@@ -273,12 +325,12 @@ void main() {
         }
         barrier();
         const uint dim = d0 + t;
-        if (t < SLICE && dim < D) {
-          VACC sum = VACC(0.0), val = VACC(0.0);
-          for (uint r = 0; r < GROUPS; ++r) {
-            sum += sL[r * HPW + g];
-            val += sAcc[r * SLICE + t];
-          }
+        VACC sum = VACC(0.0), val = VACC(0.0);
+        for (uint r = 0; r < GROUPS; ++r) {  // by every invocation (t < SLICE == NT)
+          sum += sL[r * HPW + g];
+          val += sAcc[r * SLICE + t];
+        }
+        if (dim < D) {
           if (partial) {
             const uint rec = ((set * splits + split) * HPW + g) * record;
             if (dim == 0u) {
@@ -293,4 +345,7 @@ void main() {
       }
     }
   }
+#if CHAINED
+  stage_chain_signal();
+#endif
 }

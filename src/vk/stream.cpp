@@ -17,9 +17,15 @@ namespace {
 constexpr uint32_t kQueriesPerBatch = 2 * 512 + 8;
 }
 
+bool stage_chaining_by_default(const DeviceInfo& info) {
+  constexpr uint32_t kNvidiaVendor = 0x10DE;
+  return info.vendor_id == kNvidiaVendor && info.vulkan_memory_model &&
+         info.vulkan_memory_model_device_scope;
+}
+
 Stream::Stream(Context& ctx) : ctx_(ctx) {
   const char* chain = std::getenv("VKF_STAGE_CHAIN");
-  stage_chaining_ = chain && std::string(chain) == "1";
+  stage_chaining_ = chain ? std::string(chain) == "1" : stage_chaining_by_default(ctx_.info());
   VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = ctx_.queue_family();

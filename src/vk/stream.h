@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "vk/device_info.h"
 #include "vk/memory.h"
 #include "vk/pipeline.h"
 
@@ -129,6 +130,14 @@ class Graph {
   uint64_t chain_links_ = 0;
 };
 
+// Whether a device chains stages unless VKF_STAGE_CHAIN says otherwise: NVIDIA devices with the
+// Vulkan memory model at device scope. There the chained kernels' memory-model builds run (plain
+// loads after the wait; the legacy builds' coherent reads measured slower than barriers on the
+// H200), and launch is in order, so every workgroup a wait counts is running or done before any
+// waiting one takes a slot (bench/RESULTS.md, twenty-fourth session: a batch-1 decode step 5-7%
+// faster). Elsewhere off: other drivers' launch order is not known here.
+bool stage_chaining_by_default(const DeviceInfo& info);
+
 class Stream {
  public:
   explicit Stream(Context& ctx);
@@ -146,10 +155,8 @@ class Stream {
                         uint32_t sync_offset, uint32_t groups_x, uint32_t groups_y,
                         uint32_t groups_z, std::span<const BufferRange> reads,
                         std::span<const BufferRange> writes, const DispatchCost& cost = {});
-  // Whether captures begun from now on chain stages (default: VKF_STAGE_CHAIN=1|0, else off).
-  // Off by default: on the H200 a chained batch-1 decode step measured slower than with barriers
-  // once its reads of other stages' outputs were made coherent, as correctness needs there
-  // (bench/RESULTS.md, twenty-third session).
+  // Whether captures begun from now on chain stages (default: VKF_STAGE_CHAIN=1|0, else
+  // stage_chaining_by_default()).
   void set_stage_chaining(bool on) { stage_chaining_ = on; }
   bool stage_chaining() const { return stage_chaining_; }
   void copy(const Allocation& src, uint64_t src_offset, const Allocation& dst, uint64_t dst_offset,
