@@ -147,6 +147,50 @@ float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
                       ((p.half_flags >> 16) & FLAG_INTERLEAVED) != 0u);
 }
 
+// The loads of pass ps into kr, vr, seen and newest (a macro: arrays sized by specialization
+// constants do not pass through functions in this glslc), keys j = j_lo + ps * PASS + i * GROUPS
+// + grp, every load of the pass first and without branches (see the header): keys past the range
+// read the last key's row and are hidden by `seen`. The newest key's slot, which this dispatch
+// writes, is never read: its lanes read the projections k_new / v_new instead (their values are
+// then replaced by the rotated ones in registers: `newest`), or, before the wait for the stage
+// that writes those (`early`), the row of the key before it. D % 4 == 0 under VEC4: vec4s lie
+// wholly inside or past D.
+#define LOAD_PASS(ps, early)                                                                 \
+  [[unroll]] for (uint i = 0; i < KPT; ++i) {                                                \
+    const int j = j_lo + int((ps) * PASS + i * GROUPS + grp);                                \
+    const bool in_range = j < keys;                                                          \
+    const int jc = min(j, keys - 1);                                                         \
+    const bool is_new = fresh && jc == keys - 1;                                             \
+    newest[i] = is_new;                                                                      \
+    const int jr = is_new && (early) ? max(keys - 2, 0) : jc;                                \
+    const bool proj = is_new && !(early);                                                    \
+    const uint row = proj ? (b * hkv + hk) * D : ((b * cap + uint(jr)) * hkv + hk) * D;      \
+    const uint64_t ksrc = proj ? uint64_t(p.k_new) : uint64_t(p.k);                          \
+    const uint64_t vsrc = proj ? uint64_t(p.v_new) : uint64_t(p.v);                          \
+    bool visible = in_range;                                                                 \
+    if ((flags & FLAG_MASK) != 0u) visible = visible && p.mask.v[b * cap + uint(jc)] != 0;   \
+    seen[i] = visible;                                                                       \
+    if (VEC4) {                                                                              \
+      [[unroll]] for (uint e = 0; e < DPL; e += 4u) {                                        \
+        const uint dim = lane * DPL + e;                                                     \
+        const uint at = (row + min(dim, D - 4u)) / 4u;                                       \
+        const vec4 k4 = Vec4Buf(ksrc).v[at], v4 = Vec4Buf(vsrc).v[at];                       \
+        [[unroll]] for (uint c = 0; c < 4u; ++c) {                                           \
+          kr[i * DPL + e + c] = dim < D ? k4[c] : 0.0;                                       \
+          vr[i * DPL + e + c] = dim < D ? v4[c] : 0.0;                                       \
+        }                                                                                    \
+      }                                                                                      \
+    } else {                                                                                 \
+      [[unroll]] for (uint e = 0; e < DPL; ++e) {                                            \
+        const uint dim = lane * DPL + e;                                                     \
+        const uint at = row + min(dim, D - 1u);                                              \
+        const float kx = F32Buf(ksrc).v[at], vx = F32Buf(vsrc).v[at];                        \
+        kr[i * DPL + e] = dim < D ? kx : 0.0;                                                \
+        vr[i * DPL + e] = dim < D ? vx : 0.0;                                                \
+      }                                                                                      \
+    }                                                                                        \
+  }
+
 void main() {
   const uint t = gl_LocalInvocationID.x, lane = t % LANES, grp = t / LANES;
   const uint hq = p.heads & 0xffffu, hkv = p.heads >> 16, G = hq / hkv;
@@ -166,6 +210,16 @@ void main() {
   const uint npass = keys > j_lo ? (uint(keys - j_lo) + PASS - 1u) / PASS : 0u;
   const uint per_split = max(uint(MIN_PASSES), (npass + splits - 1u) / splits);
   const uint n_active = max(1u, (npass + per_split - 1u) / per_split);
+  // The first pass's loads go out before the wait: they read only cache rows, which no stage that
+  // can be waited on writes (only this dispatch's writer, at the newest slot, which they skip),
+  // and the mask; not where the newest key is the only one.
+  const uint ps_begin = split * per_split, pass_end = min(npass, (split + 1u) * per_split);
+  const bool preloaded = split < n_active && ps_begin < pass_end && (!fresh || keys >= 2);
+  float kr[KPT * DPL], vr[KPT * DPL];  // this lane's dims of its keys of the pass
+  bool seen[KPT], newest[KPT];
+  if (preloaded) {
+    LOAD_PASS(ps_begin, true)
+  }
 #if CHAINED
   stage_chain_wait();  // q, k_new and v_new come from the stage before
 #endif
@@ -223,43 +277,16 @@ void main() {
       [[unroll]] for (uint i = 0; i < DPL; ++i) acc[g * DPL + i] = VACC(0.0);
     }
 
-    const uint pass_end = min(npass, (split + 1u) * per_split);
-    for (uint ps = split * per_split; ps < pass_end; ++ps) {
-      // Every load of the pass first: keys j = base + i * GROUPS + grp.
-      float kr[KPT * DPL], vr[KPT * DPL];
-      bool seen[KPT];
+    for (uint ps = ps_begin; ps < pass_end; ++ps) {
+      if (ps != ps_begin || !preloaded) {
+        LOAD_PASS(ps, false)
+      }
+      // The newest key's values come from registers (rotated here), never from memory.
       [[unroll]] for (uint i = 0; i < KPT; ++i) {
-        const int j = j_lo + int(ps * PASS + i * GROUPS + grp);
-        const bool in_range = j < keys;
-        // Loads without branches (see the header): keys past the range read the last key's row
-        // and are hidden by `seen`; the new key's slot, which this dispatch writes, is never
-        // read: its lanes read the projections k_new / v_new instead and take the rotated
-        // values from nk / nv.
-        const int jc = min(j, keys - 1);
-        const bool is_new = fresh && jc == keys - 1;
-        const uint row = is_new ? (b * hkv + hk) * D : ((b * cap + uint(jc)) * hkv + hk) * D;
-        const uint64_t ksrc = is_new ? uint64_t(p.k_new) : uint64_t(p.k);
-        const uint64_t vsrc = is_new ? uint64_t(p.v_new) : uint64_t(p.v);
-        bool visible = in_range;
-        if ((flags & FLAG_MASK) != 0u) visible = visible && p.mask.v[b * cap + uint(jc)] != 0;
-        seen[i] = visible;
-        if (VEC4) {
-          [[unroll]] for (uint e = 0; e < DPL; e += 4u) {
-            const uint dim = lane * DPL + e;  // D % 4 == 0: vec4s lie wholly inside or past D
-            const uint at = (row + min(dim, D - 4u)) / 4u;
-            const vec4 k4 = Vec4Buf(ksrc).v[at], v4 = Vec4Buf(vsrc).v[at];
-            [[unroll]] for (uint c = 0; c < 4u; ++c) {
-              kr[i * DPL + e + c] = dim < D ? (is_new ? nk[e + c] : k4[c]) : 0.0;
-              vr[i * DPL + e + c] = dim < D ? (is_new ? nv[e + c] : v4[c]) : 0.0;
-            }
-          }
-        } else {
-          [[unroll]] for (uint e = 0; e < DPL; ++e) {
-            const uint dim = lane * DPL + e;
-            const uint at = row + min(dim, D - 1u);
-            const float kx = F32Buf(ksrc).v[at], vx = F32Buf(vsrc).v[at];
-            kr[i * DPL + e] = dim < D ? (is_new ? nk[e] : kx) : 0.0;
-            vr[i * DPL + e] = dim < D ? (is_new ? nv[e] : vx) : 0.0;
+        [[unroll]] for (uint e = 0; e < DPL; ++e) {
+          if (newest[i]) {
+            kr[i * DPL + e] = lane * DPL + e < D ? nk[e] : 0.0;
+            vr[i * DPL + e] = lane * DPL + e < D ? nv[e] : 0.0;
           }
         }
       }
