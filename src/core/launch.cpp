@@ -81,16 +81,14 @@ bool vmm_chaining() {
   return vmm_chaining_slot();
 }
 
-// The build of a chainable kernel to run: while the stream captures and chains stages (only then
-// can a dispatch wait; eager dispatches keep the legacy builds, whose loads the H200 ran faster at
-// batch 8), its "_vmm" build (the
+// The build of a chainable kernel to run: while the stream chains stages, its "_vmm" build (the
 // Vulkan memory model: the chained wait makes other stages' stores visible to plain loads, see
 // shaders/stage_chain.glsl) where the device and the module have one; else the kernel as named,
 // whose chained reads are coherent loads that skip the multiprocessor's cache.
 bool chained_vmm_builds_run() {
   auto& ctx = vk::Context::get();
   const auto& info = ctx.info();
-  return ctx.stream().stage_chaining() && ctx.stream().capturing() && info.vulkan_memory_model &&
+  return ctx.stream().stage_chaining() && info.vulkan_memory_model &&
          info.vulkan_memory_model_device_scope && vmm_chaining();
 }
 

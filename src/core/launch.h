@@ -67,9 +67,9 @@ void launch(const std::string& module, const Push& push, Grid grid,
 // whose chained reads are coherent loads (for measuring one against the other).
 void set_vmm_chaining(bool on);
 bool vmm_chaining();
-// Whether chained dispatches run the "_vmm" builds now (the stream captures and chains stages, the
-// device has the model at device scope, set_vmm_chaining is on): kernels whose only chainable
-// build is a "_vmm" one (attention_decode_fast_chained) are chained only then.
+// Whether chained dispatches run the "_vmm" builds now (the stream chains stages, the device has
+// the model at device scope, set_vmm_chaining is on): kernels whose only chainable build is a
+// "_vmm" one (attention_decode_fast_chained) are chained only then.
 bool chained_vmm_builds_run();
 void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
                         const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
@@ -84,19 +84,6 @@ void launch_chained(const std::string& module, const Push& push, uint32_t sync_o
   launch_chained_raw(module, spec, &push, sizeof(Push), sync_offset, grid,
                      std::span(reads.begin(), reads.size()),
                      std::span(writes.begin(), writes.size()), cost);
-}
-
-// launch_chained where `chain`, else launch (the push's chain fields left zero: no wait, no
-// count). Chained kernels use it to chain only the shapes where chaining measured faster.
-template <typename Push>
-void launch_chained_if(bool chain, const std::string& module, const Push& push,
-                       uint32_t sync_offset, Grid grid, std::initializer_list<const Tensor*> reads,
-                       std::initializer_list<const Tensor*> writes,
-                       const std::vector<uint32_t>& spec = {}, const vk::DispatchCost& cost = {}) {
-  if (chain)
-    launch_chained(module, push, sync_offset, grid, reads, writes, spec, cost);
-  else
-    launch(module, push, grid, reads, writes, spec, cost);
 }
 
 // The same for kernels over a list of tensors (multi-tensor kernels), whose reads and writes are

@@ -280,8 +280,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
-  launch_chained_if(m == 1, "matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
-                    Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
+  launch_chained("matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
+                 Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
   return out;
 }
 

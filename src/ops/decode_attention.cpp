@@ -120,8 +120,7 @@ struct RopeInputs {
 // Whether launch_fast runs the chained variant: only its memory-model build exists, so only where
 // chained dispatches run those (core/launch.h), and only where the addresses it derives hold: the
 // sin table right after the cos table (rope_cos_sin builds them so) and cached[0] right after the
-// B positions (as DecodeStepRunner's inputs lie). (launch_fast chains only one row, as the
-// products do, and keeps caches split over
+// B positions (as DecodeStepRunner's inputs lie). (launch_fast also keeps caches split over
 // workgroups unchained: on the H200 a 1B step at prompt 1,000 took 1.302 ms with them chained
 // against 1.175 with barriers, bench/RESULTS.md; the combine pass after them keeps its barrier
 // anyway.)
@@ -194,7 +193,7 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
   // rows are read once per head group.
   const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
                               8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
-  if (B == 1 && plan.splits == 1 && chains_fast(rope, cached, B)) {
+  if (plan.splits == 1 && chains_fast(rope, cached, B)) {
     // The chained variant's push block (see attention_decode_fast.comp): no sin and no cached
     // field, both derived from the fields before them.
     struct {

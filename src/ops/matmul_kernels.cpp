@@ -278,12 +278,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      // Chained (inside captures that chain stages) only with one activation row: at batch 8 the
-      // H200 ran a chained decode step at 3.02-3.14 ms against 2.52 with barriers before
-      // (bench/RESULTS.md, twenty-fourth session).
-      launch_chained_if(m == 1, "matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
-                        {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
-                        first ? cost : vk::DispatchCost{});
+      launch_chained("matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
+                     {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
+                     first ? cost : vk::DispatchCost{});
       first = false;
     }
   }

@@ -4,10 +4,9 @@
 // only on the stages before waits on the same counter; any other command gets a barrier), that a
 // replay counts every workgroup of every chained stage on the device, and that chained replays give
 // bitwise the results of the same graph with barriers: for a chain of skinny f16 products and for
-// the decode step of f16 models at batch 1 (at batch 2 nothing chains: only one-row products and
-// attention do), with the chained kernels' Vulkan-memory-model builds (the default where the
-// device has the model) and their legacy builds, which also give the same bits as each other in
-// every one-row form. (lavapipe runs dispatches one after another, so
+// the decode step of f16 models at batch 1 and 2, with the chained kernels' Vulkan-memory-model
+// builds (the default where the device has the model) and their legacy builds, which also give
+// the same bits as each other eagerly. (lavapipe runs dispatches one after another, so
 // here the waits never hold anything up: the order they would enforce is checked through what the
 // stream decided, the counts through the device's counters.) The binary runs without VKF_POISON:
 // its fills of new tensors are commands of their own between the products, which the stream
@@ -26,7 +25,6 @@
 #include "ops/decode.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
-#include "ops/matmul_kernels.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -172,41 +170,32 @@ TEST(StageChain, MemoryModelBuildsExist) {
     GTEST_LOG_(INFO) << "this device lacks the memory model at device scope: legacy builds run";
 }
 
-// Each chainable kernel's two builds give the same bits for each of its one-row forms (the ones
-// that chain), run in a captured graph (where the memory-model builds run): plain, with the norm
-// folded and the normalized row staged in shared memory or not, gated, 2-byte loads (K = 100),
-// rows of 8 to 128 threads in the norm's sums, and a K split whose last slice is shorter
-// (K = 4104).
+// Each chainable kernel's two builds give the same bits for each of its forms, run eagerly (the
+// stream's chaining setting picks the build, outside captures too): plain, with the norm folded
+// (one row: staged in shared memory) or not (two rows), gated, 2-byte loads (K = 100), rows of
+// 8 to 128 threads in the norm's sums, and a K split whose last slice is shorter (K = 4104).
 TEST(StageChain, MemoryModelBuildsGiveTheLegacyBits) {
   if (!device_runs_vmm_builds()) GTEST_SKIP() << "no memory model at device scope: one build runs";
   autograd::NoGradScope no_grad;
   Rng rng(73);
-  auto& stream = vk::Context::get().stream();
-  for (const int64_t K : {100, 64, 1024, 4104}) {
-    SCOPED_TRACE("K " + std::to_string(K));
-    const Tensor x = test::to_gpu(test::as_f32(rng.uniform(static_cast<size_t>(K))), {1, K});
-    const Tensor w = half_weight(rng, 96, K), wu = half_weight(rng, 96, K);
-    const ops::RowNorm norm{test::to_gpu(test::as_f32(rng.uniform(K)), {K}), 1e-5f, false};
-    auto products = [&](bool vmm) {
-      ChainingOn scope(true, vmm);
-      stream.synchronize();
-      stream.begin_capture();
-      std::vector<Tensor> out{ops::linear(x, w), ops::normed_linear(x, norm, w)};
-      ops::detail::set_skinny_f16_stage_normed(false);
-      out.push_back(ops::normed_linear(x, norm, w));
-      ops::detail::set_skinny_f16_stage_normed(true);
-      out.push_back(ops::gated_linear(x, w, wu, ops::Activation::SiLU, &norm));
-      auto graph = stream.end_capture();
-      stream.replay(*graph);
-      stream.wait(*graph);
-      std::vector<std::vector<double>> values;
-      for (const auto& t : out) values.push_back(t.to_double());
-      return values;
-    };
-    const auto vmm = products(true), legacy = products(false);
-    const char* names[] = {"linear", "normed_linear", "normed_linear, unstaged", "gated_linear"};
-    for (size_t i = 0; i < vmm.size(); ++i) test::expect_close(vmm[i], legacy[i], 0, 0, names[i]);
-  }
+  for (const int64_t K : {100, 64, 1024, 4104})
+    for (const int64_t M : {1, 2}) {
+      SCOPED_TRACE("K " + std::to_string(K) + " M " + std::to_string(M));
+      const Tensor x = test::to_gpu(test::as_f32(rng.uniform(static_cast<size_t>(M * K))), {M, K});
+      const Tensor w = half_weight(rng, 96, K), wu = half_weight(rng, 96, K);
+      const ops::RowNorm norm{test::to_gpu(test::as_f32(rng.uniform(K)), {K}), 1e-5f, false};
+      auto products = [&](bool vmm) {
+        ChainingOn scope(true, vmm);
+        std::vector<std::vector<double>> out;
+        out.push_back(ops::linear(x, w).to_double());
+        out.push_back(ops::normed_linear(x, norm, w).to_double());
+        out.push_back(ops::gated_linear(x, w, wu, ops::Activation::SiLU, &norm).to_double());
+        return out;
+      };
+      const auto vmm = products(true), legacy = products(false);
+      const char* names[] = {"linear", "normed_linear", "gated_linear"};
+      for (size_t i = 0; i < vmm.size(); ++i) test::expect_close(vmm[i], legacy[i], 0, 0, names[i]);
+    }
 }
 
 TEST(StageChain, NeverOutsideCapturesAndByDeviceByDefault) {
@@ -298,24 +287,23 @@ AttentionRun run_attention_layer(const AttentionCase& c, bool chaining) {
 }
 
 TEST(StageChain, ChainedAttentionGivesTheSameBits) {
-  // Head sizes 64 and 128, a sliding window and soft-capping; two rows and a cache long enough to
-  // split over workgroups (neither chained: the same bits all the same).
+  // Head sizes 64 and 128, batch 1 and 2, a cache long enough to split over workgroups (then not
+  // chained: the same bits all the same), a sliding window and soft-capping.
   const AttentionCase cases[] = {{1, 40, 17, 64, 0, 0.0f},
-                                 {1, 40, 30, 128, 0, 0.0f},
                                  {2, 40, 30, 128, 0, 0.0f},
                                  {1, 1100, 1000, 64, 0, 0.0f},
-                                 {1, 64, 50, 64, 16, 30.0f}};
+                                 {2, 64, 50, 64, 16, 30.0f}};
   for (const auto& c : cases) {
     SCOPED_TRACE("batch " + std::to_string(c.batch) + " cap " + std::to_string(c.cap) + " d " +
                  std::to_string(c.d));
     const AttentionRun chained = run_attention_layer(c, true);
     const AttentionRun plain = run_attention_layer(c, false);
     EXPECT_EQ(plain.links, 0u);
-    // Two rows, or a cache split over workgroups, keep the attention's barriers (launch_fast).
+    // A cache split over workgroups keeps the attention's barriers (launch_fast).
     const bool split =
         ops::detail::decode_attention_plan(c.batch, c.cap, kAttnQHeads, kAttnKvHeads, c.d).splits >
         1;
-    if (device_runs_vmm_builds() && !split && c.batch == 1) {
+    if (device_runs_vmm_builds() && !split) {
       EXPECT_GE(chained.links, 1u) << "the attention waits for q, k and v";
     }
     EXPECT_EQ(chained.counters, "");
@@ -367,11 +355,7 @@ TEST(StageChain, DecodeStepGivesTheSameLogits) {
       uint64_t links_on = 0, links_off = 0;
       const auto chained = decode_logits(model, batch, true, links_on);
       const auto plain = decode_logits(model, batch, false, links_off);
-      if (batch == 1) {
-        EXPECT_GT(links_on, 0u) << "some stages chained";
-      } else {
-        EXPECT_EQ(links_on, 0u) << "only one-row products chain";
-      }
+      EXPECT_GT(links_on, 0u) << "some stages chained";
       EXPECT_EQ(links_off, 0u);
       ASSERT_EQ(chained.size(), plain.size());
       for (size_t s = 0; s < chained.size(); ++s)
@@ -379,7 +363,7 @@ TEST(StageChain, DecodeStepGivesTheSameLogits) {
       uint64_t links_legacy = 0;
       const auto legacy = decode_logits(model, batch, true, links_legacy, false);
       // The attention (and the o product after it) chain only in the memory-model builds.
-      if (device_runs_vmm_builds() && batch == 1) {
+      if (device_runs_vmm_builds()) {
         EXPECT_GT(links_on, links_legacy);
       } else {
         EXPECT_EQ(links_legacy, links_on);
