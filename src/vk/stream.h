@@ -134,8 +134,9 @@ class Graph {
 // Vulkan memory model at device scope. There the chained kernels' memory-model builds run (plain
 // loads after the wait; the legacy builds' coherent reads measured slower than barriers on the
 // H200), and launch is in order, so every workgroup a wait counts is running or done before any
-// waiting one takes a slot (bench/RESULTS.md, twenty-fourth session: a batch-1 decode step 5-7%
-// faster). Elsewhere off: other drivers' launch order is not known here.
+// waiting one takes a slot (bench/RESULTS.md, twenty-fourth session: a batch-1 decode step
+// replayed 3-6% faster, with 12% less GPU time). Elsewhere off: other drivers' launch order is not
+// known here.
 bool stage_chaining_by_default(const DeviceInfo& info);
 
 class Stream {
