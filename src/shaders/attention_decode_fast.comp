@@ -43,8 +43,10 @@
 // The `chained_vmm` variant can be chained (stage_chain_push.glsl; the Vulkan memory model,
 // common.glsl's VKF_VMM): it waits for the stage that wrote q, k_new and v_new and counts itself
 // done at the end. Its push block makes room for the chain fields by deriving two addresses
-// (ops::detail's launch checks they hold): the sin table follows the cos table ([2, P, half]), and
-// cached[0] follows the B positions (without FLAG_ROPE the `pos` field is `cached` itself).
+// (launch_fast in ops/decode_attention.cpp checks that they hold): the sin table follows the cos
+// table ([2, P, half]), and cached[0] follows the B positions (without FLAG_ROPE the `pos` field
+// is `cached` itself). Its first pass's cache loads go out before the wait (in every build they
+// go out before the queries are read).
 //!variant chained_vmm -DCHAINED=1 -DVKF_VMM=1
 //!precise
 #version 460
