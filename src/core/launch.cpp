@@ -70,28 +70,25 @@ static const std::string& resolve_module(const std::string& module) {
   return it->second;
 }
 
-static bool& vmm_chaining_slot() {
-  static bool on = true;
-  return on;
-}
+static bool g_vmm_chaining = true;  // set_vmm_chaining
+
 void set_vmm_chaining(bool on) {
-  vmm_chaining_slot() = on;
+  g_vmm_chaining = on;
 }
 bool vmm_chaining() {
-  return vmm_chaining_slot();
+  return g_vmm_chaining;
+}
+
+bool chained_vmm_builds_run() {
+  auto& ctx = vk::Context::get();
+  return ctx.stream().stage_chaining() && ctx.info().memory_model_at_device_scope() &&
+         g_vmm_chaining;
 }
 
 // The build of a chainable kernel to run: while the stream chains stages, its "_vmm" build (the
 // Vulkan memory model: the chained wait makes other stages' stores visible to plain loads, see
 // shaders/stage_chain.glsl) where the device and the module have one; else the kernel as named,
 // whose chained reads are coherent loads that skip the multiprocessor's cache.
-bool chained_vmm_builds_run() {
-  auto& ctx = vk::Context::get();
-  const auto& info = ctx.info();
-  return ctx.stream().stage_chaining() && info.vulkan_memory_model &&
-         info.vulkan_memory_model_device_scope && vmm_chaining();
-}
-
 static std::string chained_module(const std::string& module) {
   if (!chained_vmm_builds_run()) return module;
   const std::string vmm = module + "_vmm";

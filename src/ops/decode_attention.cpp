@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "core/launch.h"
@@ -120,12 +121,11 @@ struct RopeInputs {
 // Whether launch_fast runs the chained variant: only its memory-model build exists, so only where
 // chained dispatches run those (core/launch.h), and only where the addresses it derives hold: the
 // sin table right after the cos table (rope_cos_sin builds them so) and cached[0] right after the
-// B positions (as DecodeStepRunner's inputs lie). (launch_fast also keeps caches split over
-// workgroups unchained: on the H200 a 1B step at prompt 1,000 took 1.302 ms with them chained
-// against 1.175 with barriers, bench/RESULTS.md; the combine pass after them keeps its barrier
-// anyway.)
-bool chains_fast(const RopeInputs* rope, const Tensor& cached, int64_t B) {
-  if (!g_chain_attention || !chained_vmm_builds_run()) return false;
+// B positions (as DecodeStepRunner's inputs lie). Caches split over workgroups stay unchained: on
+// the H200 a 1B step at prompt 1,000 took 1.302 ms with them chained against 1.175 with barriers
+// (bench/RESULTS.md), and the combine pass after them keeps its barrier anyway.
+bool chains_fast(const RopeInputs* rope, const Tensor& cached, int64_t B, int64_t splits) {
+  if (!g_chain_attention || splits > 1 || !chained_vmm_builds_run()) return false;
   if (!rope) return true;
   const uint64_t half = static_cast<uint64_t>(rope->rotary_dim / 2);
   const uint64_t rows = static_cast<uint64_t>(rope->cos.dim(0));
@@ -193,7 +193,21 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
   // rows are read once per head group.
   const vk::DispatchCost cost{4.0 * static_cast<double>(B * hq * cap * D),
                               8.0 * static_cast<double>(B * cap * hkv * D * plan.head_groups)};
-  if (plan.splits == 1 && chains_fast(rope, cached, B)) {
+  // What the kernel reads and writes (undefined tensors are left out).
+  const Tensor absent;
+  const std::initializer_list<const Tensor*> reads = {&q,
+                                                      rope ? &rope->k : &absent,
+                                                      rope ? &rope->v : &absent,
+                                                      rope ? &rope->cos : &absent,
+                                                      rope ? &rope->sin : &absent,
+                                                      rope ? &rope->positions : &absent,
+                                                      &cached,
+                                                      &cache_k,
+                                                      &cache_v,
+                                                      &mask};
+  const std::initializer_list<const Tensor*> writes = {&out, rope ? &cache_k : &absent,
+                                                       rope ? &cache_v : &absent, &scratch};
+  if (chains_fast(rope, cached, B, plan.splits)) {
     // The chained variant's push block (see attention_decode_fast.comp): no sin and no cached
     // field, both derived from the fields before them.
     struct {
@@ -221,21 +235,10 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
               push.softcap,
               {}};
     static_assert(sizeof(chained) == 128, "the chained variant's push constants fill 128 bytes");
-    const Tensor none_t;
     launch_chained("attention_decode_fast_chained", chained, offsetof(decltype(chained), chain),
-                   grid,
-                   {&q, rope ? &rope->k : &none_t, rope ? &rope->v : &none_t,
-                    rope ? &rope->cos : &none_t, rope ? &rope->sin : &none_t,
-                    rope ? &rope->positions : &none_t, &cached, &cache_k, &cache_v, &mask},
-                   {&out, &cache_k, &cache_v, &scratch}, spec, cost);
-  } else if (rope) {
-    launch("attention_decode_fast", push, grid,
-           {&q, &rope->k, &rope->v, &rope->cos, &rope->sin, &rope->positions, &cached, &cache_k,
-            &cache_v, &mask},
-           {&out, &cache_k, &cache_v, &scratch}, spec, cost);
+                   grid, reads, writes, spec, cost);
   } else {
-    launch("attention_decode_fast", push, grid, {&q, &cached, &cache_k, &cache_v, &mask},
-           {&out, &scratch}, spec, cost);
+    launch("attention_decode_fast", push, grid, reads, writes, spec, cost);
   }
   if (plan.splits > 1) {
     // The splits' partials, combined in split order (a second stage only for caches this long).

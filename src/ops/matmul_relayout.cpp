@@ -30,7 +30,6 @@ RelayoutChoice relayout_choice() {
   return *g_choice;
 }
 
-constexpr uint32_t kNvidiaVendor = 0x10DE;
 constexpr int64_t kTransposeTile = 32;  // matmul_transpose.comp's tile edge
 
 // The rule, from the H200's measurements of the large tile (matmul_bench, every layout of the
@@ -63,7 +62,8 @@ bool in_slow_layout(const MatDesc& d, bool is_a) {
 bool relayout_allowed() {
   const RelayoutChoice choice = relayout_choice();
   if (choice == RelayoutChoice::Off) return false;
-  return choice == RelayoutChoice::Always || vk::Context::get().info().vendor_id == kNvidiaVendor;
+  return choice == RelayoutChoice::Always ||
+         vk::Context::get().info().vendor_id == vk::kNvidiaVendorId;
 }
 
 // Operand d in the kernel's fast layout: the A operand (row-major now) made column-major, or the

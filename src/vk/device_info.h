@@ -24,6 +24,9 @@ struct MemoryHeapInfo {
   bool device_local;
 };
 
+// PCI vendor id of NVIDIA devices (DeviceInfo::vendor_id).
+constexpr uint32_t kNvidiaVendorId = 0x10DE;
+
 struct DeviceInfo {
   uint32_t index = 0;
   VkPhysicalDevice handle = VK_NULL_HANDLE;
@@ -70,6 +73,10 @@ struct DeviceInfo {
   bool vulkan_memory_model = false;
   // ... at device scope too: the "_vmm" builds of chained kernels need both (stage_chain.glsl).
   bool vulkan_memory_model_device_scope = false;
+  // Both of the above: what the "_vmm" builds of chained kernels need.
+  bool memory_model_at_device_scope() const {
+    return vulkan_memory_model && vulkan_memory_model_device_scope;
+  }
   // VK_KHR_shader_float_controls (core in 1.2): kernels may require round-to-nearest-even and
   // preserved subnormals for 16-bit floats.
   bool f16_rounding_rte = false;

@@ -18,9 +18,7 @@ constexpr uint32_t kQueriesPerBatch = 2 * 512 + 8;
 }
 
 bool stage_chaining_by_default(const DeviceInfo& info) {
-  constexpr uint32_t kNvidiaVendor = 0x10DE;
-  return info.vendor_id == kNvidiaVendor && info.vulkan_memory_model &&
-         info.vulkan_memory_model_device_scope;
+  return info.vendor_id == kNvidiaVendorId && info.memory_model_at_device_scope();
 }
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {

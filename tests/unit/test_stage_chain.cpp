@@ -59,8 +59,7 @@ struct ChainingOn {
 // Whether chained dispatches here run the Vulkan-memory-model builds (the default where the
 // device has the model at device scope).
 bool device_runs_vmm_builds() {
-  const auto& info = vk::Context::get().info();
-  return info.vulkan_memory_model && info.vulkan_memory_model_device_scope;
+  return vk::Context::get().info().memory_model_at_device_scope();
 }
 
 Tensor half_weight(Rng& rng, int64_t rows, int64_t cols) {
