@@ -1,7 +1,9 @@
 // Generation throughput of vkformer: greedy decoding with the KV cache (vkf::infer::generate) on
 // the model shapes of bench/bench_models.h, for each weight dtype (f32, f16), decode mode
-// (replay: the decode step recorded once and replayed; eager: the same step recorded anew each
-// token; generic: the general forward pass per token) and batch size; greedy tokens are chosen on
+// (replay: the decode step recorded once and replayed, running ahead of the host with the device
+// argmax (GenerationConfig::run_ahead); replay-step: replayed one step at a time, each fed by the
+// host; eager: the same step recorded anew each token; generic: the general forward pass per
+// token) and batch size; greedy tokens are chosen on
 // the device unless --host-argmax reads the logits back instead. Decode tokens/s counts the
 // tokens after the first of each row (the first comes from the prefill), over the time between the
 // first and the last token callback. The memory roofline at batch 1 reads every weight byte once
@@ -56,10 +58,10 @@ using namespace vkf;
 namespace {
 
 infer::DecodeMode parse_mode(const std::string& m) {
-  if (m == "replay") return infer::DecodeMode::Replay;
+  if (m == "replay" || m == "replay-step") return infer::DecodeMode::Replay;
   if (m == "eager") return infer::DecodeMode::Eager;
   if (m == "generic") return infer::DecodeMode::Generic;
-  throw Error(fmt::format("--modes: '{}' is not replay, eager or generic", m));
+  throw Error(fmt::format("--modes: '{}' is not replay, replay-step, eager or generic", m));
 }
 
 struct Result {
@@ -186,7 +188,8 @@ void print_stage_stream(int n, double warm_ms) {
 
 int main(int argc, char** argv) {
   CLI::App app("vkformer generation throughput on fixed model shapes");
-  std::string shape = "1b", batches = "1,8", dtypes = "f32,f16", modes = "replay,eager,generic";
+  std::string shape = "1b", batches = "1,8", dtypes = "f32,f16",
+              modes = "replay,replay-step,eager,generic";
   int64_t prompt_len = 32, new_tokens = 64;
   double gbps = 4300;
   int device = -1;
@@ -194,9 +197,10 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "1b, 135m or tiny")->capture_default_str();
   app.add_option("--dtype", dtypes, "weight matrix dtypes, comma separated: f32, f16")
       ->capture_default_str();
-  app.add_option("--modes", modes, "decode modes, comma separated: replay, eager, generic")
+  app.add_option("--modes", modes,
+                 "decode modes, comma separated: replay, replay-step, eager, generic")
       ->capture_default_str();
-  app.add_flag("--no-replay", no_replay, "drop the replay mode from --modes");
+  app.add_flag("--no-replay", no_replay, "drop the replay modes from --modes");
   app.add_flag("--host-argmax", host_argmax,
                "read the logits back and pick tokens on the host (the old path)");
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
@@ -331,7 +335,7 @@ int main(int argc, char** argv) {
                      [](const auto& a, const auto& b) { return a == "f32" && b != "f32"; });
     dtype_list.erase(std::unique(dtype_list.begin(), dtype_list.end()), dtype_list.end());
     if (no_replay)
-      mode_list.erase(std::remove(mode_list.begin(), mode_list.end(), "replay"), mode_list.end());
+      std::erase_if(mode_list, [](const std::string& m) { return m.starts_with("replay"); });
     if (dtype_list.empty() || mode_list.empty())
       throw Error("nothing to run: give --dtype and --modes");
     for (const auto& m : mode_list) parse_mode(m);
@@ -365,6 +369,7 @@ int main(int argc, char** argv) {
           cfg.max_new_tokens = new_tokens;
           cfg.decode_mode = parse_mode(mode);
           cfg.device_argmax = !host_argmax;
+          cfg.run_ahead = mode != "replay-step";
           auto& stream = vk::Context::get().stream();
           bool profiling = false;
           auto run = [&](double& decode_s, int64_t& decoded, uint64_t& dispatches) {
@@ -435,9 +440,11 @@ int main(int argc, char** argv) {
             r.check = "reference";
           } else {
             const double same = agreement(tokens, reference[key]);
-            // replay and eager run the same kernels: any difference is a bug.
-            const bool exact_pair = (mode == "replay" || mode == "eager") &&
-                                    (mode_list.front() == "replay" || mode_list.front() == "eager");
+            // replay, replay-step and eager run the same kernels: any difference is a bug.
+            auto same_kernels = [](const std::string& m) {
+              return m == "replay" || m == "replay-step" || m == "eager";
+            };
+            const bool exact_pair = same_kernels(mode) && same_kernels(mode_list.front());
             r.check =
                 fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
                             exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");
