@@ -1,9 +1,7 @@
 // Generation throughput of vkformer: greedy decoding with the KV cache (vkf::infer::generate) on
 // the model shapes of bench/bench_models.h, for each weight dtype (f32, f16), decode mode
-// (replay: the decode step recorded once and replayed, running ahead of the host with the device
-// argmax (GenerationConfig::run_ahead); replay-step: replayed one step at a time, each fed by the
-// host; eager: the same step recorded anew each token; generic: the general forward pass per
-// token) and batch size; greedy tokens are chosen on
+// (replay: the decode step recorded once and replayed; eager: the same step recorded anew each
+// token; generic: the general forward pass per token) and batch size; greedy tokens are chosen on
 // the device unless --host-argmax reads the logits back instead. Decode tokens/s counts the
 // tokens after the first of each row (the first comes from the prefill), over the time between the
 // first and the last token callback. The memory roofline at batch 1 reads every weight byte once
@@ -18,8 +16,8 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
-//                [--argmax-separate] [--skinny-early-epilogue]
-//                [--stage-chain | --stage-barriers] [--chain-coherent]
+//                [--argmax-separate] [--skinny-early-epilogue] [--skinny-uniform-loops -1]
+//                [--stage-chain | --stage-barriers] [--chain-coherent] [--chain-rows 1]
 //                [--attention-unchained]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
@@ -58,10 +56,10 @@ using namespace vkf;
 namespace {
 
 infer::DecodeMode parse_mode(const std::string& m) {
-  if (m == "replay" || m == "replay-step") return infer::DecodeMode::Replay;
+  if (m == "replay") return infer::DecodeMode::Replay;
   if (m == "eager") return infer::DecodeMode::Eager;
   if (m == "generic") return infer::DecodeMode::Generic;
-  throw Error(fmt::format("--modes: '{}' is not replay, replay-step, eager or generic", m));
+  throw Error(fmt::format("--modes: '{}' is not replay, eager or generic", m));
 }
 
 struct Result {
@@ -188,8 +186,7 @@ void print_stage_stream(int n, double warm_ms) {
 
 int main(int argc, char** argv) {
   CLI::App app("vkformer generation throughput on fixed model shapes");
-  std::string shape = "1b", batches = "1,8", dtypes = "f32,f16",
-              modes = "replay,replay-step,eager,generic";
+  std::string shape = "1b", batches = "1,8", dtypes = "f32,f16", modes = "replay,eager,generic";
   int64_t prompt_len = 32, new_tokens = 64;
   double gbps = 4300;
   int device = -1;
@@ -197,10 +194,9 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "1b, 135m or tiny")->capture_default_str();
   app.add_option("--dtype", dtypes, "weight matrix dtypes, comma separated: f32, f16")
       ->capture_default_str();
-  app.add_option("--modes", modes,
-                 "decode modes, comma separated: replay, replay-step, eager, generic")
+  app.add_option("--modes", modes, "decode modes, comma separated: replay, eager, generic")
       ->capture_default_str();
-  app.add_flag("--no-replay", no_replay, "drop the replay modes from --modes");
+  app.add_flag("--no-replay", no_replay, "drop the replay mode from --modes");
   app.add_flag("--host-argmax", host_argmax,
                "read the logits back and pick tokens on the host (the old path)");
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
@@ -258,6 +254,13 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-full-rounds", full_rounds,
                "skinny f16 products of one plain activation row: K split by whole rounds of "
                "loads only (no half-round slices at two weight rows per thread)");
+  int uniform_loops = -1;
+  app.add_option("--skinny-uniform-loops", uniform_loops,
+                 "skinny f16 products: loops as often in every invocation (1), the plain loops (0) "
+                 "or the rule (-1: one activation row, or where lavapipe runs the memory-model "
+                 "builds)")
+      ->check(CLI::Range(-1, 1))
+      ->capture_default_str();
   bool early_epilogue = false;
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
@@ -274,6 +277,12 @@ int main(int argc, char** argv) {
   app.add_flag("--attention-unchained", attention_unchained,
                "with chained stages: the one-query attention keeps its barriers (only the "
                "products chain)");
+  int chain_rows = 1;
+  app.add_option("--chain-rows", chain_rows,
+                 "with chained stages: the largest batch whose products and attention chain "
+                 "(larger ones keep their barriers; set_chain_max_rows)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   bool chain_coherent = false;
   app.add_flag("--chain-coherent", chain_coherent,
                "with --stage-chain: the chained kernels' legacy-memory-model builds (coherent "
@@ -309,8 +318,10 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
+    ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     set_vmm_chaining(!chain_coherent);
+    set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
@@ -335,7 +346,7 @@ int main(int argc, char** argv) {
                      [](const auto& a, const auto& b) { return a == "f32" && b != "f32"; });
     dtype_list.erase(std::unique(dtype_list.begin(), dtype_list.end()), dtype_list.end());
     if (no_replay)
-      std::erase_if(mode_list, [](const std::string& m) { return m.starts_with("replay"); });
+      mode_list.erase(std::remove(mode_list.begin(), mode_list.end(), "replay"), mode_list.end());
     if (dtype_list.empty() || mode_list.empty())
       throw Error("nothing to run: give --dtype and --modes");
     for (const auto& m : mode_list) parse_mode(m);
@@ -369,7 +380,6 @@ int main(int argc, char** argv) {
           cfg.max_new_tokens = new_tokens;
           cfg.decode_mode = parse_mode(mode);
           cfg.device_argmax = !host_argmax;
-          cfg.run_ahead = mode != "replay-step";
           auto& stream = vk::Context::get().stream();
           bool profiling = false;
           auto run = [&](double& decode_s, int64_t& decoded, uint64_t& dispatches) {
@@ -440,11 +450,9 @@ int main(int argc, char** argv) {
             r.check = "reference";
           } else {
             const double same = agreement(tokens, reference[key]);
-            // replay, replay-step and eager run the same kernels: any difference is a bug.
-            auto same_kernels = [](const std::string& m) {
-              return m == "replay" || m == "replay-step" || m == "eager";
-            };
-            const bool exact_pair = same_kernels(mode) && same_kernels(mode_list.front());
+            // replay and eager run the same kernels: any difference is a bug.
+            const bool exact_pair = (mode == "replay" || mode == "eager") &&
+                                    (mode_list.front() == "replay" || mode_list.front() == "eager");
             r.check =
                 fmt::format("{:.1f}% = {}{}", 100 * same, mode_list.front(),
                             exact_pair ? (same == 1.0 ? " (exact: ok)" : " (exact: FAIL)") : "");

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# One call, both tools, same GPU: vkformer's decode_bench (f16 weights: the replayed step running
-# ahead of the host, the replayed step one at a time, and the eager step) and transformers'
-# generate (torch_decode_bench.py, float16) on the 1B shape at batch 1 and 8, printing each row,
-# the share of the batch-1 memory roofline and the ratio vkformer / transformers. The script
-# finds torch_decode_bench.py beside itself, so run it from the checkout.
+# One call, both tools, same GPU: vkformer's decode_bench (f16 weights, the replayed and the eager
+# step) and transformers' generate (torch_decode_bench.py, float16) on the 1B shape at batch 1 and
+# 8, printing each row, the share of the batch-1 memory roofline and the ratio vkformer /
+# transformers. The script finds torch_decode_bench.py beside itself, so run it from the checkout.
 #   bench/decode_compare.sh DECODE_BENCH_BINARY OUT_JSONL [shape]
 set -u -o pipefail
 bin="$1"
@@ -11,7 +10,7 @@ out="$2"
 shape="${3:-1b}"
 here="$(cd "$(dirname "$0")" && pwd)"
 : > "$out"
-"$bin" --shape "$shape" --dtype f16 --modes replay,replay-step,eager --batch 1,8 | grep '^{' >> "$out" ||
+"$bin" --shape "$shape" --dtype f16 --modes replay,eager --batch 1,8 | grep '^{' >> "$out" ||
   echo "vkformer decode_bench failed"
 python3 "$here/torch_decode_bench.py" --shape "$shape" --dtype float16 --batch 1,8 | grep '^{' >> "$out" ||
   echo "transformers generate failed"

@@ -79,20 +79,34 @@ bool vmm_chaining() {
   return g_vmm_chaining;
 }
 
+static int64_t g_chain_max_rows = 1;  // set_chain_max_rows
+void set_chain_max_rows(int64_t rows) {
+  g_chain_max_rows = rows;
+}
+int64_t chain_max_rows() {
+  return g_chain_max_rows;
+}
+
 bool chained_vmm_builds_run() {
   auto& ctx = vk::Context::get();
   return ctx.stream().stage_chaining() && ctx.info().memory_model_at_device_scope() &&
          g_vmm_chaining;
 }
 
-// The build of a chainable kernel to run: while the stream chains stages, its "_vmm" build (the
-// Vulkan memory model: the chained wait makes other stages' stores visible to plain loads, see
-// shaders/stage_chain.glsl) where the device and the module have one; else the kernel as named,
-// whose chained reads are coherent loads that skip the multiprocessor's cache.
+// The build of a chainable kernel to run. Where the stream does not chain stages nothing waits,
+// so the kernel as named (plain loads). While it chains, its "_vmm" build (the Vulkan memory model:
+// the chained wait makes other stages' stores visible to plain loads, see
+// shaders/stage_chain.glsl) where the device and the module have one; else its "_coherent" build,
+// whose reads of other stages' outputs are coherent loads that skip the multiprocessor's cache
+// where it waited.
 static std::string chained_module(const std::string& module) {
-  if (!chained_vmm_builds_run()) return module;
-  const std::string vmm = module + "_vmm";
-  return vk::Pipelines::has_module(vmm) ? vmm : module;
+  if (!vk::Context::get().stream().stage_chaining()) return module;
+  if (chained_vmm_builds_run()) {
+    const std::string vmm = module + "_vmm";
+    if (vk::Pipelines::has_module(vmm)) return vmm;
+  }
+  const std::string coherent = module + "_coherent";
+  return vk::Pipelines::has_module(coherent) ? coherent : module;
 }
 
 namespace {

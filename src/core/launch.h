@@ -86,6 +86,26 @@ void launch_chained(const std::string& module, const Push& push, uint32_t sync_o
                      std::span(writes.begin(), writes.size()), cost);
 }
 
+// Chained kernels over more activation rows than this (a decode step's batch) launch unchained,
+// with pipeline barriers: on the H200 a 1B decode step at batch 8 ran faster with barriers than
+// chained (bench/RESULTS.md, twenty-fifth session), at batch 1 slower. Default 1.
+void set_chain_max_rows(int64_t rows);
+int64_t chain_max_rows();
+// launch_chained for `rows` <= chain_max_rows(), else launch (the push's chain fields left zero:
+// no wait, no count).
+template <typename Push>
+void launch_chained_rows(int64_t rows, const std::string& module, const Push& push,
+                         uint32_t sync_offset, Grid grid,
+                         std::initializer_list<const Tensor*> reads,
+                         std::initializer_list<const Tensor*> writes,
+                         const std::vector<uint32_t>& spec = {},
+                         const vk::DispatchCost& cost = {}) {
+  if (rows <= chain_max_rows())
+    launch_chained(module, push, sync_offset, grid, reads, writes, spec, cost);
+  else
+    launch(module, push, grid, reads, writes, spec, cost);
+}
+
 // The same for kernels over a list of tensors (multi-tensor kernels), whose reads and writes are
 // known only at run time. Null or undefined entries are ignored.
 template <typename Push>

@@ -165,11 +165,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   std::vector<std::vector<int32_t>> out(rows);
   std::vector<bool> done(rows, false);
   uint64_t rng = c.seed;
-  int64_t step = 0;  // tokens taken per row so far
-  // Takes the newest step's choice for every unfinished row (from device_ids or host_logits) into
-  // `chosen` (finished rows: the pad id); false once every row is done or max_new_tokens is met.
-  auto take_step = [&](std::vector<int32_t>& chosen) {
-    chosen.assign(rows, c.pad_token_id);
+  for (int64_t step = 0; step < c.max_new_tokens; ++step) {
+    std::vector<int32_t> chosen(rows, c.pad_token_id);
     bool all_done = true;
     for (size_t b = 0; b < rows; ++b) {
       if (done[b]) continue;
@@ -190,20 +187,7 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
         done[b] = true;
       all_done = all_done && done[b];
     }
-    return !all_done && ++step < c.max_new_tokens;
-  };
-  std::vector<int32_t> chosen;
-  if (c.max_new_tokens == 0 || !take_step(chosen)) return out;
-  if (runner && on_device && mode == DecodeMode::Replay && c.run_ahead) {
-    std::vector<int32_t> step_pos(rows);
-    for (size_t b = 0; b < rows; ++b) step_pos[b] = next_pos[b]++;
-    runner->run_ahead(chosen, step_pos, c.max_new_tokens - 1, [&](std::span<const int32_t> got) {
-      std::copy(got.begin(), got.end(), device_ids.begin());
-      return take_step(chosen);
-    });
-    return out;
-  }
-  for (;;) {
+    if (all_done || step + 1 == c.max_new_tokens) break;
     std::vector<int32_t> step_pos(rows);
     for (size_t b = 0; b < rows; ++b) step_pos[b] = next_pos[b]++;
     if (runner) {
@@ -215,7 +199,6 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
         const auto got = runner->logits();
         host_logits.assign(got.begin(), got.end());
       }
-      if (!take_step(chosen)) break;
       continue;
     }
     // Generic: append one column to the mask (every row attends to its new token, as transformers
@@ -231,7 +214,6 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     ++keys;
     take_result(model.forward(Tensor::from_host_i32(chosen, {B, 1}),
                               Tensor::from_host_i32(full_mask, {B, keys}), {}, &cache, step_pos));
-    if (!take_step(chosen)) break;
   }
   return out;
 }

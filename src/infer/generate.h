@@ -2,8 +2,7 @@
 // decoding or sampling processed as transformers' generate does (repetition penalty, temperature,
 // top-k, top-p, min-p, in that order), stopping per row at an EOS id or after max_new_tokens.
 // Greedy decoding without a repetition penalty chooses tokens on the device (argmax): one int32
-// per row comes back per step, and the steps run ahead of the host (GenerationConfig::run_ahead).
-// The decode step is recorded once and replayed (decode_step.h).
+// per row comes back per step. The decode step is recorded once and replayed (decode_step.h).
 #pragma once
 
 #include <cstdint>
@@ -38,12 +37,6 @@ struct GenerationConfig {
   // Greedy tokens by argmax on the device (false: the logits come back and the host picks; for
   // comparisons and benchmarks). Sampling and repetition penalties always pick on the host.
   bool device_argmax = true;
-  // Replayed steps with the device argmax: each step also writes the next one's inputs on the
-  // device, and the next step is queued before the host has looked at this one's tokens
-  // (DecodeStepRunner::run_ahead), so the GPU does not wait for the host between tokens. When
-  // every row has finished, the step already queued is dropped. False: one step at a time, each
-  // fed by the host (for comparisons and benchmarks; the same tokens).
-  bool run_ahead = true;
 };
 
 // The mode generate() uses for `model` when asked for `wanted` (the fallback rule above).

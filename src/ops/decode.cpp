@@ -1,5 +1,5 @@
 // The decode ops of decode.h other than attention (ops/decode_attention.cpp): validation and
-// dispatch of argmax_rows.comp, kv_cache_write.comp and decode_advance.comp; linear_accumulate
+// dispatch of argmax_rows.comp and kv_cache_write.comp; linear_accumulate
 // through the GEMM entry point; gated_linear through matmul_skinny_f16.comp's gated variant and
 // normed_linear through its NORM prologue.
 #include "ops/decode.h"
@@ -124,22 +124,6 @@ void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, con
   const int64_t items = 2 * B * row;
   launch("kv_cache_write", push, grid_1d(items, 256), {&kc, &vc, &slot_buf}, {&cache_k, &cache_v},
          {}, {0.0, 8.0 * static_cast<double>(items)});
-}
-
-void decode_advance(const Tensor& state, const Tensor& chosen) {
-  VKF_REQUIRE(chosen.defined() && chosen.dtype() == DType::I32 && chosen.is_contiguous() &&
-                  chosen.numel() > 0,
-              "decode_advance: the chosen tokens must be a non-empty contiguous I32 tensor");
-  const int64_t B = chosen.numel();
-  VKF_REQUIRE(state.defined() && state.dtype() == DType::I32 && state.is_contiguous() &&
-                  state.numel() == 2 * B + 1,
-              "decode_advance: the state must be contiguous I32 [{}] for {} rows, got {}",
-              2 * B + 1, B, state.defined() ? shape_str(state.shape()) : "undefined");
-  struct {
-    uint64_t state, chosen;
-    uint32_t batch;
-  } push{state.address(), chosen.address(), static_cast<uint32_t>(B)};
-  launch("decode_advance", push, grid_1d(B, 64), {&state, &chosen}, {&state});
 }
 
 void linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -296,8 +280,8 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
-  launch_chained("matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
-                 Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
+  launch_chained_rows(m, "matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
+                      Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
   return out;
 }
 

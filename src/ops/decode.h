@@ -25,11 +25,6 @@ Tensor argmax_rows(const Tensor& x);
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
                     const Tensor& slot_buf);
 
-// The next decode step's inputs from this step's greedy tokens, on the device: `state` is I32
-// [2B + 1] laid out as infer::DecodeStepRunner's (ids, positions, positions cached); afterwards
-// ids = chosen (I32 [B]), every position + 1 and the cached count + 1.
-void decode_advance(const Tensor& state, const Tensor& chosen);
-
 // kv_cache_write with the rotary embedding of the step applied on the way, in one dispatch:
 // returns apply_rope(q) and writes apply_rope(k) and v at slot slot_buf[0]. q: f32 [B, 1, Hq, D];
 // k, v: f32 [B, 1, Hkv, D]; cos, sin: f32 [P, rotary_dim / 2]; positions: I32 [B, 1] (one per row,

@@ -123,9 +123,11 @@ struct RopeInputs {
 // sin table right after the cos table (rope_cos_sin builds them so) and cached[0] right after the
 // B positions (as DecodeStepRunner's inputs lie). Caches split over workgroups stay unchained: on
 // the H200 a 1B step at prompt 1,000 took 1.302 ms with them chained against 1.175 with barriers
-// (bench/RESULTS.md), and the combine pass after them keeps its barrier anyway.
+// (bench/RESULTS.md), and the combine pass after them keeps its barrier anyway. Batches over
+// chain_max_rows() stay unchained, as the products do (core/launch.h).
 bool chains_fast(const RopeInputs* rope, const Tensor& cached, int64_t B, int64_t splits) {
-  if (!g_chain_attention || splits > 1 || !chained_vmm_builds_run()) return false;
+  if (!g_chain_attention || splits > 1 || B > chain_max_rows() || !chained_vmm_builds_run())
+    return false;
   if (!rope) return true;
   const uint64_t half = static_cast<uint64_t>(rope->rotary_dim / 2);
   const uint64_t rows = static_cast<uint64_t>(rope->cos.dim(0));

@@ -278,9 +278,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      launch_chained("matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
-                     {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
-                     first ? cost : vk::DispatchCost{});
+      launch_chained_rows(m, "matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
+                          {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
+                          first ? cost : vk::DispatchCost{});
       first = false;
     }
   }

@@ -239,6 +239,12 @@ void set_skinny_f16_stage_normed(bool staged);
 // One activation row: the storing threads read the old C values and the bias before the main loop
 // (true) instead of in the epilogue (false, the default: not yet timed on a GPU). The same bits.
 void set_skinny_f16_early_epilogue(bool on);
+// Whether the loops of a product of m activation rows run as often in every invocation (the
+// shader's UNIFORM_LOOPS): by rule where lavapipe runs the memory-model builds (a CPU device while
+// chained dispatches run them) and for one row, or forced: 1 on, 0 off, -1 back to the rule
+// (benches, tests). The same bits either way.
+bool skinny_f16_uniform_loops(int64_t m);
+void set_skinny_f16_uniform_loops(int mode);
 // Whether such a dispatch stages its normalized row (the rule plan_skinny_f16 applies).
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode);
 // Restores every skinny f16 choice above that a test or benchmark forced to its rule.

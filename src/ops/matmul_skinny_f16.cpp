@@ -22,6 +22,7 @@ bool g_skinny_shuffle_tree = true;  // where the device allows it
 uint32_t g_skinny_k_split = 0;      // 0: by shape
 bool g_skinny_stage_normed = true;  // where it fits
 bool g_skinny_early_epilogue = false;
+int g_skinny_uniform_loops = -1;  // -1: the rule (skinny_f16_uniform_loops)
 
 }  // namespace
 
@@ -46,8 +47,8 @@ uint32_t skinny_f16_groups(int64_t m, int64_t blocks, uint32_t k_split) {
 std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int64_t k, bool trans_a,
                                       bool vec8, uint32_t act, uint32_t norm_mode, uint32_t groups,
                                       uint32_t blocks, bool argmax) {
-  // Ids 0..11: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
-  // STAGED_LEN4, ARGMAX_SPEC, EARLY_EPILOGUE_SPEC.
+  // Ids 0..12: MROWS, TRANS_A, VEC8, ACT, RPT, NORM, BLOCK_LOOP, SHUFFLE_TREE, K_SPLIT_SPEC,
+  // STAGED_LEN4, ARGMAX_SPEC, EARLY_EPILOGUE_SPEC, UNIFORM_LOOPS.
   return {static_cast<uint32_t>(m),
           trans_a ? 1u : 0u,
           vec8 ? 1u : 0u,
@@ -59,7 +60,23 @@ std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int6
           plan.k_split,
           plan.staged ? static_cast<uint32_t>(k / 4) : 1u,
           argmax ? 1u : 0u,
-          g_skinny_early_epilogue ? 1u : 0u};
+          g_skinny_early_epilogue ? 1u : 0u,
+          skinny_f16_uniform_loops(m) ? 1u : 0u};
+}
+
+bool skinny_f16_uniform_loops(int64_t m) {
+  if (g_skinny_uniform_loops >= 0) return g_skinny_uniform_loops == 1;
+  // lavapipe's memory-model builds need them (the shader's UNIFORM_LOOPS; a CPU device runs those
+  // wherever chained dispatches do). Elsewhere by speed: on the H200 (bench/RESULTS.md,
+  // twenty-fifth session) a 1B decode step at batch 1 took 1.031 / 1.032 ms with them against
+  // 1.043 / 1.046 with the plain loops, at batch 8 2.821 / 2.800 against 2.572 / 2.547.
+  if (vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU && chained_vmm_builds_run())
+    return true;
+  return m == 1;
+}
+
+void set_skinny_f16_uniform_loops(int mode) {
+  g_skinny_uniform_loops = mode;
 }
 
 bool skinny_f16_row_staged(int64_t m, int64_t k, bool vec8, uint32_t norm_mode) {
@@ -195,6 +212,7 @@ void reset_skinny_f16_settings() {
   g_skinny_stage_normed = true;
   g_skinny_half_round_split = true;
   g_skinny_early_epilogue = false;
+  g_skinny_uniform_loops = -1;
 }
 
 }  // namespace vkf::ops::detail

@@ -45,6 +45,8 @@
 //!variant gated -DGATED=1
 //!variant vmm -DVKF_VMM=1
 //!variant gated_vmm -DGATED=1 -DVKF_VMM=1
+//!variant coherent -DVKF_CHAIN_COHERENT=1
+//!variant gated_coherent -DGATED=1 -DVKF_CHAIN_COHERENT=1
 //!precise
 #version 460
 #extension GL_EXT_control_flow_attributes : require
@@ -90,6 +92,13 @@ layout(constant_id = 7) const bool SHUFFLE_TREE = false;
 // (the down projection's K = 8192) then takes one round of loads per thread instead of several.
 // The slices' sums are added in slice order.
 layout(constant_id = 8) const uint K_SPLIT_SPEC = 1;
+// Every loop that touches shared memory runs the same number of times in every invocation, the
+// rows and elements an invocation does not own skipped inside it (the same loads and additions in
+// the same order, so the same bits): the host sets it where lavapipe (Mesa 22.3) runs the
+// Vulkan-memory-model builds, which it miscompiles for loops whose count differs between
+// invocations (StageChain.MemoryModelBuildsGiveTheLegacyBits), and for one activation row, which
+// the H200 ran faster with them (with more rows slower: ops/matmul_skinny_f16.cpp).
+layout(constant_id = 12) const bool UNIFORM_LOOPS = false;
 // (RPT - 1) (MROWS - 1): nonzero where both exceed one (as a product: this glslc mis-optimizes the
 // nested logical form of spec constants).
 const uint SEVERAL_BOTH = (RPT - 1u) * (MROWS - 1u);
@@ -217,18 +226,18 @@ float load_a(uint abase, uint m, uint k) {
 // summing its strided elements in index order, then a tree of the same shape as norm_rows.glsl's
 // (partial i += partial i + s), every row's tree at once in `red` (free until the epilogue).
 // STAGED: the one row is read from staged_row, where main() has put it as stored. All threads
-// call it. Every loop here runs the same number of times in every invocation, the rows and
-// elements an invocation does not own skipped inside it: lavapipe (Mesa 22.3) miscompiles the
-// Vulkan-memory-model build (VKF_VMM) of a loop that touches shared memory and runs a different
-// number of times in different invocations (StageChain.MemoryModelBuildsGiveTheLegacyBits).
+// call it. With UNIFORM_LOOPS every loop here runs the same number of times in every invocation.
 void compute_norm_rstd(uint tid, uint abase) {
   const uint tpr_log2 = p.norm_tpr_log2, tpr = 1u << tpr_log2;
   const uint lane = tid & (tpr - 1u), slot = tid >> tpr_log2, slots = LOCAL_SIZE >> tpr_log2;
-  for (uint m0 = 0; m0 < MROWS; m0 += slots) {
-    const uint m = m0 + slot;
+  // The row loops: from 0 (UNIFORM_LOOPS: row m0 + slot, skipped past MROWS) or from slot.
+  const uint m_first = UNIFORM_LOOPS ? 0u : slot, m_off = UNIFORM_LOOPS ? slot : 0u;
+  const uint i_first = UNIFORM_LOOPS ? 0u : lane, i_off = UNIFORM_LOOPS ? lane : 0u;
+  for (uint m0 = m_first; m0 < MROWS; m0 += slots) {
+    const uint m = m0 + m_off;
     VACC q = VACC(0.0);
-    for (uint i0 = 0; i0 < p.K; i0 += tpr) {
-      const uint i = i0 + lane;
+    for (uint i0 = i_first; i0 < p.K; i0 += tpr) {
+      const uint i = i0 + i_off;
       if (m < MROWS && i < p.K) {
         const VACC v = VACC(STAGED ? staged_row[i / 4][i % 4] : load_a_raw(abase, m, i));
         q += v * v;
@@ -240,15 +249,15 @@ void compute_norm_rstd(uint tid, uint abase) {
   // With SHUFFLE_TREE and rows of 32+ threads, the levels below 32 run in the row's first subgroup.
   const uint last_shared = SHUFFLE_TREE && tpr >= 32u ? 32u : 1u;
   for (uint s = tpr >> 1; s >= last_shared; s >>= 1) {
-    for (uint m0 = 0; m0 < MROWS; m0 += slots) {
-      const uint m = m0 + slot;
+    for (uint m0 = m_first; m0 < MROWS; m0 += slots) {
+      const uint m = m0 + m_off;
       if (m < MROWS && lane < s) red[m * tpr + lane] += red[m * tpr + lane + s];
     }
     barrier();
   }
   if (last_shared == 32u) {
-    for (uint m0 = 0; m0 < MROWS; m0 += slots) {
-      const uint m = m0 + slot;
+    for (uint m0 = m_first; m0 < MROWS; m0 += slots) {
+      const uint m = m0 + m_off;
       if (m < MROWS && lane < 32u) {
         const VACC total = subgroup_tree(red[m * tpr + lane]);
         if (lane == 0u) red[m * tpr] = total;
@@ -518,16 +527,24 @@ void main() {
       }
       barrier();
     }
-    // Rounds of UNROLL_R loads per row: as many in every invocation (see compute_norm_rstd), a
-    // lane's groups past its slice skipped.
+    // Rounds of UNROLL_R loads per row; with UNIFORM_LOOPS as many in every invocation, a lane's
+    // groups past its slice skipped. Each round sums the loads in flight and issues the next ones.
     const uint round = UNROLL_R * KS, rounds = (slice_groups + round - 1) / round;
+#define SUM_ROUND(g, issue_next)                                          \
+  [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)                          \
+    if ((g) + u * KS < g_end) accumulate8(wv[u], uv[u], abase, (g) + u * KS); \
+  if (issue_next) {                                                       \
+    LOAD_BATCH((g) + round)                                               \
+  }
     while (true) {
-      for (uint t = 0; t < rounds; ++t) {
-        const uint g = g_begin + lane + t * round;
-        [[unroll]] for (uint u = 0; u < UNROLL_R; ++u)
-          if (g + u * KS < g_end) accumulate8(wv[u], uv[u], abase, g + u * KS);
-        if (t + 1 < rounds) {
-          LOAD_BATCH(g + round)
+      if (UNIFORM_LOOPS) {
+        for (uint t = 0; t < rounds; ++t) {
+          const uint g = g_begin + lane + t * round;
+          SUM_ROUND(g, t + 1 < rounds)
+        }
+      } else {
+        for (uint g = g_begin + lane; g < g_end; g += round) {
+          SUM_ROUND(g, g + round < g_end)
         }
       }
       const uint rows_done = n0, next = BLOCK_LOOP ? blk + gl_NumWorkGroups.x : blocks;
@@ -549,8 +566,9 @@ void main() {
       n0 = blk * ROWS + col;
       read_epilogue_early(z, n0, lane == 0);
       const uint row = bbase + n0 * p.ldb;
-      for (uint k0 = 0; k0 < p.K; k0 += KS) {  // as often in every invocation (compute_norm_rstd)
-        const uint k = k0 + lane;
+      // UNIFORM_LOOPS: as often in every invocation (see compute_norm_rstd).
+      for (uint k0 = UNIFORM_LOOPS ? 0u : lane; k0 < p.K; k0 += KS) {
+        const uint k = k0 + (UNIFORM_LOOPS ? lane : 0u);
         if (n0 >= p.N || k >= p.K) continue;
         const float wk = unpackHalf2x16(uint(w.v[row + k])).x;
         const float uk = GATED != 0 ? unpackHalf2x16(uint(wu.v[row + k])).x : 0.0;

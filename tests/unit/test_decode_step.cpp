@@ -2,17 +2,16 @@
 // fixture model (tests/fixtures/parity): its logits follow the general forward pass with the KV
 // cache for a left-padded batch; replayed steps give bitwise the logits of the same step recorded
 // anew; greedy generation gives the same tokens in every decode mode with and without the device
-// argmax, and steps fed on the device (run_ahead) the tokens of steps fed by the host. Weights held
-// in f16: logits equal those of the f32 path on the same f16-rounded weights at fp32 tolerance,
-// stay within f16-rounding distance of the original f32 weights, and greedy tokens agree; replay
-// works with them too. Models whose rotary tables depend on the length fall back to the general
-// path. A prefill computes the head on the last position only. An active adapter is applied by the
-// decode step too. At batch 1 the final norm and the greedy choice fold into the head's product.
+// argmax. Weights held in f16: logits equal those of the f32 path on the same f16-rounded weights
+// at fp32 tolerance, stay within f16-rounding distance of the original f32 weights, and greedy
+// tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
+// back to the general path. A prefill computes the head on the last position only. An active
+// adapter is applied by the decode step too. At batch 1 the final norm and the greedy choice fold
+// into the head's product.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -200,113 +199,14 @@ TEST(DecodeStep, GreedyTokensAgreeAcrossModes) {
     cfg.device_argmax = false;
     const auto want =
         infer::generate(model, kPrompts, cfg);  // the host's choice over read-back logits
-    struct Run {
-      infer::DecodeMode mode;
-      bool device, run_ahead;
-    };
-    const Run runs[] = {{infer::DecodeMode::Replay, true, true},
-                        {infer::DecodeMode::Replay, true, false},
-                        {infer::DecodeMode::Eager, false, true},
-                        {infer::DecodeMode::Generic, true, true}};
-    for (const auto& r : runs) {
-      cfg.decode_mode = r.mode;
-      cfg.device_argmax = r.device;
-      cfg.run_ahead = r.run_ahead;
+    const std::pair<infer::DecodeMode, bool> runs[] = {{infer::DecodeMode::Replay, true},
+                                                       {infer::DecodeMode::Eager, false},
+                                                       {infer::DecodeMode::Generic, true}};
+    for (const auto& [mode, device] : runs) {
+      cfg.decode_mode = mode;
+      cfg.device_argmax = device;
       EXPECT_EQ(infer::generate(model, kPrompts, cfg), want)
-          << c << " mode " << static_cast<int>(r.mode) << " device argmax " << r.device
-          << " run ahead " << r.run_ahead;
-    }
-    cfg.run_ahead = true;
-  }
-}
-
-// The fixture prompts prefilled into a cache of `capacity` positions, with a runner that replays
-// its steps and chooses tokens on the device.
-struct Prefilled {
-  Batch b = left_padded();
-  models::KVCache cache;
-  std::unique_ptr<infer::DecodeStepRunner> runner;
-  Prefilled(models::DecoderModel& model, int64_t capacity) : cache(model.make_cache(2, capacity)) {
-    model.forward(Tensor::from_host_i32(b.ids, {2, kPromptLen}),
-                  Tensor::from_host_i32(b.mask, {2, kPromptLen}), {}, &cache, b.pos);
-    std::vector<int32_t> slots(static_cast<size_t>(2 * capacity), 1);
-    for (size_t r = 0; r < 2; ++r)
-      std::copy(b.mask.begin() + static_cast<std::ptrdiff_t>(r) * kPromptLen,
-                b.mask.begin() + static_cast<std::ptrdiff_t>(r + 1) * kPromptLen,
-                slots.begin() + static_cast<std::ptrdiff_t>(r) * capacity);
-    runner = std::make_unique<infer::DecodeStepRunner>(model, cache, slots, true, true);
-  }
-  // The positions of step s (0: the first token after the prompt).
-  std::vector<int32_t> positions(int64_t s) const {
-    return {b.next[0] + static_cast<int32_t>(s), b.next[1] + static_cast<int32_t>(s)};
-  }
-};
-
-// Greedy steps fed on the device (DecodeStepRunner::run_ahead) give the tokens of the same steps
-// fed one at a time by the host; they stop where the caller says, with the step still in flight
-// dropped and the cache's length counting the delivered steps only; after a stop, a host-fed step
-// and another run go on from there with the right tokens; and no run goes past the cache.
-TEST(DecodeStep, RunAheadFeedsItselfTheSteppedTokens) {
-  using Ids = std::vector<int32_t>;
-  const Ids first = {kFed[0][0], kFed[1][0]};
-  for (const std::string c : {"llama", "qwen3"}) {
-    SCOPED_TRACE(c);
-    auto model = load(c);
-    autograd::NoGradScope no_grad;
-    std::vector<Ids> want;  // the host feeds every step the tokens of the one before
-    {
-      Prefilled run(model, kPromptLen + kSteps);
-      Ids ids = first;
-      for (int64_t s = 0; s < kSteps; ++s) {
-        run.runner->step(ids, run.positions(s));
-        const auto got = run.runner->chosen();
-        ids.assign(got.begin(), got.end());
-        want.push_back(ids);
-      }
-      ASSERT_TRUE(run.runner->replaying());
-    }
-    {  // all steps in one run
-      Prefilled run(model, kPromptLen + kSteps);
-      std::vector<Ids> got;
-      const int64_t n = run.runner->run_ahead(first, run.positions(0), kSteps, [&](auto ids) {
-        got.emplace_back(ids.begin(), ids.end());
-        return true;
-      });
-      EXPECT_EQ(n, kSteps);
-      EXPECT_EQ(got, want);
-      EXPECT_EQ(run.cache.length, kPromptLen + kSteps);
-    }
-    {  // stopped after three steps, then one host-fed step, then a run for the rest
-      Prefilled run(model, kPromptLen + kSteps);
-      std::vector<Ids> got;
-      auto take = [&](auto ids) {
-        got.emplace_back(ids.begin(), ids.end());
-        return got.size() < 3;
-      };
-      EXPECT_EQ(run.runner->run_ahead(first, run.positions(0), kSteps, take), 3);
-      EXPECT_EQ(run.cache.length, kPromptLen + 3);
-      run.runner->step(got.back(), run.positions(3));
-      const auto stepped = run.runner->chosen();
-      got.emplace_back(stepped.begin(), stepped.end());
-      const Ids fourth = got.back();
-      const int64_t n = run.runner->run_ahead(fourth, run.positions(4), kSteps - 4, [&](auto ids) {
-        got.emplace_back(ids.begin(), ids.end());
-        return true;
-      });
-      EXPECT_EQ(n, kSteps - 4);
-      EXPECT_EQ(got, want);
-      EXPECT_EQ(run.cache.length, kPromptLen + kSteps);
-    }
-    {  // asked for more steps than the cache holds
-      Prefilled run(model, kPromptLen + 4);
-      std::vector<Ids> got;
-      const int64_t n = run.runner->run_ahead(first, run.positions(0), 100, [&](auto ids) {
-        got.emplace_back(ids.begin(), ids.end());
-        return true;
-      });
-      EXPECT_EQ(n, 4);
-      EXPECT_EQ(got, std::vector<Ids>(want.begin(), want.begin() + 4));
-      EXPECT_EQ(run.cache.length, kPromptLen + 4);
+          << c << " mode " << static_cast<int>(mode) << " device argmax " << device;
     }
   }
 }

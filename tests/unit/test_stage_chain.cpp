@@ -5,12 +5,13 @@
 // replay counts every workgroup of every chained stage on the device, and that chained replays give
 // bitwise the results of the same graph with barriers: for a chain of skinny f16 products and for
 // the decode step of f16 models at batch 1 and 2, with the chained kernels' Vulkan-memory-model
-// builds (the default where the device has the model) and their legacy builds, which also give
-// the same bits as each other eagerly. (lavapipe runs dispatches one after another, so
-// here the waits never hold anything up: the order they would enforce is checked through what the
-// stream decided, the counts through the device's counters.) The binary runs without VKF_POISON:
-// its fills of new tensors are commands of their own between the products, which the stream
-// rightly separates by barriers, so the decisions checked here would not arise.
+// builds (the default where the device has the model) and their legacy "_coherent" builds, which
+// also give the same bits as each other eagerly; batches over the row limit keep their barriers.
+// (lavapipe runs dispatches one after another, so here the waits never hold anything up: the order
+// they would enforce is checked through what the stream decided, the counts through the device's
+// counters.) The binary runs without VKF_POISON: its fills of new tensors are commands of their own
+// between the products, which the stream rightly separates by barriers, so the decisions checked
+// here would not arise.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -37,23 +38,27 @@ const bool kPoisonOff = [] { return setenv("VKF_POISON", "0", 1) == 0; }();
 using test::Rng;
 
 // Chaining on (or off) for the scope's captures, back as it was after; `vmm`: the chained kernels'
-// Vulkan-memory-model builds where the device has them (else the legacy builds, whose chained
-// reads are coherent loads).
+// Vulkan-memory-model builds where the device has them (else the "_coherent" builds, whose
+// chained reads are coherent loads); `max_rows`: the largest batch that chains (set_chain_max_rows;
+// 8 here, so that multi-row kernels are checked chained too).
 struct ChainingOn {
-  explicit ChainingOn(bool on = true, bool vmm = true)
-      : was_(vk::Context::get().stream().stage_chaining()) {
+  explicit ChainingOn(bool on = true, bool vmm = true, int64_t max_rows = 8)
+      : was_(vk::Context::get().stream().stage_chaining()), rows_was_(chain_max_rows()) {
     vk::Context::get().stream().set_stage_chaining(on);
     set_vmm_chaining(vmm);
+    set_chain_max_rows(max_rows);
   }
   ~ChainingOn() {
     vk::Context::get().stream().set_stage_chaining(was_);
     set_vmm_chaining(true);
+    set_chain_max_rows(rows_was_);
   }
   ChainingOn(const ChainingOn&) = delete;
   ChainingOn& operator=(const ChainingOn&) = delete;
 
  private:
   bool was_;
+  int64_t rows_was_;
 };
 
 // Whether chained dispatches here run the Vulkan-memory-model builds (the default where the
@@ -162,9 +167,11 @@ TEST(StageChain, WaitsWhereTheStageBeforeIsChained) {
 
 TEST(StageChain, MemoryModelBuildsExist) {
   // Both chainable kernels have their Vulkan-memory-model builds, which chained dispatches run on
-  // devices with the model at device scope (the fallback otherwise: the legacy build).
+  // devices with the model at device scope, and their coherent builds, the fallback otherwise.
   EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_vmm"));
   EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_gated_vmm"));
+  EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_coherent"));
+  EXPECT_TRUE(vk::Pipelines::has_module("matmul_skinny_f16_gated_coherent"));
   if (!device_runs_vmm_builds())
     GTEST_LOG_(INFO) << "this device lacks the memory model at device scope: legacy builds run";
 }
@@ -313,9 +320,10 @@ TEST(StageChain, ChainedAttentionGivesTheSameBits) {
 
 // The decode step's logits with chaining on and off, over the steps of one prompt.
 std::vector<std::vector<double>> decode_logits(models::DecoderModel& model, int64_t batch,
-                                               bool chaining, uint64_t& links, bool vmm = true) {
+                                               bool chaining, uint64_t& links, bool vmm = true,
+                                               int64_t chain_rows = 8) {
   autograd::NoGradScope no_grad;
-  ChainingOn scope(chaining, vmm);
+  ChainingOn scope(chaining, vmm, chain_rows);
   constexpr int64_t kPrompt = 4, kSteps = 5;
   auto cache = model.make_cache(batch, kPrompt + kSteps);
   std::vector<int32_t> ids, pos;
@@ -369,6 +377,16 @@ TEST(StageChain, DecodeStepGivesTheSameLogits) {
       }
       for (size_t s = 0; s < legacy.size(); ++s)
         test::expect_close(legacy[s], plain[s], 0, 0, "legacy build, step " + std::to_string(s));
+      // With the default row limit (one), a batch of two keeps every barrier.
+      uint64_t links_default = 0;
+      const auto by_default = decode_logits(model, batch, true, links_default, true, 1);
+      if (batch > 1) {
+        EXPECT_EQ(links_default, 0u);
+      } else {
+        EXPECT_EQ(links_default, links_on);
+      }
+      for (size_t s = 0; s < by_default.size(); ++s)
+        test::expect_close(by_default[s], plain[s], 0, 0, "row limit 1, step " + std::to_string(s));
     }
   }
 }
