@@ -87,8 +87,8 @@ void launch_chained(const std::string& module, const Push& push, uint32_t sync_o
 }
 
 // Chained kernels over more activation rows than this (a decode step's batch) launch unchained,
-// with pipeline barriers: on the H200 a 1B decode step at batch 8 ran faster with barriers than
-// chained (bench/RESULTS.md, twenty-fifth session), at batch 1 slower. Default 1.
+// with pipeline barriers: on the H200 a 1B decode step at batch 8 took 2.80-2.83 ms with barriers
+// against 3.22-3.24 chained (bench/RESULTS.md, twenty-fifth session). Default 1.
 void set_chain_max_rows(int64_t rows);
 int64_t chain_max_rows();
 // launch_chained for `rows` <= chain_max_rows(), else launch (the push's chain fields left zero:

@@ -135,8 +135,9 @@ class Graph {
 // loads after the wait; the legacy builds' coherent reads measured slower than barriers on the
 // H200), and launch is in order, so every workgroup a wait counts is running or done before any
 // waiting one takes a slot (bench/RESULTS.md, twenty-fourth session: a batch-1 decode step
-// replayed 3-6% faster, with 12% less GPU time). Elsewhere off: other drivers' launch order is not
-// known here.
+// replayed 3-6% faster, with 12% less GPU time, against barriers whose kernels then paid for a
+// read select that the twenty-fifth session removed; after that, 1.043-1.046 ms chained against
+// 1.040-1.041 with barriers: even). Elsewhere off: other drivers' launch order is not known here.
 bool stage_chaining_by_default(const DeviceInfo& info);
 
 class Stream {
