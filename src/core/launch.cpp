@@ -98,7 +98,7 @@ bool chained_vmm_builds_run() {
 // the chained wait makes other stages' stores visible to plain loads, see
 // shaders/stage_chain.glsl) where the device and the module have one; else its "_coherent" build,
 // whose reads of other stages' outputs are coherent loads that skip the multiprocessor's cache
-// where it waited.
+// where it waited. (The plain build cannot wait: stage_chain.glsl.)
 static std::string chained_module(const std::string& module) {
   if (!vk::Context::get().stream().stage_chaining()) return module;
   if (chained_vmm_builds_run()) {
@@ -106,7 +106,11 @@ static std::string chained_module(const std::string& module) {
     if (vk::Pipelines::has_module(vmm)) return vmm;
   }
   const std::string coherent = module + "_coherent";
-  return vk::Pipelines::has_module(coherent) ? coherent : module;
+  VKF_REQUIRE(vk::Pipelines::has_module(coherent),
+              "kernel {}: no build that can wait on a chained stage ({}_vmm, run where the device "
+              "has the Vulkan memory model at device scope, or {}_coherent)",
+              module, module, module);
+  return coherent;
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // The decode ops of decode.h other than attention (ops/decode_attention.cpp): validation and
-// dispatch of argmax_rows.comp and kv_cache_write.comp; linear_accumulate
-// through the GEMM entry point; gated_linear through matmul_skinny_f16.comp's gated variant and
-// normed_linear through its NORM prologue.
+// dispatch of argmax_rows.comp and kv_cache_write.comp; linear_accumulate through the GEMM entry
+// point; gated_linear through matmul_skinny_f16.comp's gated variant and normed_linear through
+// its NORM prologue.
 #include "ops/decode.h"
 
 #include <cmath>

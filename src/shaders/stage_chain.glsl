@@ -48,7 +48,9 @@ void stage_chain_signal() {
 float chained_f32(uint64_t base, uint i) { return F32Buf(base).v[i]; }
 vec4 chained_vec4(uint64_t base, uint i) { return Vec4Buf(base).v[i]; }
 
-#else  // the legacy memory model
+#elif defined(VKF_CHAIN_COHERENT)
+// The "_coherent" builds (the legacy memory model), which chained dispatches run where the
+// memory-model builds cannot.
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent volatile buffer
     ChainCounters {
   uint v[];
@@ -81,9 +83,7 @@ void stage_chain_signal() {
     atomicAdd(ChainCounters(p.chain_counters).v[slot], 1u);
 }
 
-#ifdef VKF_CHAIN_COHERENT
-// The "_coherent" builds, which chained dispatches run where the memory-model builds cannot:
-// whether this dispatch waited on another stage. Then what the stages it waited on wrote is read
+// Whether this dispatch waited on another stage. Then what the stages it waited on wrote is read
 // past the multiprocessor's own cache: with no pipeline barrier since, that cache may still hold
 // lines an earlier stage on the same multiprocessor read before they were rewritten (seen on the
 // H200: a chained decode step's tokens differed from the eager step's until these reads were
@@ -104,11 +104,15 @@ float chained_f32(uint64_t base, uint i) {
 vec4 chained_vec4(uint64_t base, uint i) {
   return stage_chain_waited() ? ChainedVec4(base).v[i] : Vec4Buf(base).v[i];
 }
+
 #else
-// The plain build, which runs where nothing waits (core/launch.cpp's chained_module): plain loads.
-// (The run-time choice above cost every activation read a select: a batch-8 decode step on the
-// H200 took 2.74-2.75 ms with it against 2.50 before it, bench/RESULTS.md, twenty-fifth session.)
+// The plain build, which never waits or counts: core/launch.cpp's chained_module runs it only
+// where the stream does not chain stages (its chain fields are then zero). Plain loads: the
+// coherent builds' run-time choice costs every activation read a select (a batch-8 decode step on
+// the H200 took 2.74-2.75 ms with it against 2.50 before it, bench/RESULTS.md, twenty-fifth
+// session).
+void stage_chain_wait() {}
+void stage_chain_signal() {}
 float chained_f32(uint64_t base, uint i) { return F32Buf(base).v[i]; }
 vec4 chained_vec4(uint64_t base, uint i) { return Vec4Buf(base).v[i]; }
-#endif
 #endif

@@ -3,7 +3,8 @@
 // nothing from the stage before (weights), then wait on a device counter until every workgroup of
 // that stage has counted itself done, and only then read its outputs; each workgroup of a chained
 // dispatch counts itself done after its last store. The host decides per dispatch (it fills the
-// push fields below; zero counters means no chaining at all), so one build serves both ways.
+// push fields below; zero counters means no chaining at all), so one build serves both ways; a
+// kernel's plain build (neither VKF_VMM nor VKF_CHAIN_COHERENT) never waits or counts.
 //
 // The includer includes this file before its push block `p`, ends that block with
 // STAGE_CHAIN_PUSH_FIELDS (16 bytes, 8-byte aligned), includes stage_chain.glsl after it, and
@@ -15,7 +16,8 @@
 // counter with relaxed atomic loads, and two device-scope workgroup barriers acquire what the
 // waited-on stages released (for the polling invocation, then for the rest), so the plain loads
 // after the wait see their stores; the signal's barrier and release add make the workgroup's
-// stores available before its count. In the legacy builds the waiting invocation polls with
+// stores available before its count. In the "_coherent" builds (VKF_CHAIN_COHERENT, the legacy
+// model; where the device lacks the memory model) the waiting invocation polls with
 // coherent volatile loads, a device-scope memory barrier and the workgroup barrier order the
 // workgroup's reads after the count it saw, and what the waited-on stages wrote is read coherently
 // (chained_f32 / chained_vec4 in stage_chain.glsl: that model's barriers order only coherent
