@@ -18,7 +18,7 @@
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
 //                [--argmax-separate] [--skinny-early-epilogue] [--skinny-uniform-loops -1]
 //                [--stage-chain | --stage-barriers] [--chain-coherent] [--chain-rows 1]
-//                [--attention-unchained]
+//                [--attention-unchained] [--attn-uniform-loops -1]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
 //                [--warmup-ms 0] [--stage-floor N] [--stage-stream N]
 // --warmup-ms keeps decoding (untimed) that long before each timed run, so that the GPU's clocks
@@ -261,6 +261,13 @@ int main(int argc, char** argv) {
                  "builds)")
       ->check(CLI::Range(-1, 1))
       ->capture_default_str();
+  int attn_uniform_loops = -1;
+  app.add_option("--attn-uniform-loops", attn_uniform_loops,
+                 "the one-query attention's shared-memory loops: as often in every invocation "
+                 "(1), the plain loops (0) or the rule (-1: only where lavapipe runs the "
+                 "memory-model builds)")
+      ->check(CLI::Range(-1, 1))
+      ->capture_default_str();
   bool early_epilogue = false;
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
@@ -323,6 +330,7 @@ int main(int argc, char** argv) {
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);
+    ops::detail::set_decode_attention_uniform_loops(attn_uniform_loops);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
     ops::set_norm_fold_rows(norm_fold_rows);

@@ -131,6 +131,10 @@ void set_decode_keys_per_lane_group(int64_t keys);
 // Whether the one-query attention may run its chained variant where stages are chained (default
 // on; off keeps a barrier before and after it, for timing).
 void set_decode_attention_chaining(bool on);
+// Whether the one-query attention's shared-memory loops run equally often in every invocation
+// (1), skip what an invocation does not own (0), or follow the rule (-1, default: only where
+// lavapipe runs the memory-model builds, which need them).
+void set_decode_attention_uniform_loops(int mode);
 
 }  // namespace detail
 

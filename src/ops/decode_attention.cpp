@@ -43,6 +43,15 @@ constexpr int64_t kMaxSplits = 64;
 int64_t g_heads_per_group = 0;  // 0: the rule of decode_attention_plan
 int64_t g_keys_per_lane_group = 0;  // likewise
 bool g_chain_attention = true;      // set_decode_attention_chaining
+int g_attention_uniform_loops = -1;  // set_decode_attention_uniform_loops (-1: the rule)
+
+// attention_decode_fast.comp's UNIFORM_LOOPS: lavapipe's memory-model builds need every loop that
+// touches shared memory to run equally often in every invocation (a CPU device runs those builds
+// wherever chained dispatches do); elsewhere the loops skip what an invocation does not own.
+bool attention_uniform_loops() {
+  if (g_attention_uniform_loops >= 0) return g_attention_uniform_loops == 1;
+  return vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU && chained_vmm_builds_run();
+}
 
 bool plain_forced() {
   const char* env = std::getenv("VKF_ATTENTION");
@@ -186,9 +195,10 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
          opts.scale,
          opts.softcap};
   static_assert(sizeof(push) == 128, "attention_decode_fast's push constants fill 128 bytes");
-  const std::vector<uint32_t> spec = {
-      static_cast<uint32_t>(plan.dims_per_lane), static_cast<uint32_t>(plan.heads_per_group),
-      static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
+  const std::vector<uint32_t> spec = {static_cast<uint32_t>(plan.dims_per_lane),
+                                      static_cast<uint32_t>(plan.heads_per_group),
+                                      static_cast<uint32_t>(plan.keys_per_lane_group),
+                                      vec4 ? 1u : 0u, attention_uniform_loops() ? 1u : 0u};
   const Grid grid{static_cast<uint32_t>(hkv * plan.head_groups), static_cast<uint32_t>(B),
                   static_cast<uint32_t>(plan.splits)};
   // The cost counts the whole cache (the filled length is known only on the device); the K and V
@@ -326,6 +336,12 @@ void set_decode_heads_per_group(int64_t heads) {
 
 void set_decode_attention_chaining(bool on) {
   g_chain_attention = on;
+}
+
+void set_decode_attention_uniform_loops(int mode) {
+  VKF_REQUIRE(mode >= -1 && mode <= 1,
+              "decode attention uniform loops must be -1 (the rule), 0 or 1, got {}", mode);
+  g_attention_uniform_loops = mode;
 }
 
 void set_decode_keys_per_lane_group(int64_t keys) {

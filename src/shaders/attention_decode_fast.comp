@@ -36,17 +36,18 @@
 // that combined the splits inside this dispatch (atomic arrival counter, a shared flag read after
 // a barrier). Hence the writer takes the new key from registers, the combine is a second
 // dispatch, and the loads are branch-free (clamped rows and selects, which also keep lanes
-// converged on GPUs). The tests run this kernel on lavapipe: keep them passing there. Every loop
-// that touches shared memory runs equally often in every invocation (lavapipe miscompiles the
-// memory-model build of one that does not, see matmul_skinny_f16.comp's compute_norm_rstd).
+// converged on GPUs). The tests run this kernel on lavapipe: keep them passing there. Under
+// UNIFORM_LOOPS every loop that touches shared memory runs equally often in every invocation
+// (lavapipe miscompiles the memory-model build of one that does not, see matmul_skinny_f16.comp's
+// compute_norm_rstd); the host sets it only there, since the strided loops cost less elsewhere.
 //
 // The `chained_vmm` variant can be chained (stage_chain_push.glsl; the Vulkan memory model,
 // common.glsl's VKF_VMM): it waits for the stage that wrote q, k_new and v_new and counts itself
 // done at the end. Its push block makes room for the chain fields by deriving two addresses
 // (launch_fast in ops/decode_attention.cpp checks that they hold): the sin table follows the cos
 // table ([2, P, half]), and cached[0] follows the B positions (without FLAG_ROPE the `pos` field
-// is `cached` itself). Its first pass's cache loads go out before the wait (in every build they
-// go out before the queries are read).
+// is `cached` itself). Its first pass's cache loads go out before the wait, and so before the
+// queries are read (the plain build loads them inside the pass loop).
 //!variant chained_vmm -DCHAINED=1 -DVKF_VMM=1
 //!precise
 #version 460
@@ -62,6 +63,10 @@ layout(constant_id = 0) const uint DPL = 8;   // dims per lane: ceil(D / 8)
 layout(constant_id = 1) const uint HPW = 4;   // query heads per workgroup
 layout(constant_id = 2) const uint KPT = 4;   // keys per lane group per pass
 layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 16-byte rows
+// Every loop that touches shared memory runs equally often in every invocation (see the header):
+// the host sets it where lavapipe runs the memory-model build (ops::detail's
+// set_decode_attention_uniform_loops); elsewhere the loops skip what an invocation does not own.
+layout(constant_id = 4) const bool UNIFORM_LOOPS = false;
 
 #define NT 128
 #define LANES 8
@@ -216,7 +221,8 @@ void main() {
   // can be waited on writes (only this dispatch's writer, at the newest slot, which they skip),
   // and the mask; not where the newest key is the only one.
   const uint ps_begin = split * per_split, pass_end = min(npass, (split + 1u) * per_split);
-  const bool preloaded = split < n_active && ps_begin < pass_end && (!fresh || keys >= 2);
+  const bool preloaded =
+      CHAINED != 0 && split < n_active && ps_begin < pass_end && (!fresh || keys >= 2);
   float kr[KPT * DPL], vr[KPT * DPL];  // this lane's dims of its keys of the pass
   bool seen[KPT], newest[KPT];
   if (preloaded) {
@@ -230,8 +236,8 @@ void main() {
     // The group's queries (rotated here under FLAG_ROPE) and the new key and value, in shared
     // memory: every lane group reads them, and one call site each keeps the kernel small.
     const bool rope = (flags & FLAG_ROPE) != 0u;
-    for (uint i0 = 0; i0 < HPW * LANES * DPL; i0 += NT) {
-      const uint i = i0 + t;
+    for (uint i0 = UNIFORM_LOOPS ? 0u : t; i0 < HPW * LANES * DPL; i0 += NT) {
+      const uint i = i0 + (UNIFORM_LOOPS ? t : 0u);
       if (i >= HPW * LANES * DPL) continue;
       const uint g = i / (LANES * DPL), e = i - g * (LANES * DPL);
       float x = 0.0;
@@ -239,8 +245,8 @@ void main() {
                                     : p.q.v[(b * hq + h0 + g) * D + e];
       sQ[i] = x;
     }
-    for (uint e0 = 0; e0 < LANES * DPL; e0 += NT) {
-      const uint e = e0 + t;
+    for (uint e0 = UNIFORM_LOOPS ? 0u : t; e0 < LANES * DPL; e0 += NT) {
+      const uint e = e0 + (UNIFORM_LOOPS ? t : 0u);
       if (e >= LANES * DPL) continue;
       sNewK[e] = fresh && e < D ? rotated(p.k_new, b * hkv + hk, e, b, D) : 0.0;
       sNewV[e] = fresh && e < D ? p.v_new.v[(b * hkv + hk) * D + e] : 0.0;
@@ -355,9 +361,11 @@ void main() {
         barrier();
         const uint dim = d0 + t;
         VACC sum = VACC(0.0), val = VACC(0.0);
-        for (uint r = 0; r < GROUPS; ++r) {  // by every invocation (t < SLICE == NT)
-          sum += sL[r * HPW + g];
-          val += sAcc[r * SLICE + t];
+        if (UNIFORM_LOOPS || dim < D) {  // UNIFORM_LOOPS: by every invocation (t < SLICE == NT)
+          for (uint r = 0; r < GROUPS; ++r) {
+            sum += sL[r * HPW + g];
+            val += sAcc[r * SLICE + t];
+          }
         }
         if (dim < D) {
           if (partial) {

@@ -5,7 +5,8 @@
 // to 8; the fast kernel and the plain one), and the fused attention_decode_rope (outputs and cache
 // contents bitwise those of rope_kv_write then attention_decode, and close to ref::rope_apply then
 // ref::attention; every layout, partial rotary, splits, the precise build and the plain path);
-// determinism; bad input. The other decode ops are in test_decode_ops.cpp.
+// the fast kernel's shared-memory loops both ways (UNIFORM_LOOPS); determinism; bad input. The
+// other decode ops are in test_decode_ops.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -350,6 +351,44 @@ TEST(DecodeAttention, AttentionDecodeRopeMatchesTwoKernels) {
   const PlainDecodeAttention plain;
   check_attention_decode_rope(rng, kFusedCases[1], "plain");
   check_attention_decode_rope(rng, kFusedCases[3], "plain");
+}
+
+// attention_decode_fast.comp's shared-memory loops both ways (UNIFORM_LOOPS; the rule picks one
+// per device, so each device runs only one unless forced): each meets the references, the fused
+// form matches the two kernels, and the two give the same bits.
+TEST(DecodeAttention, SharedMemoryLoopsEitherWay) {
+  if (!ops::detail::decode_attention_fast_unfit(64).empty())
+    GTEST_SKIP() << "no fast decode kernel: " << ops::detail::decode_attention_fast_unfit(64);
+  struct Restore {
+    ~Restore() { ops::detail::set_decode_attention_uniform_loops(-1); }
+  } restore;
+  std::vector<std::vector<double>> outputs;
+  for (const int mode : {0, 1}) {
+    SCOPED_TRACE("uniform loops " + std::to_string(mode));
+    ops::detail::set_decode_attention_uniform_loops(mode);
+    Rng rng(31);
+    for (const DecodeCase& c : kDecodeCases)
+      if (c.cap <= 600) check_attention_decode(rng, c);
+    for (const size_t i : {1, 2, 5}) check_attention_decode_rope(rng, kFusedCases[i], "fast");
+    // The same inputs each time: head dims past 128 and a soft-cap (kDecodeCases[4]).
+    const DecodeCase& c = kDecodeCases[4];
+    Rng data(43);
+    const Tensor q =
+        test::to_gpu(test::as_f32(data.normal(static_cast<size_t>(c.batch * c.hq * c.d))),
+                     {c.batch, 1, c.hq, c.d});
+    const Shape cache{c.batch, c.cap, c.hkv, c.d};
+    const Tensor ck = test::to_gpu(
+        test::as_f32(data.normal(static_cast<size_t>(c.batch * c.cap * c.hkv * c.d))), cache);
+    const Tensor cv = test::to_gpu(
+        test::as_f32(data.normal(static_cast<size_t>(c.batch * c.cap * c.hkv * c.d))), cache);
+    const Tensor cached =
+        Tensor::from_host_i32(std::vector<int32_t>{static_cast<int32_t>(c.cached)}, {1});
+    outputs.push_back(
+        ops::attention_decode(q, ck, cv, {}, cached, decode_options(c.d, 0, c.softcap))
+            .to_double());
+  }
+  test::expect_close(outputs[1], outputs[0], 0, 0, "uniform loops against the plain loops");
+  test::expect_error([] { ops::detail::set_decode_attention_uniform_loops(2); }, {"uniform loops"});
 }
 
 TEST(DecodeAttention, AttentionDecodeRopeBadInput) {
