@@ -275,8 +275,7 @@ int main(int argc, char** argv) {
   bool stage_chain = false, stage_barriers = false;
   app.add_flag("--stage-chain", stage_chain,
                "replayed steps chain their product stages on device counters instead of pipeline "
-               "barriers (vk::Stream::set_stage_chaining; the default on NVIDIA with the Vulkan "
-               "memory model, unless VKF_STAGE_CHAIN=0)");
+               "barriers (vk::Stream::set_stage_chaining; off by default unless VKF_STAGE_CHAIN=1)");
   app.add_flag("--stage-barriers", stage_barriers,
                "replayed steps keep a pipeline barrier between all dependent stages (no chaining)")
       ->excludes("--stage-chain");

@@ -75,6 +75,9 @@ layout(constant_id = 4) const bool UNIFORM_LOOPS = false;
 #if SLICE != NT
 #error "the final combine has every invocation read one slice entry"
 #endif
+// Where the newest key's rotated values enter kr / vr (see LOAD_PASS): in the loads (plain
+// build), or after them (chained build, whose first pass loads before they exist).
+#define IN_LOADS (CHAINED == 0)
 #define MIN_PASSES 2       // mirrored by kMinPassesPerSplit in src/ops/decode_attention.cpp
 const uint FLAG_ROPE = 4u;         // kFlagRope in src/ops/decode_attention.cpp (FLAG_MASK is 1)
 const uint FLAG_INTERLEAVED = 8u;
@@ -158,10 +161,11 @@ float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
 // constants do not pass through functions in this glslc), keys j = j_lo + ps * PASS + i * GROUPS
 // + grp, every load of the pass first and without branches (see the header): keys past the range
 // read the last key's row and are hidden by `seen`. The newest key's slot, which this dispatch
-// writes, is never read: its lanes read the projections k_new / v_new instead (their values are
-// then replaced by the rotated ones in registers: `newest`), or, before the wait for the stage
-// that writes those (`early`), the row of the key before it. D % 4 == 0 under VEC4: vec4s lie
-// wholly inside or past D.
+// writes, is never read: its lanes read the projections k_new / v_new instead, or, before the
+// wait for the stage that writes those (`early`), the row of the key before it. Their values are
+// the rotated ones in nk / nv: taken in the loads in the plain build, replaced after them
+// (`newest`) in the chained one (on the H200 each form was the faster in its build: bench/
+// RESULTS.md, twenty-sixth session). D % 4 == 0 under VEC4: vec4s lie wholly inside or past D.
 #define LOAD_PASS(ps, early)                                                                 \
   [[unroll]] for (uint i = 0; i < KPT; ++i) {                                                \
     const int j = j_lo + int((ps) * PASS + i * GROUPS + grp);                                \
@@ -183,8 +187,8 @@ float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
         const uint at = (row + min(dim, D - 4u)) / 4u;                                       \
         const vec4 k4 = Vec4Buf(ksrc).v[at], v4 = Vec4Buf(vsrc).v[at];                       \
         [[unroll]] for (uint c = 0; c < 4u; ++c) {                                           \
-          kr[i * DPL + e + c] = dim < D ? k4[c] : 0.0;                                       \
-          vr[i * DPL + e + c] = dim < D ? v4[c] : 0.0;                                       \
+          kr[i * DPL + e + c] = dim < D ? (IN_LOADS && proj ? nk[e + c] : k4[c]) : 0.0;      \
+          vr[i * DPL + e + c] = dim < D ? (IN_LOADS && proj ? nv[e + c] : v4[c]) : 0.0;      \
         }                                                                                    \
       }                                                                                      \
     } else {                                                                                 \
@@ -192,8 +196,8 @@ float rotated(F32Buf x, uint row, uint e, uint b, uint D) {
         const uint dim = lane * DPL + e;                                                     \
         const uint at = row + min(dim, D - 1u);                                              \
         const float kx = F32Buf(ksrc).v[at], vx = F32Buf(vsrc).v[at];                        \
-        kr[i * DPL + e] = dim < D ? kx : 0.0;                                                \
-        vr[i * DPL + e] = dim < D ? vx : 0.0;                                                \
+        kr[i * DPL + e] = dim < D ? (IN_LOADS && proj ? nk[e] : kx) : 0.0;                   \
+        vr[i * DPL + e] = dim < D ? (IN_LOADS && proj ? nv[e] : vx) : 0.0;                   \
       }                                                                                      \
     }                                                                                        \
   }
@@ -225,6 +229,7 @@ void main() {
       CHAINED != 0 && split < n_active && ps_begin < pass_end && (!fresh || keys >= 2);
   float kr[KPT * DPL], vr[KPT * DPL];  // this lane's dims of its keys of the pass
   bool seen[KPT], newest[KPT];
+  float nk[DPL], nv[DPL];  // this lane's dims of the new key and value (set after the wait)
   if (preloaded) {
     LOAD_PASS(ps_begin, true)
   }
@@ -252,7 +257,6 @@ void main() {
       sNewV[e] = fresh && e < D ? p.v_new.v[(b * hkv + hk) * D + e] : 0.0;
     }
     barrier();
-    float nk[DPL], nv[DPL];  // this lane's dims of the new key and value
     [[unroll]] for (uint e = 0; e < DPL; ++e) {
       nk[e] = sNewK[lane * DPL + e];
       nv[e] = sNewV[lane * DPL + e];
@@ -289,12 +293,14 @@ void main() {
       if (ps != ps_begin || !preloaded) {
         LOAD_PASS(ps, false)
       }
-      // The newest key's values come from registers (rotated here), never from memory.
-      [[unroll]] for (uint i = 0; i < KPT; ++i) {
-        [[unroll]] for (uint e = 0; e < DPL; ++e) {
-          if (newest[i]) {
-            kr[i * DPL + e] = lane * DPL + e < D ? nk[e] : 0.0;
-            vr[i * DPL + e] = lane * DPL + e < D ? nv[e] : 0.0;
+      if (!IN_LOADS) {
+        // The newest key's rotated values, from registers.
+        [[unroll]] for (uint i = 0; i < KPT; ++i) {
+          [[unroll]] for (uint e = 0; e < DPL; ++e) {
+            if (newest[i]) {
+              kr[i * DPL + e] = lane * DPL + e < D ? nk[e] : 0.0;
+              vr[i * DPL + e] = lane * DPL + e < D ? nv[e] : 0.0;
+            }
           }
         }
       }

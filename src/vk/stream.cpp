@@ -17,8 +17,8 @@ namespace {
 constexpr uint32_t kQueriesPerBatch = 2 * 512 + 8;
 }
 
-bool stage_chaining_by_default(const DeviceInfo& info) {
-  return info.vendor_id == kNvidiaVendorId && info.memory_model_at_device_scope();
+bool stage_chaining_by_default(const DeviceInfo& /*info*/) {
+  return false;
 }
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {

@@ -130,14 +130,13 @@ class Graph {
   uint64_t chain_links_ = 0;
 };
 
-// Whether a device chains stages unless VKF_STAGE_CHAIN says otherwise: NVIDIA devices with the
-// Vulkan memory model at device scope. There the chained kernels' memory-model builds run (plain
-// loads after the wait; the legacy builds' coherent reads measured slower than barriers on the
-// H200), and launch is in order, so every workgroup a wait counts is running or done before any
-// waiting one takes a slot (bench/RESULTS.md, twenty-fourth session: a batch-1 decode step
-// replayed 3-6% faster, with 12% less GPU time, against barriers whose kernels then paid for a
-// read select that the twenty-fifth session removed; after that, 1.043-1.046 ms chained against
-// 1.040-1.041 with barriers: even). Elsewhere off: other drivers' launch order is not known here.
+// Whether a device chains stages unless VKF_STAGE_CHAIN says otherwise: none, since the
+// twenty-sixth session. Chaining (the chained kernels' memory-model builds, in-order launch) was
+// the default on NVIDIA from the twenty-fourth session, when it made a batch-1 decode step 3-6%
+// faster than barriers; once the barrier builds' regressions were removed (the read select in the
+// twenty-fifth, the one-query attention's form in the twenty-sixth), barriers were the faster:
+// 0.999-1.005 ms against 1.022-1.027 chained on the H200 (bench/RESULTS.md, twenty-sixth
+// session). Stays on the signature so that a device where chaining wins can opt in here.
 bool stage_chaining_by_default(const DeviceInfo& info);
 
 class Stream {
