@@ -273,9 +273,10 @@ int main(int argc, char** argv) {
                "skinny f16 products of one activation row: read the old output values and the "
                "bias before the main loop instead of in the epilogue");
   bool stage_chain = false, stage_barriers = false;
-  app.add_flag("--stage-chain", stage_chain,
-               "replayed steps chain their product stages on device counters instead of pipeline "
-               "barriers (vk::Stream::set_stage_chaining; off by default unless VKF_STAGE_CHAIN=1)");
+  app.add_flag(
+      "--stage-chain", stage_chain,
+      "replayed steps chain their product stages on device counters instead of pipeline "
+      "barriers (vk::Stream::set_stage_chaining; off by default unless VKF_STAGE_CHAIN=1)");
   app.add_flag("--stage-barriers", stage_barriers,
                "replayed steps keep a pipeline barrier between all dependent stages (no chaining)")
       ->excludes("--stage-chain");
