@@ -254,20 +254,23 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-full-rounds", full_rounds,
                "skinny f16 products of one plain activation row: K split by whole rounds of "
                "loads only (no half-round slices at two weight rows per thread)");
-  int uniform_loops = -1;
-  app.add_option("--skinny-uniform-loops", uniform_loops,
-                 "skinny f16 products: loops as often in every invocation (1), the plain loops (0) "
-                 "or the rule (-1: one activation row, or where lavapipe runs the memory-model "
-                 "builds)")
-      ->check(CLI::Range(-1, 1))
-      ->capture_default_str();
-  int attn_uniform_loops = -1;
-  app.add_option("--attn-uniform-loops", attn_uniform_loops,
-                 "the one-query attention's shared-memory loops: as often in every invocation "
-                 "(1), the plain loops (0) or the rule (-1: only where lavapipe runs the "
-                 "memory-model builds)")
-      ->check(CLI::Range(-1, 1))
-      ->capture_default_str();
+  // Loops that run as often in every invocation (1), the plain loops (0) or the rule (-1).
+  auto add_loops_option = [&app](const char* name, int& mode, const std::string& what,
+                                 const std::string& rule) {
+    app.add_option(name, mode,
+                   what +
+                       ": loops as often in every invocation (1), the plain loops (0) or the "
+                       "rule (-1: " +
+                       rule + ")")
+        ->check(CLI::Range(-1, 1))
+        ->capture_default_str();
+  };
+  int uniform_loops = -1, attn_uniform_loops = -1;
+  add_loops_option("--skinny-uniform-loops", uniform_loops, "skinny f16 products",
+                   "one activation row, or where lavapipe runs the memory-model builds");
+  add_loops_option("--attn-uniform-loops", attn_uniform_loops,
+                   "the one-query attention (its shared-memory loops)",
+                   "only where lavapipe runs the memory-model builds");
   bool early_epilogue = false;
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
