@@ -93,6 +93,10 @@ bool chained_vmm_builds_run() {
          g_vmm_chaining;
 }
 
+bool vmm_builds_need_uniform_loops() {
+  return vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU && chained_vmm_builds_run();
+}
+
 // The build of a chainable kernel to run. Where the stream does not chain stages nothing waits,
 // so the kernel as named (plain loads). While it chains, its "_vmm" build (the Vulkan memory model:
 // the chained wait makes other stages' stores visible to plain loads, see

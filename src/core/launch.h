@@ -71,6 +71,10 @@ bool vmm_chaining();
 // the model at device scope, set_vmm_chaining is on): kernels whose only chainable build is a
 // "_vmm" one (attention_decode_fast_chained) are chained only then.
 bool chained_vmm_builds_run();
+// Whether kernels must run their uniform-loop forms (every loop that touches shared memory as
+// often in every invocation; the UNIFORM_LOOPS spec constants): where lavapipe (a CPU device)
+// runs the "_vmm" builds, whose other loops Mesa 22.3 miscompiles.
+bool vmm_builds_need_uniform_loops();
 void launch_chained_raw(const std::string& module, const std::vector<uint32_t>& spec,
                         const void* push, uint32_t push_bytes, uint32_t sync_offset, Grid grid,
                         std::span<const Tensor* const> reads, std::span<const Tensor* const> writes,

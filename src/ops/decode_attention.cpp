@@ -45,12 +45,11 @@ int64_t g_keys_per_lane_group = 0;  // likewise
 bool g_chain_attention = true;      // set_decode_attention_chaining
 int g_attention_uniform_loops = -1;  // set_decode_attention_uniform_loops (-1: the rule)
 
-// attention_decode_fast.comp's UNIFORM_LOOPS: lavapipe's memory-model builds need every loop that
-// touches shared memory to run equally often in every invocation (a CPU device runs those builds
-// wherever chained dispatches do); elsewhere the loops skip what an invocation does not own.
+// attention_decode_fast.comp's UNIFORM_LOOPS: only where lavapipe's memory-model builds need them;
+// elsewhere the loops skip what an invocation does not own, which measured faster on the H200.
 bool attention_uniform_loops() {
   if (g_attention_uniform_loops >= 0) return g_attention_uniform_loops == 1;
-  return vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU && chained_vmm_builds_run();
+  return vmm_builds_need_uniform_loops();
 }
 
 bool plain_forced() {

@@ -66,12 +66,11 @@ std::vector<uint32_t> skinny_f16_spec(const SkinnyF16Plan& plan, int64_t m, int6
 
 bool skinny_f16_uniform_loops(int64_t m) {
   if (g_skinny_uniform_loops >= 0) return g_skinny_uniform_loops == 1;
-  // lavapipe's memory-model builds need them (the shader's UNIFORM_LOOPS; a CPU device runs those
-  // wherever chained dispatches do). Elsewhere by speed: on the H200 (bench/RESULTS.md,
+  // lavapipe's memory-model builds need them (the shader's UNIFORM_LOOPS,
+  // vmm_builds_need_uniform_loops). Elsewhere by speed: on the H200 (bench/RESULTS.md,
   // twenty-fifth session) a 1B decode step at batch 1 took 1.031 / 1.032 ms with them against
   // 1.043 / 1.046 with the plain loops, at batch 8 2.821 / 2.800 against 2.572 / 2.547.
-  if (vk::Context::get().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU && chained_vmm_builds_run())
-    return true;
+  if (vmm_builds_need_uniform_loops()) return true;
   return m == 1;
 }
 

@@ -63,9 +63,8 @@ layout(constant_id = 0) const uint DPL = 8;   // dims per lane: ceil(D / 8)
 layout(constant_id = 1) const uint HPW = 4;   // query heads per workgroup
 layout(constant_id = 2) const uint KPT = 4;   // keys per lane group per pass
 layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 16-byte rows
-// Every loop that touches shared memory runs equally often in every invocation (see the header):
-// the host sets it where lavapipe runs the memory-model build (ops::detail's
-// set_decode_attention_uniform_loops); elsewhere the loops skip what an invocation does not own.
+// Every loop that touches shared memory runs equally often in every invocation (see the header;
+// the host's rule: vmm_builds_need_uniform_loops in src/core/launch.h).
 layout(constant_id = 4) const bool UNIFORM_LOOPS = false;
 
 #define NT 128
