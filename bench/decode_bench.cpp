@@ -16,8 +16,7 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
-//                [--argmax-separate] [--o-fold] [--skinny-early-epilogue] [--skinny-uniform-loops
-//                -1]
+//                [--argmax-separate] [--skinny-early-epilogue] [--skinny-uniform-loops -1]
 //                [--stage-chain | --stage-barriers] [--chain-coherent] [--chain-rows 1]
 //                [--attention-unchained] [--attn-uniform-loops -1]
 //                [--norm-fold-rows 1..8] [--attn-keys 0..8]
@@ -304,9 +303,6 @@ int main(int argc, char** argv) {
   bool argmax_separate = false;
   app.add_flag("--argmax-separate", argmax_separate,
                "greedy tokens by argmax_rows over the logits instead of from the head's product");
-  bool o_fold = false;
-  app.add_flag("--o-fold", o_fold,
-               "fold each layer's o product into its attention (batch 1; slower on the H200)");
   int stage_floor = 0;
   app.add_option("--stage-floor", stage_floor,
                  "only time N dependent in-place additions in a replayed graph: the cost of one "
@@ -340,7 +336,6 @@ int main(int argc, char** argv) {
     ops::detail::set_decode_attention_uniform_loops(attn_uniform_loops);
     models::DecoderModel::set_decode_head_norm_fold(!head_norm_separate);
     models::DecoderModel::set_decode_head_argmax_fold(!argmax_separate);
-    models::DecoderModel::set_decode_o_fold(o_fold);
     ops::set_norm_fold_rows(norm_fold_rows);
     ops::detail::set_decode_keys_per_lane_group(attn_keys);
     if (skinny_groups >= 0)

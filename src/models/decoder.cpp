@@ -54,18 +54,10 @@ bool& decode_head_argmax_fold_slot() {
   static bool on = true;
   return on;
 }
-bool& decode_o_fold_slot() {
-  // Off: on the H200 a 1B step at batch 1 took 1.171-1.220 ms folded against 0.997-1.006 separate.
-  static bool on = false;
-  return on;
-}
 }  // namespace
 
 void DecoderModel::set_decode_head_norm_fold(bool on) { decode_head_norm_fold_slot() = on; }
 void DecoderModel::set_decode_head_argmax_fold(bool on) { decode_head_argmax_fold_slot() = on; }
-void DecoderModel::set_decode_o_fold(bool on) {
-  decode_o_fold_slot() = on;
-}
 
 void DecoderModel::set_projection_grouping(bool on) { projection_grouping_slot() = on; }
 bool DecoderModel::projection_grouping() { return projection_grouping_slot(); }
@@ -146,7 +138,7 @@ KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
 
 Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& step,
                                      const Trace& trace, const Tensor* residual,
-                                     const ops::RowNorm* pre_norm, Tensor* o_partials) {
+                                     const ops::RowNorm* pre_norm) {
   const int64_t T = step.T;
   const auto& s = spec_;
   const auto& n = s.names;
@@ -248,21 +240,6 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     // layers rotate q and k, append k and v at that slot and attend, in one dispatch.
     const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
     const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
-    const Tensor w_o = o_partials && layer.use_rope && !s.o_bias ? P(n.o + ".weight") : Tensor();
-    if (w_o.defined() &&
-        ops::attention_decode_o_unfit(q, ck, rope_table(l, step.table_positions, true),
-                                      rope_table(l, step.table_positions, false),
-                                      ops::rope_rotary_dim(layer.rope), w_o)
-            .empty()) {
-      // The o product too, as per-kv-head partials that the MLP's first product adds to the
-      // residual (ops::gated_linear's addends): one dependent stage fewer.
-      const Tensor partials = ops::attention_decode_rope_o(
-          q, k, v, rope_table(l, step.table_positions, true),
-          rope_table(l, step.table_positions, false), step.positions, ck, cv, step.decode->cached,
-          step.mask, opts, ops::rope_rotary_dim(layer.rope), s.rope_layout, w_o);
-      *o_partials = partials.reshape({B * Hkv, w_o.dim(0)});
-      return {};
-    }
     if (layer.use_rope) {
       a = ops::attention_decode_rope(q, k, v, rope_table(l, step.table_positions, true),
                                      rope_table(l, step.table_positions, false), step.positions,
@@ -286,8 +263,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
 }
 
 Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
-                               const Tensor* residual, const ops::RowNorm* pre_norm,
-                               const Tensor* addends) const {
+                               const Tensor* residual, const ops::RowNorm* pre_norm) const {
   const auto& s = spec_;
   const auto& n = s.names;
   auto L = [&](const std::string& leaf) { return s.layer_name(l, leaf); };
@@ -311,15 +287,6 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
   } else if (s.fused_gate_up) {
     Tensor gu = nn::linear(L(n.gate_up), normalized(), P(n.gate_up + ".weight"));
     out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
-  } else if (residual && !s.mlp_bias && addends) {
-    // The attention's o product arrives as partials (attention_block's o_partials): the residual
-    // after the attention is x plus their sum, which gated_linear forms as it stages its row and
-    // stores for the down projection to add into. That sum is the stream from here on.
-    Tensor sum;
-    const Tensor a = ops::gated_linear(x, P(n.gate + ".weight"), P(n.up + ".weight"), s.act,
-                                       pre_norm, *addends, &sum);
-    ops::linear_accumulate(a, P(n.down + ".weight"), Tensor(), sum);
-    return sum;
   } else if (residual && !s.mlp_bias) {
     // A folded decode step has no adapter or trace on these projections: both products and the
     // activation (and the norm, with pre_norm) in one pass over the two weights
@@ -370,14 +337,7 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
       ops::norm_folds(x, param(L(n.q + ".weight")), row_norm(L(n.norm1)))) {
     // Each RMSNorm folds into the products that read it (ops::normed_linear): x itself goes in.
     const ops::RowNorm norm1 = row_norm(L(n.norm1)), norm2 = row_norm(L(n.norm2));
-    // The o product folds into the attention where the MLP's first product can add its partials
-    // (one row: a decode step at batch 1).
-    const bool fold_o = decode_o_fold_slot() && s.mlp != MlpKind::Plain && !s.fused_gate_up &&
-                        !s.mlp_bias &&
-                        ops::gated_linear_takes_addends(x, param(L(n.gate + ".weight")), norm2);
-    Tensor o_partials;
-    attention_block(l, x, step, trace, &x, &norm1, fold_o ? &o_partials : nullptr);
-    if (o_partials.defined()) return mlp_block(l, x, trace, &x, &norm2, &o_partials);
+    attention_block(l, x, step, trace, &x, &norm1);
     mlp_block(l, x, trace, &x, &norm2);
     return x;
   }

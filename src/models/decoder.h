@@ -150,9 +150,6 @@ class DecoderModel {
   // greedy choice too (both on by default): for A/B timing.
   static void set_decode_head_norm_fold(bool on);
   static void set_decode_head_argmax_fold(bool on);
-  // Whether decode_step() folds each layer's o product into its attention where it can (one row,
-  // rotary attention, a gated MLP without biases; off by default: slower on the H200).
-  static void set_decode_o_fold(bool on);
   // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
   // sequence length change at every step).
   std::string decode_step_unsupported() const;
@@ -182,16 +179,10 @@ class DecoderModel {
   // With `residual`, the block's output projection is added into *residual in place and an
   // undefined tensor is returned. With `pre_norm`, h is the block's input before its RMSNorm,
   // which the input projections apply as they read it (ops::normed_linear; a decode step).
-  // With `o_partials` too, a decode step's attention may instead leave the o product as
-  // per-kv-head partials in *o_partials (ops::attention_decode_rope_o), not yet in *residual;
-  // mlp_block then takes them as `addends` and returns the new residual stream (their sum with
-  // x, into which its down projection added).
   Tensor attention_block(int64_t layer, const Tensor& h, const Step& step, const Trace& trace,
-                         const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr,
-                         Tensor* o_partials = nullptr);
+                         const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr);
   Tensor mlp_block(int64_t layer, const Tensor& h, const Trace& trace,
-                   const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr,
-                   const Tensor* addends = nullptr) const;
+                   const Tensor* residual = nullptr, const ops::RowNorm* pre_norm = nullptr) const;
   ops::RowNorm row_norm(const std::string& prefix) const;  // the RMSNorm at `prefix`
   const Tensor& rope_table(int64_t layer, int64_t positions, bool cos);
 

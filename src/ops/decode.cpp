@@ -10,7 +10,6 @@
 #include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/decode_common.h"
-#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/norm.h"
@@ -21,7 +20,6 @@ namespace {
 
 using detail::check_caches;
 constexpr int64_t kMaxGroups = 65535;
-constexpr int64_t kMaxAddends = 64;  // gated_linear's addends (the kernel unrolls over them)
 
 void check_row_norm(const RowNorm& norm, int64_t in, const char* op) {
   VKF_REQUIRE(norm.weight.defined() && norm.weight.dtype() == DType::F32 &&
@@ -214,45 +212,11 @@ Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& 
   return normed_product("normed_linear_argmax", x, norm, weight, Tensor(), &ids);
 }
 
-namespace {
-
-// gated_linear's checks of `addends` and `sum` (decode.h).
-void check_addends(const char* op, const Tensor& x, const Tensor& addends, const Tensor* sum) {
-  if (!addends.defined()) return;
-  VKF_REQUIRE(x.numel() == x.dim(-1), "{}: addends need one row of x, got {}", op,
-              shape_str(x.shape()));
-  VKF_REQUIRE(addends.dtype() == DType::F32 && addends.rank() == 2 && addends.dim(1) == x.dim(-1) &&
-                  addends.dim(0) > 0 && addends.is_contiguous(),
-              "{}: addends must be a contiguous f32 [count, {}], got {} {}", op, x.dim(-1),
-              shape_str(addends.shape()), dtype_name(addends.dtype()));
-  VKF_REQUIRE(addends.dim(0) <= kMaxAddends, "{}: at most {} addends, got {}", op, kMaxAddends,
-              addends.dim(0));
-  VKF_REQUIRE(sum != nullptr, "{}: addends need a tensor to receive x + their sum", op);
-}
-
-// x + addends[0] + addends[1] + ... in that order, shaped as x (one row).
-Tensor add_rows(const Tensor& x, const Tensor& addends) {
-  Tensor total = x.is_contiguous() ? x : x.contiguous();
-  for (int64_t e = 0; e < addends.dim(0); ++e)
-    total = add(total, addends.slice(0, e, e + 1).reshape(x.shape()));
-  return total;
-}
-
-}  // namespace
-
-bool gated_linear_takes_addends(const Tensor& x, const Tensor& w_gate, const RowNorm& norm) {
-  if (!norm_folds(x, w_gate, norm) || x.numel() != x.dim(-1) || x.address() % 16 != 0 ||
-      w_gate.address() % 16 != 0 || div_up(w_gate.dim(0), detail::kSkinnyF16Cols) > kMaxGroups)
-    return false;
-  return detail::skinny_f16_row_staged(1, x.dim(-1), true, detail::skinny_norm_mode(&norm));
-}
-
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
-                    const RowNorm* norm, const Tensor& addends, Tensor* sum) {
+                    const RowNorm* norm) {
   const char* op = "gated_linear";
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
-  check_addends(op, x, addends, sum);
   for (const Tensor* w : {&w_gate, &w_up}) {
     VKF_REQUIRE(w->defined() && w->rank() == 2 && w->dim(1) == x.dim(-1) &&
                     w->shape() == w_gate.shape() && w->dtype() == w_gate.dtype(),
@@ -263,13 +227,6 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   VKF_REQUIRE(static_cast<uint32_t>(act) <= static_cast<uint32_t>(Activation::QuickGELU),
               "{}: unknown Activation value {}", op, static_cast<uint32_t>(act));
   if (norm) check_row_norm(*norm, x.dim(-1), op);
-  if (addends.defined() &&
-      !(norm && w_up.address() % 16 == 0 && w_up.dtype() == w_gate.dtype() &&
-        w_up.is_contiguous() && gated_linear_takes_addends(x, w_gate, *norm))) {
-    // The unfused form: the same additions in the same order, stored, then the product.
-    *sum = add_rows(x, addends);
-    return gated_linear(*sum, w_gate, w_up, act, norm);
-  }
   const detail::MatDesc a = detail::describe_rows(x);
   const int64_t m = a.rows, n = w_gate.dim(0), k = a.cols;
   constexpr int64_t kMaxRows = 8;  // matmul_skinny_f16's MMAX
@@ -290,14 +247,12 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
   checked_u32((m - 1) * a.rs + k, "gated_linear x extent");
   checked_u32(n * k, "gated_linear weight elements");
   const RowNorm sn = norm ? *norm : RowNorm{};
-  if (addends.defined()) *sum = Tensor::empty(x.shape(), DType::F32);
   struct {
     uint64_t a, gate, up, c;
     uint32_t m, n, k, lda, ldb, c_rs, sa, sb;
     uint64_t norm_w;
     float norm_eps;
     uint32_t norm_tpr_log2;
-    uint64_t addends, sum_out;
     vk::ChainSync chain;  // filled by the stream
   } push{a.t.address(),
          w_gate.address(),
@@ -314,28 +269,19 @@ Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, A
          norm ? sn.weight.address() : 0,
          sn.eps,
          norm ? detail::norm_threads_per_row_log2(k) : 0u,
-         addends.defined() ? addends.address() : 0,
-         addends.defined() ? sum->address() : 0,
          {}};
   const uint32_t norm_mode = detail::skinny_norm_mode(norm ? &sn : nullptr);
   const detail::SkinnyF16Plan plan = detail::plan_skinny_f16(m, n, k, vec8, norm_mode, true);
   const uint32_t blocks = div_up(n, plan.rows_per_block());
   const uint32_t groups = detail::skinny_f16_groups(m, blocks);
-  std::vector<uint32_t> spec = detail::skinny_f16_spec(
+  const std::vector<uint32_t> spec = detail::skinny_f16_spec(
       plan, m, k, false, vec8, static_cast<uint32_t>(act), norm_mode, groups, blocks);
-  if (addends.defined()) {
-    VKF_REQUIRE(plan.staged && vec8, "{}: internal: addends without the staged row", op);
-    spec.push_back(static_cast<uint32_t>(addends.dim(0)));  // id 13: ADDENDS_SPEC
-  }
   vk::DispatchCost cost{4.0 * static_cast<double>(m * n * k),
                         4.0 * static_cast<double>(n * k) + 4.0 * static_cast<double>(m * (k + n))};
   if (vk::Context::get().stream().profiling_detail())
-    cost.detail = fmt::format("2x {}x{}x{}{}{}", m, n, k, norm ? " normed" : "",
-                              addends.defined() ? fmt::format(" +{}", addends.dim(0)) : "");
-  const Tensor no_sum;
+    cost.detail = fmt::format("2x {}x{}x{}{}", m, n, k, norm ? " normed" : "");
   launch_chained_rows(m, "matmul_skinny_f16_gated", push, offsetof(decltype(push), chain),
-                      Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight, &addends},
-                      {&out, sum && addends.defined() ? sum : &no_sum}, spec, cost);
+                      Grid{groups, 1, 1}, {&a.t, &w_gate, &w_up, &sn.weight}, {&out}, spec, cost);
   return out;
 }
 

@@ -74,18 +74,8 @@ void set_norm_fold_rows(int64_t rows);
 // which the fused kernel matches sum for sum. Not differentiable (inference).
 // With `norm`, x's rows are normalized first as normed_linear does (folded into the same dispatch
 // where the fused kernel runs).
-// With `addends` (one row of x; f32 [count, in], count <= 64), the product reads x + addends[0] +
-// ... + addends[count - 1], added in that order, and *sum receives that row (shaped as x): a
-// decode step's residual stream after the attention, whose o product arrives as partials
-// (attention_decode_rope_o). Where gated_linear_takes_addends holds, the additions happen as the
-// kernel stages its row (its workgroup 0 stores *sum); otherwise they are stored first (ops::add,
-// the same order, so the same values).
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,
-                    const RowNorm* norm = nullptr, const Tensor& addends = {},
-                    Tensor* sum = nullptr);
-// Whether gated_linear adds its addends inside its one dispatch for this x, gate weight and norm
-// (norm_folds, one row, 16-byte aligned, the row fits in shared memory).
-bool gated_linear_takes_addends(const Tensor& x, const Tensor& w_gate, const RowNorm& norm);
+                    const RowNorm* norm = nullptr);
 
 // Attention of one new query per row over a KV cache whose first cached[0] + 1 positions are
 // filled (cached: I32, read on the device; the new key/value sits at slot cached[0]). q: f32
@@ -114,24 +104,6 @@ Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& cache_v, const Tensor& slot_buf,
                              const Tensor& key_padding_mask, const AttentionOptions& opts,
                              int64_t rotary_dim, RopeLayout layout);
-
-// attention_decode_rope followed by the output projection o, as per-kv-head partials in one
-// dispatch (attention_decode_fast.comp's oproj variant): returns f32 [B, Hkv, out] with
-// partial[b, h, n] = sum over the columns c of kv head h's query heads of w_o[n, c] * a[b, c],
-// a = attention_decode_rope(...) reshaped [B, Hq * D]; so a W_o^T = the partials summed over h.
-// w_o: f16 [out, Hq * D], contiguous, 16-byte aligned. Only where attention_decode_o_unfit says
-// "" (the caller checks): otherwise run attention_decode_rope, then the product.
-Tensor attention_decode_rope_o(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                               const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                               const Tensor& cache_v, const Tensor& slot_buf,
-                               const Tensor& key_padding_mask, const AttentionOptions& opts,
-                               int64_t rotary_dim, RopeLayout layout, const Tensor& w_o);
-// Why attention_decode_rope_o cannot serve these inputs on this device ("" when it can): it needs
-// the fast kernel, every query head of a kv head in one workgroup, a cache short enough to stay
-// unsplit, head_dim % 8 == 0, an f16 w_o, the sin table right after the cos table, and a stream
-// that does not chain stages (the fused dispatch has no chained build).
-std::string attention_decode_o_unfit(const Tensor& q, const Tensor& cache_k, const Tensor& cos,
-                                     const Tensor& sin, int64_t rotary_dim, const Tensor& w_o);
 
 namespace detail {
 

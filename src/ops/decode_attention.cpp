@@ -274,25 +274,6 @@ Tensor launch_fast(const Tensor& q, const RopeInputs* rope, const Tensor& cache_
   return out;
 }
 
-// The oproj variant's rows of o per lane group and 16-byte weight loads per lane and row: about
-// kTargetWorkgroups workgroups over (kv head, row, slice of o's rows), each lane holding at most
-// kMaxOprojLoads loads of W_o in registers through the attention.
-constexpr int64_t kMaxOprojLoads = 16;
-struct OprojPlan {
-  int64_t rows_per_lane_group = 1, loads_per_row = 1, slices = 1;
-};
-OprojPlan oproj_plan(int64_t B, int64_t hkv, int64_t cols, int64_t out_rows) {
-  OprojPlan o;
-  o.loads_per_row = div_up(cols, 8 * kLanes);
-  const int64_t slices = std::max<int64_t>(1, div_up(kTargetWorkgroups, hkv * B));
-  const int64_t rows = div_up(out_rows, slices);
-  o.rows_per_lane_group = std::clamp<int64_t>(
-      div_up(rows, kLaneGroups), 1, std::max<int64_t>(1, kMaxOprojLoads / o.loads_per_row));
-  if (const char* e = std::getenv("VKF_OPROJ_ROWS")) o.rows_per_lane_group = std::atoi(e);
-  o.slices = div_up(out_rows, kLaneGroups * o.rows_per_lane_group);
-  return o;
-}
-
 // attention_decode.comp: one workgroup per (query head, row), keys in chunks of 128.
 Tensor launch_plain(const Tensor& q, const Tensor& cache_k, const Tensor& cache_v,
                     const Tensor& key_padding_mask, const Tensor& cached,
@@ -409,106 +390,6 @@ DecodeAttentionPlan decode_attention_plan(int64_t batch, int64_t capacity, int64
 }
 
 }  // namespace detail
-
-std::string attention_decode_o_unfit(const Tensor& q, const Tensor& cache_k, const Tensor& cos,
-                                     const Tensor& sin, int64_t rotary_dim, const Tensor& w_o) {
-  if (!cache_k.defined() || cache_k.rank() != 4 || !q.defined() || q.rank() != 4)
-    return "q or the cache is not 4-d";
-  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
-  const int64_t hq = q.dim(2);
-  if (std::string why = detail::decode_attention_fast_unfit(D); !why.empty()) return why;
-  if (!vk::Pipelines::has_module("attention_decode_fast_oproj"))
-    return "this build has no attention_decode_fast_oproj module";
-  if (vk::Context::get().stream().stage_chaining()) return "the stream chains stages";
-  if (D % 8 != 0) return fmt::format("head_dim {} is not a multiple of 8", D);
-  if (hkv <= 0 || hq % hkv != 0) return "query heads are not a multiple of the kv heads";
-  const int64_t ratio = hq / hkv, dpl = div_up(D, kLanes);
-  if (ratio > std::clamp<int64_t>(64 / dpl, 1, 8))
-    return fmt::format("{} query heads per kv head exceed one workgroup's", ratio);
-  if (detail::decode_attention_plan(B, cap, hq, hkv, D).splits > 1)
-    return fmt::format("a cache of {} positions is split over workgroups", cap);
-  if (!w_o.defined() || w_o.dtype() != DType::F16 || w_o.rank() != 2 || w_o.dim(1) != hq * D ||
-      !w_o.is_contiguous() || w_o.address() % 16 != 0)
-    return "w_o is not a contiguous, 16-byte aligned f16 [out, heads x head_dim]";
-  if (w_o.dim(0) > kLaneGroups * kMaxOprojLoads * kMaxGroups) return "w_o has too many rows";
-  const uint64_t half = static_cast<uint64_t>(rotary_dim / 2);
-  if (!cos.defined() || !sin.defined() || cos.rank() != 2 ||
-      sin.address() != cos.address() + 4 * static_cast<uint64_t>(cos.dim(0)) * half)
-    return "the sin table does not follow the cos table";
-  return "";
-}
-
-Tensor attention_decode_rope_o(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                               const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                               const Tensor& cache_v, const Tensor& slot_buf,
-                               const Tensor& key_padding_mask, const AttentionOptions& opts,
-                               int64_t rotary_dim, RopeLayout layout, const Tensor& w_o) {
-  const char* op = "attention_decode_rope_o";
-  check_attention(op, q, cache_k, cache_v, key_padding_mask, slot_buf, opts);
-  check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
-  const std::string why = attention_decode_o_unfit(q, cache_k, cos, sin, rotary_dim, w_o);
-  VKF_REQUIRE(why.empty(), "{}: not available for these inputs: {}", op, why);
-  const auto contiguous = [](const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); };
-  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v);
-  const int64_t B = cache_k.dim(0), cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3);
-  const int64_t hq = q.dim(2), ratio = hq / hkv, out_rows = w_o.dim(0);
-  detail::DecodeAttentionPlan plan = detail::decode_attention_plan(B, cap, hq, hkv, D);
-  plan.heads_per_group = ratio;  // every query head of the kv head: one partial per kv head
-  plan.head_groups = 1;
-  const OprojPlan oplan = oproj_plan(B, hkv, ratio * D, out_rows);
-  const bool vec4 = plan.vec4 && cache_k.address() % 16 == 0 && cache_v.address() % 16 == 0 &&
-                    kc.address() % 16 == 0 && vc.address() % 16 == 0;
-  Tensor partials = Tensor::empty({B, hkv, out_rows}, DType::F32);
-  const uint32_t flags = (key_padding_mask.defined() ? detail::kAttnFlagMask : 0u) | kFlagRope |
-                         (layout == RopeLayout::Interleaved ? kFlagInterleaved : 0u);
-  struct {
-    uint64_t q, k_new, v_new, cos, pos, cached, cache_k, cache_v, mask, out, w_o;
-    uint32_t capacity, heads, window, table_rows, d, half_flags;
-    float scale, softcap;
-    uint32_t o_rows, unused;
-  } push{qc.address(),
-         kc.address(),
-         vc.address(),
-         cos.address(),
-         positions.address(),
-         slot_buf.address(),
-         cache_k.address(),
-         cache_v.address(),
-         key_padding_mask.defined() ? key_padding_mask.address() : 0,
-         partials.address(),
-         w_o.address(),
-         static_cast<uint32_t>(cap),
-         static_cast<uint32_t>(hq) | static_cast<uint32_t>(hkv) << 16,
-         opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window),
-         static_cast<uint32_t>(cos.dim(0)),
-         static_cast<uint32_t>(D),
-         static_cast<uint32_t>(rotary_dim / 2) | flags << 16,
-         opts.scale,
-         opts.softcap,
-         checked_u32(out_rows, "attention_decode_rope_o output features"),
-         0};
-  static_assert(sizeof(push) == 128, "the oproj variant's push constants fill 128 bytes");
-  const std::vector<uint32_t> spec = {static_cast<uint32_t>(plan.dims_per_lane),
-                                      static_cast<uint32_t>(plan.heads_per_group),
-                                      static_cast<uint32_t>(plan.keys_per_lane_group),
-                                      vec4 ? 1u : 0u,
-                                      attention_uniform_loops() ? 1u : 0u,
-                                      static_cast<uint32_t>(oplan.rows_per_lane_group),
-                                      static_cast<uint32_t>(oplan.loads_per_row),
-                                      std::getenv("VKF_OPROJ_LATE") ? 0u : 1u};
-  // Every slice reads its kv head's keys and values (from L2 after the first) and its rows of w_o.
-  const vk::DispatchCost cost{
-      4.0 * static_cast<double>(B * hq * cap * D) +
-          2.0 * static_cast<double>(B * out_rows * hq * D),
-      8.0 * static_cast<double>(B * cap * hkv * D) + 2.0 * static_cast<double>(w_o.numel())};
-  launch("attention_decode_fast_oproj", push,
-         Grid{static_cast<uint32_t>(hkv), static_cast<uint32_t>(B),
-              static_cast<uint32_t>(oplan.slices)},
-         {&qc, &kc, &vc, &cos, &sin, &positions, &slot_buf, &cache_k, &cache_v, &key_padding_mask,
-          &w_o},
-         {&partials, &cache_k, &cache_v}, spec, cost);
-  return partials;
-}
 
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
                      const Tensor& sin, const Tensor& positions, const Tensor& cache_k,

@@ -48,19 +48,7 @@
 // table ([2, P, half]), and cached[0] follows the B positions (without FLAG_ROPE the `pos` field
 // is `cached` itself). Its first pass's cache loads go out before the wait, and so before the
 // queries are read (the plain build loads them inside the pass loop).
-//
-// The `oproj` variant (ops::attention_decode_rope_o; FLAG_ROPE, one split, every query head of a
-// kv head in the workgroup) also applies the attention's output projection o, for its kv head's
-// share: grid z is a slice of o's rows instead of a split of the cache, every slice's workgroups
-// compute the same attention (the K and V rows come from L2 after the first), and each writes
-// partial[b, kv head, n] = sum over its heads' columns c of W_o[n, c] * out[c] for its O_ROWS *
-// GROUPS rows n, out being the attention output as the plain build stores it. Its lanes' weight
-// loads go out before the attention, so o's bytes stream in under the attention's latency. The
-// caller sums the kv heads' partials in kv head order (matmul_skinny_f16.comp's ADDENDS): one
-// dependent stage fewer per layer than attention, then the o product. Its push block drops the
-// sin table (derived, as in the chained variant) for W_o's address and o's row count.
 //!variant chained_vmm -DCHAINED=1 -DVKF_VMM=1
-//!variant oproj -DOPROJ=1
 //!precise
 #version 460
 #extension GL_KHR_shader_subgroup_basic : require
@@ -78,11 +66,6 @@ layout(constant_id = 3) const bool VEC4 = false;  // DPL % 4 == 0, D % 4 == 0, 1
 // Every loop that touches shared memory runs equally often in every invocation (see the header;
 // the host's rule: vmm_builds_need_uniform_loops in src/core/launch.h).
 layout(constant_id = 4) const bool UNIFORM_LOOPS = false;
-// The oproj variant: rows of o per lane group, and 16-byte weight loads per lane and row
-// (ceil(HPW * D / 64): the 8 lanes of a lane group split a row's HPW * D columns).
-layout(constant_id = 5) const uint O_ROWS = 1;
-layout(constant_id = 6) const uint O_VECS = 1;
-layout(constant_id = 7) const bool O_PREFETCH = true;  // W_o's loads before the attention
 
 #define NT 128
 #define LANES 8
@@ -105,11 +88,6 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer PartialBuf {
 #ifndef CHAINED
 #define CHAINED 0
 #endif
-#ifndef OPROJ
-#define OPROJ 0
-#endif
-#define DERIVED_SIN (CHAINED != 0 || OPROJ != 0)  // the sin table follows the cos table
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
 #if CHAINED
 #include "stage_chain_push.glsl"
 #endif
@@ -117,8 +95,8 @@ layout(push_constant, std430) uniform Push {
   F32Buf q;       // [B, 1, Hq, D] (not yet rotated under FLAG_ROPE)
   F32Buf k_new;   // [B, 1, Hkv, D], FLAG_ROPE only
   F32Buf v_new;   // [B, 1, Hkv, D], FLAG_ROPE only
-  F32Buf cos_;    // [P, half], FLAG_ROPE only (CHAINED, OPROJ: the sin table follows it)
-#if !DERIVED_SIN
+  F32Buf cos_;    // [P, half], FLAG_ROPE only (CHAINED: the sin table follows it)
+#if !CHAINED
   F32Buf sin_;
 #endif
   I32Buf pos;     // [B] rotary positions, FLAG_ROPE only (CHAINED: cached follows them)
@@ -128,12 +106,8 @@ layout(push_constant, std430) uniform Push {
   F32Buf k;       // cache [B, capacity, Hkv, D]
   F32Buf v;
   I32Buf mask;    // [B, capacity], FLAG_MASK only
-  F32Buf o;       // [B, 1, Hq, D]; OPROJ: the partials [B, Hkv, o_rows]
-#if OPROJ
-  uint64_t w_o;   // o's weight, halves [o_rows, Hq * D]
-#else
+  F32Buf o;       // [B, 1, Hq, D]
   uint64_t scratch;  // partial records; used when the grid has more than one split
-#endif
   uint capacity;
   uint heads;     // Hq | Hkv << 16
   uint window;    // 0: none; else keys j <= position - window are hidden
@@ -144,10 +118,6 @@ layout(push_constant, std430) uniform Push {
   float softcap;
 #if CHAINED
   STAGE_CHAIN_PUSH_FIELDS
-#endif
-#if OPROJ
-  uint o_rows;    // o's output features (rows of W_o)
-  uint o_unused;
 #endif
 } p;
 #if CHAINED
@@ -160,13 +130,10 @@ shared float sNewV[LANES * DPL];
 shared float sM[GROUPS * HPW];   // each lane group's running max, per head
 shared VACC sL[GROUPS * HPW];    // each lane group's sum, rescaled to the workgroup's max
 shared VACC sAcc[GROUPS * SLICE];  // each lane group's values of one head, one slice of dims
-#if OPROJ
-shared float sOut[HPW * LANES * DPL];  // the group's attention output, head-major, as stored
-#endif
 
 // The rotary sin table and the cached-keys buffer (derived in the chained variant, see above).
 F32Buf sin_table() {
-#if DERIVED_SIN
+#if CHAINED
   return F32Buf(uint64_t(p.cos_) + 4ul * uint64_t(p.table_rows) * uint64_t(p.half_flags & 0xffffu));
 #else
   return p.sin_;
@@ -239,11 +206,7 @@ void main() {
   const uint hq = p.heads & 0xffffu, hkv = p.heads >> 16, G = hq / hkv;
   const uint ng = gl_NumWorkGroups.x / hkv;  // head groups per kv head
   const uint hk = gl_WorkGroupID.x / ng, hg = gl_WorkGroupID.x - hk * ng;
-  const uint b = gl_WorkGroupID.y;
-  // OPROJ: grid z slices o's rows; the cache is never split.
-  const uint split = OPROJ != 0 ? 0u : gl_WorkGroupID.z;
-  const uint splits = OPROJ != 0 ? 1u : gl_NumWorkGroups.z;
-  const uint o_slice = OPROJ != 0 ? gl_WorkGroupID.z : 0u;
+  const uint b = gl_WorkGroupID.y, split = gl_WorkGroupID.z, splits = gl_NumWorkGroups.z;
   const uint D = p.d, cap = p.capacity, flags = p.half_flags >> 16;
   const uint h0 = hk * G + hg * HPW;       // first query head of the group
   const uint nh = min(HPW, G - hg * HPW);  // heads in the group
@@ -269,25 +232,6 @@ void main() {
   if (preloaded) {
     LOAD_PASS(ps_begin, true)
   }
-#if OPROJ
-  // This lane's 16-byte pieces of its O_ROWS rows of W_o (row n: o_slice * O_ROWS * GROUPS +
-  // r * GROUPS + grp; pieces lane + 8 j of the group's HPW * D columns, which start at column
-  // h0 * D), loaded now and used after the attention.
-  const uint o_cols8 = (nh * D) / 8u, o_ld8 = (hq * D) / 8u;
-  uvec4 wo[O_ROWS * O_VECS];
-#define LOAD_WO                                                                               \
-  [[unroll]] for (uint r = 0; r < O_ROWS; ++r) {                                              \
-    const uint n = (o_slice * O_ROWS + r) * GROUPS + grp;                                     \
-    [[unroll]] for (uint j = 0; j < O_VECS; ++j) {                                            \
-      const uint c8 = lane + j * LANES;                                                       \
-      const bool ok = n < p.o_rows && c8 < o_cols8;                                           \
-      wo[r * O_VECS + j] = ok ? UVec4Buf(p.w_o).v[n * o_ld8 + (h0 * D) / 8u + c8] : uvec4(0); \
-    }                                                                                         \
-  }
-  if (O_PREFETCH) {
-    LOAD_WO
-  }
-#endif
 #if CHAINED
   stage_chain_wait();  // q, k_new and v_new come from the stage before
 #endif
@@ -316,7 +260,7 @@ void main() {
       nk[e] = sNewK[lane * DPL + e];
       nv[e] = sNewV[lane * DPL + e];
     }
-    if (fresh && hg == 0u && split == n_active - 1u && o_slice == 0u) {
+    if (fresh && hg == 0u && split == n_active - 1u) {
       // The one writer of the new slot for this (kv head, row).
       const uint dst = ((b * cap + uint(cached)) * hkv + hk) * D;
       [[unroll]] for (uint e = 0; e < DPL; ++e) {
@@ -409,11 +353,7 @@ void main() {
     const bool partial = n_active > 1u;
     const uint set = b * gl_NumWorkGroups.x + gl_WorkGroupID.x;  // (kv head group, row)
     const uint record = D + 2u;  // max, sum, values
-#if OPROJ
-    PartialBuf part = PartialBuf(0ul);  // never split
-#else
     PartialBuf part = PartialBuf(p.scratch);
-#endif
     [[unroll]] for (uint g = 0; g < HPW; ++g) {
       if (g >= nh) break;
       for (uint d0 = 0; d0 < D; d0 += SLICE) {
@@ -441,43 +381,11 @@ void main() {
             }
             part.v[rec + 2u + dim] = val;
           } else {
-            const float value = sum > 0.0 ? float(val / sum) : 0.0;
-#if OPROJ
-            sOut[g * D + dim] = value;
-#else
-            p.o.v[(b * hq + h0 + g) * D + dim] = value;
-#endif
+            p.o.v[(b * hq + h0 + g) * D + dim] = sum > 0.0 ? float(val / sum) : 0.0;
           }
         }
       }
     }
-#if OPROJ
-    // The kv head's share of o: each lane sums its pieces in column order, the lane group's 8
-    // sums meet in the butterfly (every lane ends with the same total), lane 0 stores.
-    if (!O_PREFETCH) {
-      LOAD_WO
-    }
-    barrier();  // sOut written
-    [[unroll]] for (uint r = 0; r < O_ROWS; ++r) {
-      const uint n = (o_slice * O_ROWS + r) * GROUPS + grp;
-      VACC dot = VACC(0.0);
-      [[unroll]] for (uint j = 0; j < O_VECS; ++j) {
-        const uint c8 = lane + j * LANES;
-        if (c8 < o_cols8) {
-          const uvec4 w = wo[r * O_VECS + j];
-          [[unroll]] for (uint c = 0; c < 4u; ++c) {
-            const vec2 h = unpackHalf2x16(w[c]);
-            dot += VACC(sOut[c8 * 8u + 2u * c]) * VACC(h.x);
-            dot += VACC(sOut[c8 * 8u + 2u * c + 1u]) * VACC(h.y);
-          }
-        }
-      }
-      dot += subgroupShuffleXor(dot, 4u);
-      dot += subgroupShuffleXor(dot, 2u);
-      dot += subgroupShuffleXor(dot, 1u);
-      if (lane == 0u && n < p.o_rows) p.o.v[(b * hkv + hk) * p.o_rows + n] = float(dot);
-    }
-#endif
   }
 #if CHAINED
   stage_chain_signal();

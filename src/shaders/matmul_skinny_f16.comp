@@ -42,12 +42,6 @@
 // (opA(m, k) * rstd(m)) * w'(k) rounded to fp32, w' = w (NORM 1) or 1 + w (NORM 2). The first
 // weight loads are issued before that prologue, so its latency hides behind theirs. One dispatch
 // and one dependent stage fewer than the norm followed by the product.
-//
-// ADDENDS (gated variant, STAGED): the row is x + addend 0 + ... + addend ADDENDS - 1 (push
-// addends, [ADDENDS, K] f32), summed in that order as it is staged, before the norm; workgroup 0
-// also stores that sum to sum_out (the residual stream after the attention, which the down
-// projection then adds into). A decode step's o product arrives so, as the kv heads' partials of
-// attention_decode_fast.comp's oproj variant.
 //!variant gated -DGATED=1
 //!variant vmm -DVKF_VMM=1
 //!variant gated_vmm -DGATED=1 -DVKF_VMM=1
@@ -120,9 +114,6 @@ const bool ARGMAX = ARGMAX_SPEC && GATED == 0 && MROWS == 1;
 layout(constant_id = 9) const uint STAGED_LEN4 = 1;
 const bool STAGED = STAGED_LEN4 > 1 && NORM != 0 && MROWS == 1 && VEC8;
 const uint STAGED_PER_THREAD = (STAGED_LEN4 + LOCAL_SIZE - 1) / LOCAL_SIZE;  // vec4s staged each
-// Rows added to the staged row (see ADDENDS above; gated variant, STAGED only).
-layout(constant_id = 13) const uint ADDENDS_SPEC = 0;
-const uint ADDENDS = GATED != 0 && STAGED ? ADDENDS_SPEC : 0u;
 const uint ROWS = COLS / K_SPLIT;    // weight rows per block (times RPT)
 const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
@@ -145,8 +136,6 @@ layout(push_constant, std430) uniform Push {
   uint64_t norm_w;  // NORM: the norm's weight, f32 [K]
   float norm_eps;
   uint norm_tpr_log2;
-  uint64_t addends;  // ADDENDS: f32 [ADDENDS, K]
-  uint64_t sum_out;  // ADDENDS: f32 [K], written by workgroup 0
   STAGE_CHAIN_PUSH_FIELDS
 } p;
 #else
@@ -520,13 +509,7 @@ void main() {
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
         const uint i = tid + j * LOCAL_SIZE;
         if (i < p.K / 4) {
-          vec4 x = chained_vec4(uint64_t(p.a), abase / 4 + i);
-#if GATED
-          [[unroll]] for (uint e = 0; e < ADDENDS; ++e)
-            x += chained_vec4(p.addends, e * (p.K / 4) + i);
-          if (ADDENDS > 0u && gl_WorkGroupID.x == 0u) Vec4Buf(p.sum_out).v[i] = x;
-#endif
-          staged_row[i] = x;
+          staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
           norm_w_ahead[j] = Vec4Buf(p.norm_w).v[i];
         }
       }

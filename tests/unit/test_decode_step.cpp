@@ -20,9 +20,7 @@
 #include "infer/generate.h"
 #include "models/decoder.h"
 #include "models/registry.h"
-#include "ops/decode.h"
 #include "peft/lora.h"
-#include "test_models.h"
 #include "test_util.h"
 #include "vk/context.h"
 
@@ -326,61 +324,6 @@ TEST(DecodeStep, FinalNormFoldsIntoTheHead) {
       const auto i = static_cast<size_t>(s);
       test::expect_close(folded[i], plain[i], 2e-5, 2e-5,
                          c + " folded vs separate final norm, step " + std::to_string(s));
-    }
-  }
-}
-
-// At batch 1 with f16 weights each layer's o product folds into its attention
-// (ops::attention_decode_rope_o) and its partials into the gate/up product (gated_linear's
-// addends): one dispatch fewer per layer, and the same logits up to summation order (the o sum
-// grouped by kv head). Models without rotary layers or with biases keep the separate product.
-TEST(DecodeStep, OProductFoldsIntoTheAttention) {
-  struct Restore {
-    ~Restore() { models::DecoderModel::set_decode_o_fold(false); }
-  } restore;
-  // (model, whether it folds): the fixtures' head dims (6) are no multiple of 8, so llama-shaped
-  // random models with head_dim 16 (GQA 2) and 64 (GQA 3, 135M's ratio) fold; starcoder2 has
-  // biases and a plain MLP.
-  const auto llama = [](int64_t heads, int64_t kv_heads, int64_t head_dim) {
-    const int64_t hidden = heads * head_dim;
-    auto model = test::random_decoder({{"model_type", "llama"},
-                                       {"hidden_size", hidden},
-                                       {"intermediate_size", 3 * hidden / 2},
-                                       {"num_hidden_layers", 2},
-                                       {"num_attention_heads", heads},
-                                       {"num_key_value_heads", kv_heads},
-                                       {"head_dim", head_dim},
-                                       {"vocab_size", 48},
-                                       {"rms_norm_eps", 1e-5},
-                                       {"tie_word_embeddings", false}},
-                                      7, 0.2);
-    model.convert_matrices(DType::F16);
-    return model;
-  };
-  for (const auto& [c, folds] : {std::pair<std::string, bool>{"llama 4x16", true},
-                                 {"llama 6x64", true},
-                                 {"qwen2", false},
-                                 {"starcoder2", false}}) {
-    SCOPED_TRACE(c);
-    auto f16 = c == "llama 4x16"   ? llama(4, 2, 16)
-               : c == "llama 6x64" ? llama(6, 2, 64)
-                                   : load(c, DType::F16);
-    uint64_t folded_dispatches = 0, plain_dispatches = 0;
-    models::DecoderModel::set_decode_o_fold(true);
-    const auto folded = single_row_logits(f16, folded_dispatches);
-    models::DecoderModel::set_decode_o_fold(false);
-    const auto plain = single_row_logits(f16, plain_dispatches);
-    const auto& spec = f16.spec();
-    if (!folds) {
-      EXPECT_EQ(folded_dispatches, plain_dispatches) << c << ": nothing to fold";
-    } else if (ops::detail::decode_attention_fast_unfit(spec.head_dim).empty()) {
-      EXPECT_EQ(folded_dispatches + static_cast<uint64_t>(spec.num_layers), plain_dispatches)
-          << c << ": one dispatch fewer per layer";
-    }
-    for (int64_t s = 0; s < kSteps; ++s) {
-      const auto i = static_cast<size_t>(s);
-      test::expect_close(folded[i], plain[i], 2e-5, 2e-5,
-                         c + " folded vs separate o product, step " + std::to_string(s));
     }
   }
 }
