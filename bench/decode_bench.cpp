@@ -44,6 +44,7 @@
 #include "bench_models.h"
 #include "bench_util.h"
 #include "core/launch.h"
+#include "infer/decode_step.h"
 #include "infer/generate.h"
 #include "ops/decode.h"
 #include "ops/elementwise.h"
@@ -209,10 +210,18 @@ int main(int argc, char** argv) {
   int top = 20;
   app.add_flag("--profile", profile, "per-kernel GPU time of the eager mode's decode steps");
   app.add_option("--top", top, "kernels listed by --profile")->capture_default_str();
-  bool stage_profile = false;
+  bool stage_profile = false, gpu_time = false;
   app.add_flag("--stage-profile", stage_profile,
                "GPU time of the replayed decode step per dependent stage (timestamps at barriers)");
   bool profile_shapes = false;
+  app.add_flag("--gpu-time", gpu_time,
+               "the replay's GPU time per step (two timestamps per replay: first command to "
+               "last), beside its wall time")
+      ->excludes("--stage-profile");
+  bool io_copies = false;
+  app.add_flag("--io-copies", io_copies,
+               "record the step's input and tokens as copy commands (the earlier form), not as "
+               "kernel reads and writes of host-visible memory");
   app.add_flag("--profile-shapes", profile_shapes,
                "with --profile: list products per shape (M x N x K) instead of per kernel");
   uint32_t skinny_rows = 0;
@@ -328,6 +337,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
+    infer::set_decode_io_copies(io_copies);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     set_vmm_chaining(!chain_coherent);
@@ -425,8 +435,8 @@ int main(int argc, char** argv) {
                                                              warm_start)
                        .count() < warmup_ms);
           profiling = profile && mode == "eager";
-          const bool stage_timed = stage_profile && mode == "replay";
-          if (stage_timed) stream.set_stage_timing(true, profile_shapes);
+          const bool stage_timed = (stage_profile || gpu_time) && mode == "replay";
+          if (stage_timed) stream.set_stage_timing(true, profile_shapes, gpu_time);
           const auto tokens = run(s, n, dispatches);
           if (stage_timed) {
             stream.set_stage_timing(false);

@@ -23,7 +23,8 @@ bool poison_enabled() {
   return on;
 }
 
-std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype) {
+std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype,
+                                      vk::MemoryKind kind = vk::MemoryKind::Device) {
   for (auto d : shape)
     VKF_REQUIRE(d >= 0, "negative dimension in shape {}", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
@@ -32,7 +33,7 @@ std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype) {
   impl->strides = contiguous_strides(shape);
   impl->id = g_next_id++;
   const uint64_t bytes = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
-  impl->storage = std::make_shared<Storage>(bytes);
+  impl->storage = std::make_shared<Storage>(bytes, kind);
   return impl;
 }
 
@@ -66,16 +67,16 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Storage::Storage(uint64_t nbytes) : bytes(nbytes) {
+Storage::Storage(uint64_t nbytes, vk::MemoryKind kind) : bytes(nbytes) {
   auto& ctx = vk::Context::get();
   try {
-    alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
+    alloc = ctx.allocator().allocate(nbytes, kind);
   } catch (const OutOfMemory&) {
     // The allocator has already returned its kept blocks to the driver; what can still come back
     // is memory waiting for queued work (staging blocks, graphs destroyed while in flight): wait
     // for it and try once more.
     ctx.stream().synchronize();
-    alloc = ctx.allocator().allocate(nbytes, vk::MemoryKind::Device);
+    alloc = ctx.allocator().allocate(nbytes, kind);
   }
 }
 
@@ -93,6 +94,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
     vk::Context::get().stream().fill(t.allocation(), 0, bytes, pattern);
   }
   return t;
+}
+
+Tensor Tensor::empty_host_visible(const Shape& shape, DType dtype) {
+  Tensor t(make_impl(shape, dtype, vk::MemoryKind::Staging));
+  VKF_REQUIRE(t.host_data() != nullptr || t.nbytes() == 0,
+              "empty_host_visible: the device's host-visible memory could not be mapped");
+  return t;
+}
+
+void* Tensor::host_data() const {
+  void* base = impl_->storage->alloc.mapped();
+  return base ? static_cast<char*>(base) + impl_->offset * dtype_size(impl_->dtype) : nullptr;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {

@@ -26,7 +26,7 @@ Shape contiguous_strides(const Shape& s);
 struct Storage {
   vk::Allocation alloc;
   uint64_t bytes = 0;
-  explicit Storage(uint64_t nbytes);
+  explicit Storage(uint64_t nbytes, vk::MemoryKind kind = vk::MemoryKind::Device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -63,6 +63,13 @@ class Tensor {
   static Tensor from_host_i64(std::span<const int64_t> data, const Shape& shape);
   // Raw bytes of `dtype`, row-major, numel(shape) elements.
   static Tensor from_bytes(const void* data, DType dtype, const Shape& shape);
+  // Unset memory that the host sees through host_data() and kernels read and write over the bus
+  // (host-visible, coherent): for a few values exchanged with the host at every replayed step
+  // (infer/decode_step.h), with no copy command between kernel and host. Not for bulk data.
+  static Tensor empty_host_visible(const Shape& shape, DType dtype);
+  // The first element of a host-visible tensor's view in host memory, else nullptr. Reads see
+  // what finished GPU work wrote; the host must not write while queued work may use it.
+  void* host_data() const;
 
   // Reads back (waits for the GPU). Floating dtypes convert to float/double; integers to int64.
   std::vector<float> to_float() const;

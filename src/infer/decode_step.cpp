@@ -24,37 +24,61 @@ DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache&
   VKF_REQUIRE(static_cast<int64_t>(mask.size()) == B * cache.capacity,
               "decode step: the mask has {} values for a [{}, {}] cache", mask.size(), B,
               cache.capacity);
+  host_state_ = Tensor::empty_host_visible({2 * B + 1}, DType::I32);
+  std::memset(host_state_.host_data(), 0, static_cast<size_t>(2 * B + 1) * 4);
   state_ = Tensor::zeros({2 * B + 1}, DType::I32);
-  inputs_.ids = state_.slice(0, 0, B).reshape({B, 1});
+  // The embedding reads the ids over the bus, once per step (record()); the layers read positions
+  // and the cache length many times (every attention), so those come from the device copy.
   inputs_.positions = state_.slice(0, B, 2 * B).reshape({B, 1});
   inputs_.cached = state_.slice(0, 2 * B, 2 * B + 1);
   inputs_.mask = Tensor::from_host_i32(mask, {B, cache.capacity});
-  auto& alloc = vk::Context::get().allocator();
-  host_in_ = alloc.allocate(static_cast<uint64_t>(2 * B + 1) * 4, vk::MemoryKind::Staging);
-  host_out_ = alloc.allocate(static_cast<uint64_t>(device_argmax ? B : B * vocab_) * 4,
-                             vk::MemoryKind::Staging);
+  if (device_argmax) {
+    host_ids_ = Tensor::empty_host_visible({B}, DType::I32);
+  } else {
+    host_logits_ = vk::Context::get().allocator().allocate(static_cast<uint64_t>(B * vocab_) * 4,
+                                                          vk::MemoryKind::Staging);
+  }
 }
 
 DecodeStepRunner::~DecodeStepRunner() {
   graph_.reset();  // waits for its last replay, then hands back what it kept
-  auto& stream = vk::Context::get().stream();
-  stream.release(host_in_);
-  stream.release(host_out_);
+  if (host_logits_) vk::Context::get().stream().release(host_logits_);
 }
+
+namespace {
+bool g_io_copies = false;
+}  // namespace
+
+void set_decode_io_copies(bool on) { g_io_copies = on; }
 
 void DecodeStepRunner::record() {
   auto& stream = vk::Context::get().stream();
-  stream.copy(host_in_, 0, state_.allocation(), static_cast<uint64_t>(state_.offset()) * 4,
-              static_cast<uint64_t>(2 * batch_ + 1) * 4);
-  Tensor ids;  // the head may choose the tokens itself (decode_step's greedy_ids)
-  const Tensor logits = model_.decode_step(inputs_, cache_, device_argmax_ ? &ids : nullptr);
-  if (device_argmax_) {
-    if (!ids.defined()) ids = ops::argmax_rows(logits);  // [B, 1, V]
-    stream.read_back(ids.allocation(), static_cast<uint64_t>(ids.offset()) * 4, host_out_, 0,
-                     static_cast<uint64_t>(batch_) * 4);
+  const int64_t B = batch_;
+  if (g_io_copies) {  // the earlier form, for A/B timing (decode_step.h)
+    stream.copy(host_state_.allocation(), static_cast<uint64_t>(host_state_.offset()) * 4,
+                state_.allocation(), static_cast<uint64_t>(state_.offset()) * 4,
+                static_cast<uint64_t>(2 * B + 1) * 4);
+    inputs_.ids = state_.slice(0, 0, B).reshape({B, 1});
   } else {
-    stream.read_back(logits.allocation(), static_cast<uint64_t>(logits.offset()) * 4, host_out_, 0,
-                     static_cast<uint64_t>(batch_ * vocab_) * 4);
+    // A kernel, not a copy command: it runs beside the embedding, in the step's first stage.
+    state_.copy_(host_state_);
+    inputs_.ids = host_state_.slice(0, 0, B).reshape({B, 1});
+  }
+  if (device_argmax_ && g_io_copies) {
+    Tensor ids;
+    model_.decode_step(inputs_, cache_, &ids);
+    stream.read_back(ids.allocation(), static_cast<uint64_t>(ids.offset()) * 4,
+                     host_ids_.allocation(), static_cast<uint64_t>(host_ids_.offset()) * 4,
+                     static_cast<uint64_t>(B) * 4);
+  } else if (device_argmax_) {
+    Tensor ids = host_ids_;  // decode_step writes the tokens there (its greedy_ids)
+    model_.decode_step(inputs_, cache_, &ids);
+    VKF_REQUIRE(ids.address() == host_ids_.address(),
+                "decode step: the tokens were not written into the host-visible buffer");
+  } else {
+    const Tensor logits = model_.decode_step(inputs_, cache_, nullptr);
+    stream.read_back(logits.allocation(), static_cast<uint64_t>(logits.offset()) * 4,
+                     host_logits_, 0, static_cast<uint64_t>(batch_ * vocab_) * 4);
   }
 }
 
@@ -64,7 +88,7 @@ void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_
               "decode step: {} ids and {} positions for {} rows", ids.size(), positions.size(), B);
   VKF_REQUIRE(cache_.length < cache_.capacity, "decode step: the KV cache is full ({} positions)",
               cache_.capacity);
-  auto* in = static_cast<int32_t*>(host_in_.mapped());
+  auto* in = static_cast<int32_t*>(host_state_.host_data());
   std::memcpy(in, ids.data(), B * 4);
   std::memcpy(in + B, positions.data(), B * 4);
   in[2 * B] = static_cast<int32_t>(cache_.length);
@@ -102,12 +126,12 @@ void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_
 
 std::span<const int32_t> DecodeStepRunner::chosen() const {
   VKF_REQUIRE(device_argmax_, "decode step: this runner returns logits, not ids");
-  return {static_cast<const int32_t*>(host_out_.mapped()), static_cast<size_t>(batch_)};
+  return {static_cast<const int32_t*>(host_ids_.host_data()), static_cast<size_t>(batch_)};
 }
 
 std::span<const float> DecodeStepRunner::logits() const {
   VKF_REQUIRE(!device_argmax_, "decode step: this runner returns ids, not logits");
-  return {static_cast<const float*>(host_out_.mapped()), static_cast<size_t>(batch_ * vocab_)};
+  return {static_cast<const float*>(host_logits_.mapped()), static_cast<size_t>(batch_ * vocab_)};
 }
 
 }  // namespace vkf::infer

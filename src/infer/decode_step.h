@@ -1,8 +1,10 @@
 // The decode step of generation as one unit of GPU work with fixed addresses: every row advances
 // by one token per step over a KV cache of fixed capacity, the step's varying values (token ids,
-// rotary positions, how many positions the cache holds) live in one small device buffer that a
-// copy from host-visible memory refreshes at the head of the step, and the step ends by copying
-// its result (each row's argmax token, or the logits) into host-visible memory. Nothing is
+// rotary positions, how many positions the cache holds) live in one small host-visible buffer:
+// the embedding reads the ids from it and a copy kernel beside it (the same stage) refreshes the
+// device buffer that the layers read positions and the cache length from. The step ends with its
+// result in host-visible memory: the argmax's final fold writes each row's token there itself, or
+// a copy brings the logits. Nothing is
 // allocated, uploaded or read back by the step itself, so after a first step run eagerly (which
 // also builds the rotary tables and pipelines) it is captured once (vk::Stream::begin_capture)
 // and replayed at every later step: no recording, allocation or push-constant change per token.
@@ -18,6 +20,12 @@
 #include "vk/stream.h"
 
 namespace vkf::infer {
+
+// Runners record their steps' input and result as copy commands instead (a copy of the host's
+// values into the device buffer before the embedding, and of the tokens out after the argmax),
+// each a dependent stage of its own: the form before the host-visible tensors, kept for A/B
+// timing (decode_bench --io-copies). Takes effect at the next recording.
+void set_decode_io_copies(bool on);
 
 class DecodeStepRunner {
  public:
@@ -53,9 +61,13 @@ class DecodeStepRunner {
   models::KVCache& cache_;
   const int64_t batch_, vocab_;
   const bool replay_, device_argmax_;
-  Tensor state_;  // I32 [2B + 1]: ids, positions, positions cached (refreshed from host_in_)
-  models::DecodeInputs inputs_;  // views of state_, and the [B, capacity] mask
-  vk::Allocation host_in_, host_out_;
+  // I32 [2B + 1]: ids, positions, positions cached; written by the host at every step, and
+  // copied into state_ by the step (the ids are read from here).
+  Tensor host_state_;
+  Tensor state_;                 // the device copy
+  models::DecodeInputs inputs_;  // views of both, and the [B, capacity] mask
+  Tensor host_ids_;              // device_argmax: I32 [B], host-visible, the step's tokens
+  vk::Allocation host_logits_;   // otherwise: [B, vocab] f32, copied into at the step's end
   std::unique_ptr<vk::Graph> graph_;
   int64_t steps_ = 0;
   bool chain_checked_ = false;  // the first replay's chain counters (step())

@@ -546,10 +546,14 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor*
     if (greedy_ids && decode_head_argmax_fold_slot() && s.logits_divisor == 1.0 &&
         s.logits_multiplier == 1.0 && s.final_softcap <= 0 && x.numel() == s.hidden_size)
       return ops::normed_linear_argmax(x, final_norm, head.weight, *greedy_ids);
-    return apply_head(head, {}, &final_norm);
+    const Tensor logits = apply_head(head, {}, &final_norm);
+    if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids);
+    return logits;
   }
   head.hidden = norm(x, s.names.final_norm);
-  return apply_head(head, {});
+  const Tensor logits = apply_head(head, {});
+  if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids);
+  return logits;
 }
 
 Tensor DecoderModel::run(const Tensor& input_ids, const Step& step, const Trace& trace) {

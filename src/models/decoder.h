@@ -141,10 +141,11 @@ class DecoderModel {
   // kernels (rotary + cache append, one-query attention, residual adds in the projections'
   // epilogues, gate/up/activation in one pass for f16 weights) where no adapter or trace needs
   // the separate steps.
-  // With `greedy_ids`, it may also set *greedy_ids to each row's argmax (I32 [B], as
+  // With `greedy_ids`, it also sets *greedy_ids to each row's argmax (I32 [B], as
   // ops::argmax_rows of the logits gives it), chosen by the head's own product where the final norm
-  // folds into it and nothing follows the head (ops::normed_linear_argmax); left undefined
-  // otherwise, for the caller to take argmax_rows itself.
+  // folds into it and nothing follows the head (ops::normed_linear_argmax), else by argmax_rows.
+  // A *greedy_ids defined on entry is where the ids go (a contiguous I32 [B] in any memory:
+  // DecodeStepRunner's host-visible tokens).
   Tensor decode_step(const DecodeInputs& in, KVCache& cache, Tensor* greedy_ids = nullptr);
   // Whether decode_step() folds the final RMSNorm into the head's product where it can, and the
   // greedy choice too (both on by default): for A/B timing.

@@ -48,9 +48,10 @@ struct ArgmaxPush {
 };
 
 // argmax_rows.comp's final pass: each row's argmax from its `chunks` (value, index) pairs (value,
-// index: f32 and u32 [rows, chunks]).
-Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64_t chunks) {
-  Tensor out = Tensor::empty({rows}, DType::I32);
+// index: f32 and u32 [rows, chunks]), into `into` where it is defined (argmax_rows checks it).
+Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64_t chunks,
+                   const Tensor& into) {
+  Tensor out = into.defined() ? into : Tensor::empty({rows}, DType::I32);
   const ArgmaxPush push{
       0, value.address(), index.address(), out.address(), 0, 0, static_cast<uint32_t>(chunks)};
   launch("argmax_rows_final", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&value, &index},
@@ -58,9 +59,17 @@ Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64
   return out;
 }
 
+// The destination argmax_rows was given, checked: undefined, or I32 [rows] and contiguous.
+void check_argmax_into(const Tensor& into, int64_t rows, const char* op) {
+  VKF_REQUIRE(!into.defined() || (into.dtype() == DType::I32 && into.numel() == rows &&
+                                  into.rank() == 1 && into.is_contiguous()),
+              "{}: the ids' destination must be a contiguous I32 [{}] tensor, got {}", op, rows,
+              into.defined() ? shape_str(into.shape()) + " " + dtype_name(into.dtype()) : "");
+}
+
 }  // namespace
 
-Tensor argmax_rows(const Tensor& x_in) {
+Tensor argmax_rows(const Tensor& x_in, const Tensor& into) {
   VKF_REQUIRE(
       x_in.defined() && x_in.dtype() == DType::F32 && (x_in.rank() == 2 || x_in.rank() == 3),
       "argmax_rows: x must be f32 [rows, cols] or [rows, 1, cols], got {}",
@@ -71,6 +80,7 @@ Tensor argmax_rows(const Tensor& x_in) {
   VKF_REQUIRE(rows > 0 && cols > 0, "argmax_rows: x {} is empty", shape_str(x_in.shape()));
   VKF_REQUIRE(rows <= kMaxGroups, "argmax_rows: {} rows exceed the {} a dispatch allows", rows,
               kMaxGroups);
+  check_argmax_into(into, rows, "argmax_rows");
   // Rows may be strided (the last position of [B, T, V] logits); their elements must be contiguous.
   const bool readable = x_in.strides().back() == 1 || cols == 1;
   const Tensor x = readable ? x_in : x_in.contiguous();
@@ -93,7 +103,7 @@ Tensor argmax_rows(const Tensor& x_in) {
          Grid{static_cast<uint32_t>(chunks), static_cast<uint32_t>(rows), 1}, {&x},
          {&value, &index}, {},
          {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
-  return argmax_fold(value, index, rows, chunks);
+  return argmax_fold(value, index, rows, chunks, into);
 }
 
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
@@ -176,12 +186,15 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
               weight.defined() ? shape_str(weight.shape()) : "undefined");
   VKF_REQUIRE(!ids || x.numel() == x.dim(-1), "{}: x must be one row, got {}", op,
               shape_str(x.shape()));
+  // Where the ids go: *ids itself where the caller gave a tensor (e.g. host-visible memory).
+  const Tensor into = ids ? *ids : Tensor();
+  if (ids) check_argmax_into(into, 1, op);
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const detail::MatDesc a = detail::describe_rows(xc);
   const int64_t n = weight.dim(0);
   if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
     Tensor out = linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
-    if (ids) *ids = argmax_rows(out.reshape({1, n}));
+    if (ids) *ids = argmax_rows(out.reshape({1, n}), into);
     return out;
   }
   Shape out_shape = x.shape();
@@ -194,8 +207,8 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
   if (ids) {
     const int64_t groups = slots.workgroups;  // 0: the product took more than one dispatch
     *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
-                                    slots.slots.slice(0, groups, 2 * groups), 1, groups)
-                      : argmax_rows(out.reshape({1, n}));
+                                    slots.slots.slice(0, groups, 2 * groups), 1, groups, into)
+                      : argmax_rows(out.reshape({1, n}), into);
   }
   return out;
 }

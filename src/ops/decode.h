@@ -16,8 +16,9 @@ namespace vkf::ops {
 
 // out[r] = torch.argmax(x[r, :]): the first index of the largest value of each row (NaN counts
 // as the largest). x is f32 [R, V] (rows may be strided, elements contiguous) or [R, 1, V];
-// returns I32 [R].
-Tensor argmax_rows(const Tensor& x);
+// returns I32 [R]: `into` where it is given (contiguous I32 [R], in any memory: a decode step
+// writes its tokens straight into host-visible memory), else a new tensor.
+Tensor argmax_rows(const Tensor& x, const Tensor& into = {});
 
 // cache_k[b, slot] = k[b, 0] and cache_v[b, slot] = v[b, 0] for every row b, slot = slot_buf[0]
 // (I32, read on the device; a slot outside the cache writes nothing). k, v: f32 [B, 1, Hkv, D];
@@ -54,6 +55,7 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
 // they store it (matmul_skinny_f16.comp's ARGMAX), so only argmax_rows' final fold of those pairs
 // follows: no pass over the outputs, one dependent stage fewer (a decode step's greedy choice
 // from its LM head). Otherwise normed_linear then argmax_rows. The same outputs and ids either way.
+// An `ids` defined on entry is where the ids go (as argmax_rows' `into`).
 Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                             Tensor& ids);
 

@@ -105,7 +105,7 @@ Stream::Batch& Stream::current() {
 }
 
 void Stream::full_barrier() {
-  if (capture_ && capture_->stage_queries_ && capture_->stage_open_ &&
+  if (capture_ && capture_->stage_queries_ && capture_->stage_open_ && !stage_whole_graph_ &&
       capture_->stages_.size() + 1 < kMaxStageQueries) {
     // Latched once every earlier command has completed: the end of the stage. The last stage a
     // pool has room for stays open through its barriers and takes the rest of the graph; its end
@@ -478,19 +478,20 @@ void Stream::stage_label(const std::string& label, const DispatchCost& cost) {
   Graph& g = *capture_;
   if (!g.stage_queries_) return;
   if (!g.stage_open_) {
-    g.stages_.emplace_back(label, cost);
+    g.stages_.emplace_back(stage_whole_graph_ ? "whole graph" : label, cost);
     g.stage_open_ = true;
     return;
   }
   auto& [name, total] = g.stages_.back();
-  name += " + " + label;
+  if (!stage_whole_graph_) name += " + " + label;
   total.flops += cost.flops;
   total.bytes += cost.bytes;
 }
 
-void Stream::set_stage_timing(bool on, bool by_detail) {
+void Stream::set_stage_timing(bool on, bool by_detail, bool whole_graph) {
   stage_timing_ = on;
-  stage_detail_ = on && by_detail;
+  stage_detail_ = on && by_detail && !whole_graph;
+  stage_whole_graph_ = on && whole_graph;
   if (on) {
     stage_profile_.clear();
     stage_replays_ = 0;

@@ -209,8 +209,9 @@ class Stream {
   // Stage timing of graphs captured while it is on (see the header comment): every wait() for
   // their replays adds each stage's time to stage_profile(), one entry per distinct stage (its
   // commands' labels joined by " + "; `by_detail` as for set_profiling). Turning it on clears
-  // what was collected.
-  void set_stage_timing(bool on, bool by_detail = false);
+  // what was collected. `whole_graph`: one stage per graph instead, from its start to its end,
+  // named "whole graph": a replay's GPU time with two timestamps instead of one per stage.
+  void set_stage_timing(bool on, bool by_detail = false, bool whole_graph = false);
   std::vector<KernelProfile> stage_profile() const;
   uint64_t stage_timed_replays() const { return stage_replays_; }  // that stage_profile() sums
 
@@ -287,6 +288,7 @@ class Stream {
   std::map<std::string, KernelProfile> profile_;
   bool stage_timing_ = false;
   bool stage_detail_ = false;
+  bool stage_whole_graph_ = false;
   std::map<std::string, KernelProfile> stage_profile_;
   uint64_t stage_replays_ = 0;
   // Timestamps a stage-timed graph holds at most; stages past it are not timed apart.
