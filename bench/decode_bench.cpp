@@ -222,6 +222,11 @@ int main(int argc, char** argv) {
   app.add_flag("--io-copies", io_copies,
                "record the step's input and tokens as copy commands (the earlier form), not as "
                "kernel reads and writes of host-visible memory");
+  uint32_t replays_per_step = 1;
+  app.add_option("--replays-per-step", replays_per_step,
+                 "diagnostic: each replayed step submits its graph this many times back to back "
+                 "(the same results; ms per step then counts them all)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--profile-shapes", profile_shapes,
                "with --profile: list products per shape (M x N x K) instead of per kernel");
   uint32_t skinny_rows = 0;
@@ -338,6 +343,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     infer::set_decode_io_copies(io_copies);
+    infer::set_decode_replays_per_step(replays_per_step);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     set_vmm_chaining(!chain_coherent);
@@ -437,7 +443,15 @@ int main(int argc, char** argv) {
           profiling = profile && mode == "eager";
           const bool stage_timed = (stage_profile || gpu_time) && mode == "replay";
           if (stage_timed) stream.set_stage_timing(true, profile_shapes, gpu_time);
+          infer::decode_host_times() = {};
           const auto tokens = run(s, n, dispatches);
+          if (gpu_time) {
+            const infer::DecodeHostTimes& h = infer::decode_host_times();
+            if (h.steps > 0)
+              std::fprintf(stderr, "host per replayed step: submit %.4f ms, wait %.4f ms (%lld steps)\n",
+                           1e3 * h.submit_s / h.steps, 1e3 * h.wait_s / h.steps,
+                           static_cast<long long>(h.steps));
+          }
           if (stage_timed) {
             stream.set_stage_timing(false);
             std::fprintf(stderr, "stage profile: %s weights, replay, batch %lld (%llu replays)\n",

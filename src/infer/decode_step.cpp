@@ -1,6 +1,8 @@
 // The recorded decode step (see decode_step.h).
 #include "infer/decode_step.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "ops/decode.h"
@@ -47,9 +49,15 @@ DecodeStepRunner::~DecodeStepRunner() {
 
 namespace {
 bool g_io_copies = false;
+uint32_t g_replays_per_step = 1;
 }  // namespace
 
 void set_decode_io_copies(bool on) { g_io_copies = on; }
+void set_decode_replays_per_step(uint32_t times) { g_replays_per_step = std::max(times, 1u); }
+DecodeHostTimes& decode_host_times() {
+  static DecodeHostTimes times;
+  return times;
+}
 
 void DecodeStepRunner::record() {
   auto& stream = vk::Context::get().stream();
@@ -96,18 +104,28 @@ void DecodeStepRunner::step(std::span<const int32_t> ids, std::span<const int32_
   // The first step runs eagerly: it builds what the step reads but never changes (rotary tables
   // covering the whole cache, pipelines), which a capture cannot upload.
   if (replay_ && steps_ > 0 && !graph_) {
+    stream.set_graph_simultaneous_use(g_replays_per_step > 1);
     stream.begin_capture();
     try {
       record();
     } catch (...) {
       stream.end_capture();
+      stream.set_graph_simultaneous_use(false);
       throw;
     }
     graph_ = stream.end_capture();
+    stream.set_graph_simultaneous_use(false);
   }
   if (graph_) {
-    stream.replay(*graph_);
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    stream.replay(*graph_, g_replays_per_step);
+    const auto t1 = clock::now();
     stream.wait(*graph_);
+    DecodeHostTimes& times = decode_host_times();
+    ++times.steps;
+    times.submit_s += std::chrono::duration<double>(t1 - t0).count();
+    times.wait_s += std::chrono::duration<double>(clock::now() - t1).count();
     if (!chain_checked_) {  // a chained graph's counters, once (vk::Stream's stage chaining)
       chain_checked_ = true;
       const std::string wrong = graph_->check_chain_counters();

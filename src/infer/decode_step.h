@@ -27,6 +27,17 @@ namespace vkf::infer {
 // timing (decode_bench --io-copies). Takes effect at the next recording.
 void set_decode_io_copies(bool on);
 
+// Diagnostics for benchmarks (decode_bench --gpu-time, --replays-per-step). Replayed steps submit
+// their graph `times` times back to back in one submission (the same inputs, so the same results;
+// the host waits once): a replay's cost with no host between replays. And the host's time in
+// replayed steps: submitting, and waiting for the result.
+void set_decode_replays_per_step(uint32_t times);
+struct DecodeHostTimes {
+  int64_t steps = 0;
+  double submit_s = 0, wait_s = 0;
+};
+DecodeHostTimes& decode_host_times();  // since the program started, or since reset by the caller
+
 class DecodeStepRunner {
  public:
   // `mask`: the key padding mask of every cache slot, [cache.batch, cache.capacity] row-major

@@ -441,6 +441,8 @@ void Stream::begin_capture() {
   Graph& g = *capture_owner_;
   new_command_buffer(g.cmd_, g.fence_);
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted many times
+  if (graph_simultaneous_use_) bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+  g.simultaneous_use_ = graph_simultaneous_use_;
   VKF_VK_CHECK(vkBeginCommandBuffer(g.cmd_, &bi));
   capture_batch_ = Batch{};
   capture_batch_.cmd = g.cmd_;
@@ -550,21 +552,26 @@ std::unique_ptr<Graph> Stream::end_capture() {
   return std::move(capture_owner_);
 }
 
-void Stream::replay(Graph& g) {
+void Stream::replay(Graph& g, uint32_t times) {
   VKF_REQUIRE(!capture_, "replay: a capture is in progress; end it first");
   VKF_REQUIRE(&g.stream_ == this, "replay: the graph belongs to another stream");
+  VKF_REQUIRE(times >= 1 && (times == 1 || g.simultaneous_use_),
+              "replay: {} replays in one submission need a graph captured with "
+              "set_graph_simultaneous_use(true)",
+              times);
   submit();  // what was recorded before the replay runs before it
   wait(g);   // a command buffer is pending at most once
+  const std::vector<VkCommandBuffer> cmds(times, g.cmd_);
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &g.cmd_;
+  si.commandBufferCount = times;
+  si.pCommandBuffers = cmds.data();
   VKF_VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, g.fence_));
   g.pending_ = true;
   // The graph ends with a full barrier: nothing recorded after it needs another for what came
   // before.
   written_since_barrier_.clear();
   read_since_barrier_.clear();
-  dispatches_total_ += g.dispatches_;
+  dispatches_total_ += g.dispatches_ * times;
 }
 
 void Stream::wait(Graph& g) {

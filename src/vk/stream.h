@@ -118,6 +118,7 @@ class Graph {
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   bool pending_ = false;              // submitted and not yet waited for
+  bool simultaneous_use_ = false;     // Stream::set_graph_simultaneous_use at its capture
   std::vector<BufferRange> touched_;  // every range its commands read or write
   std::vector<Allocation> owned_;     // released by their owners while the graph lives
   std::vector<Allocation> arena_;     // claimed at end_capture: freed inside the capture
@@ -188,8 +189,12 @@ class Stream {
   std::unique_ptr<Graph> end_capture();
   bool capturing() const { return capture_ != nullptr; }
   // Submits the graph after what was recorded before it; returns without waiting. A graph's
-  // previous replay is waited for first.
-  void replay(Graph& graph);
+  // previous replay is waited for first. `times` > 1 submits it that many times back to back in
+  // one submission (a graph captured with set_graph_simultaneous_use(true); for timing a replay
+  // with no host between replays).
+  void replay(Graph& graph, uint32_t times = 1);
+  // Whether graphs captured from now on may be pending several times at once (replay's `times`).
+  void set_graph_simultaneous_use(bool on) { graph_simultaneous_use_ = on; }
   void wait(Graph& graph);  // waits for the graph's last replay
   // Frees `a` once every command recorded so far has completed.
   void release(const Allocation& a);
@@ -289,6 +294,7 @@ class Stream {
   bool stage_timing_ = false;
   bool stage_detail_ = false;
   bool stage_whole_graph_ = false;
+  bool graph_simultaneous_use_ = false;
   std::map<std::string, KernelProfile> stage_profile_;
   uint64_t stage_replays_ = 0;
   // Timestamps a stage-timed graph holds at most; stages past it are not timed apart.
