@@ -44,7 +44,7 @@
 #include "bench_models.h"
 #include "bench_util.h"
 #include "core/launch.h"
-#include "infer/decode_step.h"
+#include "infer/decode_step.h"  // kMaxRunSteps, decode_host_times
 #include "infer/generate.h"
 #include "ops/decode.h"
 #include "ops/elementwise.h"
@@ -218,15 +218,11 @@ int main(int argc, char** argv) {
                "the replay's GPU time per step (two timestamps per replay: first command to "
                "last), beside its wall time")
       ->excludes("--stage-profile");
-  bool io_copies = false;
-  app.add_flag("--io-copies", io_copies,
-               "record the step's input and tokens as copy commands (the earlier form), not as "
-               "kernel reads and writes of host-visible memory");
-  uint32_t replays_per_step = 1;
-  app.add_option("--replays-per-step", replays_per_step,
-                 "diagnostic: each replayed step submits its graph this many times back to back "
-                 "(the same results; ms per step then counts them all)")
-      ->check(CLI::Range(1, 64));
+  int64_t steps_per_submission = infer::GenerationConfig{}.steps_per_submission;
+  app.add_option("--steps-per-submission", steps_per_submission,
+                 "greedy decode steps submitted at once (1: each step on its own)")
+      ->check(CLI::Range(int64_t{1}, infer::DecodeStepRunner::kMaxRunSteps))
+      ->capture_default_str();
   app.add_flag("--profile-shapes", profile_shapes,
                "with --profile: list products per shape (M x N x K) instead of per kernel");
   uint32_t skinny_rows = 0;
@@ -342,8 +338,6 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_stage_normed(!unstaged);
     ops::detail::set_skinny_f16_half_round_split(!full_rounds);
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
-    infer::set_decode_io_copies(io_copies);
-    infer::set_decode_replays_per_step(replays_per_step);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     set_vmm_chaining(!chain_coherent);
@@ -407,6 +401,7 @@ int main(int argc, char** argv) {
           cfg.max_new_tokens = new_tokens;
           cfg.decode_mode = parse_mode(mode);
           cfg.device_argmax = !host_argmax;
+          cfg.steps_per_submission = steps_per_submission;
           auto& stream = vk::Context::get().stream();
           bool profiling = false;
           auto run = [&](double& decode_s, int64_t& decoded, uint64_t& dispatches) {
@@ -448,9 +443,12 @@ int main(int argc, char** argv) {
           if (gpu_time) {
             const infer::DecodeHostTimes& h = infer::decode_host_times();
             if (h.steps > 0)
-              std::fprintf(stderr, "host per replayed step: submit %.4f ms, wait %.4f ms (%lld steps)\n",
+              std::fprintf(stderr,
+                           "host per replayed step: submit %.4f ms, wait %.4f ms (%lld steps in "
+                           "%lld submissions); once: first step %.3f ms, capture %.3f ms\n",
                            1e3 * h.submit_s / h.steps, 1e3 * h.wait_s / h.steps,
-                           static_cast<long long>(h.steps));
+                           static_cast<long long>(h.steps), static_cast<long long>(h.runs),
+                           1e3 * h.eager_s, 1e3 * h.capture_s);
           }
           if (stage_timed) {
             stream.set_stage_timing(false);

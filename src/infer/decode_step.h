@@ -1,13 +1,16 @@
 // The decode step of generation as one unit of GPU work with fixed addresses: every row advances
-// by one token per step over a KV cache of fixed capacity, the step's varying values (token ids,
-// rotary positions, how many positions the cache holds) live in one small host-visible buffer:
-// the embedding reads the ids from it and a copy kernel beside it (the same stage) refreshes the
-// device buffer that the layers read positions and the cache length from. The step ends with its
-// result in host-visible memory: the argmax's final fold writes each row's token there itself, or
-// a copy brings the logits. Nothing is
-// allocated, uploaded or read back by the step itself, so after a first step run eagerly (which
-// also builds the rotary tables and pipelines) it is captured once (vk::Stream::begin_capture)
-// and replayed at every later step: no recording, allocation or push-constant change per token.
+// by one token per step over a KV cache of fixed capacity, and the step's varying values (token
+// ids, rotary positions, how many positions the cache holds) live in one small device buffer.
+// With the greedy choice on the device, the step's argmax writes the next step's values there
+// itself (ops::ArgmaxAdvance) and its tokens into a host-visible ring, so steps can follow one
+// another with no host in between: run() submits several back to back and waits once (on the
+// H200 a 1B step submitted and waited for on its own took about 0.05 ms more than one of
+// replays submitted together, 5% of the step; bench/RESULTS.md).
+// Returning logits instead (for sampling), every step takes the host's tokens: the embedding reads
+// them from host-visible memory, a copy kernel beside it refreshes the device buffer, and a copy
+// brings the logits back. Nothing is allocated or recorded by a step, so after a first step run
+// eagerly (which also builds the rotary tables and pipelines) it is captured once
+// (vk::Stream::begin_capture) and replayed at every later step.
 #pragma once
 
 #include <cstdint>
@@ -16,36 +19,32 @@
 #include <vector>
 
 #include "models/decoder.h"
+#include "ops/decode.h"
 #include "vk/memory.h"
 #include "vk/stream.h"
 
 namespace vkf::infer {
 
-// Runners record their steps' input and result as copy commands instead (a copy of the host's
-// values into the device buffer before the embedding, and of the tokens out after the argmax),
-// each a dependent stage of its own: the form before the host-visible tensors, kept for A/B
-// timing (decode_bench --io-copies). Takes effect at the next recording.
-void set_decode_io_copies(bool on);
-
-// Diagnostics for benchmarks (decode_bench --gpu-time, --replays-per-step). Replayed steps submit
-// their graph `times` times back to back in one submission (the same inputs, so the same results;
-// the host waits once): a replay's cost with no host between replays. And the host's time in
-// replayed steps: submitting, and waiting for the result.
-void set_decode_replays_per_step(uint32_t times);
+// A diagnostic for benchmarks (decode_bench --gpu-time): the host's time in replayed runs,
+// submitting and waiting for the result, and in the first (eager) step and the capture.
 struct DecodeHostTimes {
-  int64_t steps = 0;
+  int64_t runs = 0, steps = 0;
   double submit_s = 0, wait_s = 0;
+  double eager_s = 0, capture_s = 0;
 };
 DecodeHostTimes& decode_host_times();  // since the program started, or since reset by the caller
 
 class DecodeStepRunner {
  public:
+  // The most steps one run() takes (the ring's rows).
+  static constexpr int64_t kMaxRunSteps = 64;
+
   // `mask`: the key padding mask of every cache slot, [cache.batch, cache.capacity] row-major
   // (1 = token; slots past the prompt are 1). `replay`: capture the step once and replay it (else
   // record it anew at every step). `device_argmax`: the step chooses each row's token by argmax on
-  // the device and returns B ids; else it returns the [B, vocab] logits. The model must support
-  // decode_step() (DecoderModel::decode_step_unsupported() is empty); model and cache must outlive
-  // the runner.
+  // the device and returns B ids (at most ops::kArgmaxAdvanceMaxRows rows); else it returns the
+  // [B, vocab] logits. The model must support decode_step() (DecoderModel::
+  // decode_step_unsupported() is empty); model and cache must outlive the runner.
   DecodeStepRunner(models::DecoderModel& model, models::KVCache& cache,
                    std::span<const int32_t> mask, bool replay, bool device_argmax);
   ~DecodeStepRunner();
@@ -54,9 +53,18 @@ class DecodeStepRunner {
 
   // Runs one step: token ids[b] at rotary position positions[b] for every row, written at cache
   // slot cache.length (then cache.length grows by one). Waits for the result.
-  void step(std::span<const int32_t> ids, std::span<const int32_t> positions);
-  // The last step's result: B ids (device_argmax) or B x vocab logits (otherwise).
-  std::span<const int32_t> chosen() const;
+  void step(std::span<const int32_t> ids, std::span<const int32_t> positions) {
+    run(ids, positions, 1);
+  }
+  // Runs `steps` steps (1..kMaxRunSteps; more than one only with device_argmax): the first as
+  // step() does, each later one on the tokens the step before chose, every row's position one
+  // further; cache.length grows by `steps`. Replayed, all are submitted at once and waited for
+  // once. The same tokens as that many step() calls fed with the chosen tokens.
+  void run(std::span<const int32_t> ids, std::span<const int32_t> positions, int64_t steps);
+  // The last run's results: step i's B ids (device_argmax; i < its steps; chosen() is the last
+  // step's), or the last step's B x vocab logits (otherwise).
+  std::span<const int32_t> chosen(int64_t i) const;
+  std::span<const int32_t> chosen() const { return chosen(last_run_steps_ - 1); }
   std::span<const float> logits() const;
   // Whether later steps replay a captured graph (true once one has been captured), and how many
   // dispatches it holds.
@@ -67,21 +75,22 @@ class DecodeStepRunner {
 
  private:
   void record();  // the step's commands, into the stream or the capture
+  void capture();
 
   models::DecoderModel& model_;
   models::KVCache& cache_;
   const int64_t batch_, vocab_;
   const bool replay_, device_argmax_;
-  // I32 [2B + 1]: ids, positions, positions cached; written by the host at every step, and
-  // copied into state_ by the step (the ids are read from here).
+  // I32 [2B + 1]: ids, positions, positions cached, as the host sets them for a run's first step.
   Tensor host_state_;
-  Tensor state_;                 // the device copy
-  models::DecodeInputs inputs_;  // views of both, and the [B, capacity] mask
-  Tensor host_ids_;              // device_argmax: I32 [B], host-visible, the step's tokens
+  Tensor state_;                 // the device copy that the steps read (and advance)
+  models::DecodeInputs inputs_;  // views of state_ (logits runners: the ids of host_state_)
+  ops::ArgmaxAdvance advance_;   // device_argmax: state_, and the host-visible ring of tokens
   vk::Allocation host_logits_;   // otherwise: [B, vocab] f32, copied into at the step's end
   std::unique_ptr<vk::Graph> graph_;
   int64_t steps_ = 0;
-  bool chain_checked_ = false;  // the first replay's chain counters (step())
+  int64_t last_run_first_slot_ = 0, last_run_steps_ = 0;  // the ring rows of the last run
+  bool chain_checked_ = false;  // the first replay's chain counters (run())
 };
 
 }  // namespace vkf::infer

@@ -102,6 +102,10 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   VKF_REQUIRE(!prompts.empty(), "generate: no prompts");
   VKF_REQUIRE(c.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
   VKF_REQUIRE(c.temperature > 0, "generate: temperature must be > 0 (use greedy decoding instead)");
+  VKF_REQUIRE(
+      c.steps_per_submission >= 1 && c.steps_per_submission <= DecodeStepRunner::kMaxRunSteps,
+      "generate: steps_per_submission must be 1 to {}, got {}", DecodeStepRunner::kMaxRunSteps,
+      c.steps_per_submission);
   const int64_t V = model.spec().vocab_size;
   const int64_t B = static_cast<int64_t>(prompts.size());
   const auto rows = static_cast<size_t>(B);
@@ -129,7 +133,9 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   }
   const int64_t capacity = static_cast<int64_t>(L) + std::max<int64_t>(c.max_new_tokens, 1);
   models::KVCache cache = model.make_cache(B, capacity);
-  const bool on_device = c.device_argmax && !c.do_sample && c.repetition_penalty == 1.0;
+  // (Batches past what the device argmax's advance takes pick on the host: the same tokens.)
+  const bool on_device = c.device_argmax && !c.do_sample && c.repetition_penalty == 1.0 &&
+                         B <= ops::kArgmaxAdvanceMaxRows;
   const DecodeMode mode = effective_decode_mode(model, c.decode_mode);
 
   // The step's result: each row's token (device argmax) or its logits, whichever path produced it.
@@ -164,6 +170,7 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
 
   std::vector<std::vector<int32_t>> out(rows);
   std::vector<bool> done(rows, false);
+  int64_t group_steps = 0, group_next = 0;  // the runner's last group, and its next unread step
   uint64_t rng = c.seed;
   for (int64_t step = 0; step < c.max_new_tokens; ++step) {
     std::vector<int32_t> chosen(rows, c.pad_token_id);
@@ -191,11 +198,20 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     std::vector<int32_t> step_pos(rows);
     for (size_t b = 0; b < rows; ++b) step_pos[b] = next_pos[b]++;
     if (runner) {
-      runner->step(chosen, step_pos);
       if (on_device) {
-        const auto got = runner->chosen();
+        // Steps run in groups: the first takes `chosen` (pad for finished rows), the later ones
+        // the tokens the device chose, every row one position further as step_pos is here. A
+        // finished row's tokens are never used, and rows do not see each other, so the other
+        // rows' tokens are those of one step at a time.
+        if (group_next == group_steps) {
+          group_steps = std::min(c.steps_per_submission, c.max_new_tokens - 1 - step);
+          group_next = 0;
+          runner->run(chosen, step_pos, group_steps);
+        }
+        const auto got = runner->chosen(group_next++);
         std::copy(got.begin(), got.end(), device_ids.begin());
       } else {
+        runner->step(chosen, step_pos);
         const auto got = runner->logits();
         host_logits.assign(got.begin(), got.end());
       }

@@ -525,6 +525,8 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor*
                   (in.mask.dtype() == DType::I32 && in.mask.shape() == (Shape{B, cache.capacity})),
               "{} decode_step: mask must be I32 [{}, {}] (every cache slot)", s.model_type, B,
               cache.capacity);
+  VKF_REQUIRE(!in.advance || greedy_ids,
+              "{} decode_step: inputs advanced on the device need the greedy ids", s.model_type);
   Step step;
   step.mask = in.mask;
   step.T = 1;
@@ -545,14 +547,14 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor*
     // greedy choice comes from the product itself.
     if (greedy_ids && decode_head_argmax_fold_slot() && s.logits_divisor == 1.0 &&
         s.logits_multiplier == 1.0 && s.final_softcap <= 0 && x.numel() == s.hidden_size)
-      return ops::normed_linear_argmax(x, final_norm, head.weight, *greedy_ids);
+      return ops::normed_linear_argmax(x, final_norm, head.weight, *greedy_ids, in.advance);
     const Tensor logits = apply_head(head, {}, &final_norm);
-    if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids);
+    if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids, in.advance);
     return logits;
   }
   head.hidden = norm(x, s.names.final_norm);
   const Tensor logits = apply_head(head, {});
-  if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids);
+  if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids, in.advance);
   return logits;
 }
 

@@ -23,6 +23,10 @@
 #include "nn/linear.h"
 #include "ops/decode.h"
 
+namespace vkf::ops {
+struct ArgmaxAdvance;  // ops/decode.h
+}  // namespace vkf::ops
+
 namespace vkf::models {
 
 // Receives each named intermediate of a forward pass.
@@ -42,6 +46,9 @@ struct DecodeInputs {
   Tensor positions;  // I32 [B, 1]: its rotary position
   Tensor cached;     // I32, element 0: positions already in the cache (the new key's slot)
   Tensor mask;       // I32 [B, capacity]: key padding mask over every cache slot, or undefined
+  // With decode_step's greedy ids: the greedy choice also advances these inputs on the device for
+  // the next step (ops::ArgmaxAdvance; ids, positions and cached are then views of its state).
+  const ops::ArgmaxAdvance* advance = nullptr;
 };
 
 class DecoderModel {
@@ -144,8 +151,8 @@ class DecoderModel {
   // With `greedy_ids`, it also sets *greedy_ids to each row's argmax (I32 [B], as
   // ops::argmax_rows of the logits gives it), chosen by the head's own product where the final norm
   // folds into it and nothing follows the head (ops::normed_linear_argmax), else by argmax_rows.
-  // A *greedy_ids defined on entry is where the ids go (a contiguous I32 [B] in any memory:
-  // DecodeStepRunner's host-visible tokens).
+  // A *greedy_ids defined on entry is where the ids go (a contiguous I32 [B] in any memory), and
+  // with in.advance the choice also advances `in` on the device (*greedy_ids: its state's ids).
   Tensor decode_step(const DecodeInputs& in, KVCache& cache, Tensor* greedy_ids = nullptr);
   // Whether decode_step() folds the final RMSNorm into the head's product where it can, and the
   // greedy choice too (both on by default): for A/B timing.

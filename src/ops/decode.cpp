@@ -45,18 +45,55 @@ bool foldable(const detail::MatDesc& a, const Tensor& weight, const RowNorm& nor
 struct ArgmaxPush {
   uint64_t x, value, index, out;
   uint32_t cols, row_stride, chunks;
+  uint64_t state;  // final_advance
+  uint32_t rows, ring_rows;
 };
+static_assert(sizeof(ArgmaxPush) == 64);
 
 // argmax_rows.comp's final pass: each row's argmax from its `chunks` (value, index) pairs (value,
 // index: f32 and u32 [rows, chunks]), into `into` where it is defined (argmax_rows checks it).
+// With `advance`, its final_advance form (one workgroup), whose ids are then advance->state's.
 Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64_t chunks,
-                   const Tensor& into) {
+                   const Tensor& into, const ArgmaxAdvance* advance) {
+  if (advance) {
+    const Tensor& state = advance->state;
+    const Tensor& ring = advance->ring;
+    const ArgmaxPush push{0,
+                          value.address(),
+                          index.address(),
+                          ring.address(),
+                          0,
+                          0,
+                          static_cast<uint32_t>(chunks),
+                          state.address(),
+                          static_cast<uint32_t>(rows),
+                          static_cast<uint32_t>(ring.dim(0))};
+    launch("argmax_rows_final_advance", push, Grid{1, 1, 1}, {&value, &index, &state},
+           {&ring, &state});
+    return state.slice(0, 0, rows);
+  }
   Tensor out = into.defined() ? into : Tensor::empty({rows}, DType::I32);
   const ArgmaxPush push{
-      0, value.address(), index.address(), out.address(), 0, 0, static_cast<uint32_t>(chunks)};
+      0, value.address(), index.address(), out.address(), 0, 0, static_cast<uint32_t>(chunks), 0, 0,
+      0};
   launch("argmax_rows_final", push, Grid{static_cast<uint32_t>(rows), 1, 1}, {&value, &index},
          {&out});
   return out;
+}
+
+// The advance argmax_rows was given, checked against `rows`.
+void check_argmax_advance(const ArgmaxAdvance* advance, int64_t rows, const char* op) {
+  if (!advance) return;
+  const Tensor& state = advance->state;
+  const Tensor& ring = advance->ring;
+  VKF_REQUIRE(rows <= kArgmaxAdvanceMaxRows, "{}: the advance takes at most {} rows, got {}", op,
+              kArgmaxAdvanceMaxRows, rows);
+  VKF_REQUIRE(state.defined() && state.dtype() == DType::I32 && state.rank() == 1 &&
+                  state.numel() == 2 * rows + 1 && state.is_contiguous(),
+              "{}: the advance's state must be a contiguous I32 [{}] tensor", op, 2 * rows + 1);
+  VKF_REQUIRE(ring.defined() && ring.dtype() == DType::I32 && ring.rank() == 2 &&
+                  ring.dim(1) == rows && ring.dim(0) >= 1 && ring.is_contiguous(),
+              "{}: the advance's ring must be a contiguous I32 [slots, {}] tensor", op, rows);
 }
 
 // The destination argmax_rows was given, checked: undefined, or I32 [rows] and contiguous.
@@ -69,7 +106,7 @@ void check_argmax_into(const Tensor& into, int64_t rows, const char* op) {
 
 }  // namespace
 
-Tensor argmax_rows(const Tensor& x_in, const Tensor& into) {
+Tensor argmax_rows(const Tensor& x_in, const Tensor& into, const ArgmaxAdvance* advance) {
   VKF_REQUIRE(
       x_in.defined() && x_in.dtype() == DType::F32 && (x_in.rank() == 2 || x_in.rank() == 3),
       "argmax_rows: x must be f32 [rows, cols] or [rows, 1, cols], got {}",
@@ -81,6 +118,7 @@ Tensor argmax_rows(const Tensor& x_in, const Tensor& into) {
   VKF_REQUIRE(rows <= kMaxGroups, "argmax_rows: {} rows exceed the {} a dispatch allows", rows,
               kMaxGroups);
   check_argmax_into(into, rows, "argmax_rows");
+  check_argmax_advance(advance, rows, "argmax_rows");
   // Rows may be strided (the last position of [B, T, V] logits); their elements must be contiguous.
   const bool readable = x_in.strides().back() == 1 || cols == 1;
   const Tensor x = readable ? x_in : x_in.contiguous();
@@ -103,7 +141,7 @@ Tensor argmax_rows(const Tensor& x_in, const Tensor& into) {
          Grid{static_cast<uint32_t>(chunks), static_cast<uint32_t>(rows), 1}, {&x},
          {&value, &index}, {},
          {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
-  return argmax_fold(value, index, rows, chunks, into);
+  return argmax_fold(value, index, rows, chunks, into, advance);
 }
 
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
@@ -177,7 +215,7 @@ namespace {
 
 // normed_linear, and with `ids` (one row of x) normed_linear_argmax.
 Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, const Tensor& weight,
-                      const Tensor& bias, Tensor* ids) {
+                      const Tensor& bias, Tensor* ids, const ArgmaxAdvance* advance) {
   VKF_REQUIRE(x.defined() && x.dtype() == DType::F32 && x.rank() >= 1 && x.numel() > 0,
               "{}: x must be a non-empty f32 [..., in] tensor", op);
   check_row_norm(norm, x.dim(-1), op);
@@ -189,12 +227,13 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
   // Where the ids go: *ids itself where the caller gave a tensor (e.g. host-visible memory).
   const Tensor into = ids ? *ids : Tensor();
   if (ids) check_argmax_into(into, 1, op);
+  check_argmax_advance(advance, 1, op);
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const detail::MatDesc a = detail::describe_rows(xc);
   const int64_t n = weight.dim(0);
   if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
     Tensor out = linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
-    if (ids) *ids = argmax_rows(out.reshape({1, n}), into);
+    if (ids) *ids = argmax_rows(out.reshape({1, n}), into, advance);
     return out;
   }
   Shape out_shape = x.shape();
@@ -206,9 +245,10 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
                             detail::describe_rows(out), bias, norm, ids ? &slots : nullptr);
   if (ids) {
     const int64_t groups = slots.workgroups;  // 0: the product took more than one dispatch
-    *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
-                                    slots.slots.slice(0, groups, 2 * groups), 1, groups, into)
-                      : argmax_rows(out.reshape({1, n}), into);
+    *ids = groups > 0
+               ? argmax_fold(slots.slots.slice(0, 0, groups),
+                             slots.slots.slice(0, groups, 2 * groups), 1, groups, into, advance)
+               : argmax_rows(out.reshape({1, n}), into, advance);
   }
   return out;
 }
@@ -217,12 +257,12 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
 
 Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                      const Tensor& bias) {
-  return normed_product("normed_linear", x, norm, weight, bias, nullptr);
+  return normed_product("normed_linear", x, norm, weight, bias, nullptr, nullptr);
 }
 
-Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight,
-                            Tensor& ids) {
-  return normed_product("normed_linear_argmax", x, norm, weight, Tensor(), &ids);
+Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight, Tensor& ids,
+                            const ArgmaxAdvance* advance) {
+  return normed_product("normed_linear_argmax", x, norm, weight, Tensor(), &ids, advance);
 }
 
 Tensor gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Activation act,

@@ -7,11 +7,16 @@
 //            thread PER_THREAD of them (loads issued together), and a fixed tree keeps the better
 //            (value, index) pair: one pair per chunk.
 //   final:   grid (rows); one workgroup folds a row's chunk pairs in the same way.
+//   final_advance: one workgroup folds every row in turn, then advances a decode step's inputs
+//            for the next step (DecodeStepRunner's run-ahead): each row's new token becomes its
+//            id, its position grows by one and so does the cache length; the tokens also go to
+//            row (cache length before the step) % ring_rows of a ring the host reads.
 // Within a thread indices increase, and the tree and the final fold prefer the lower index on
 // ties, so the result is exact and deterministic.
 //!novariant_base
 //!variant partial -DPARTIAL=1
 //!variant final -DPARTIAL=0
+//!variant final_advance -DPARTIAL=0 -DADVANCE=1
 #version 460
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -29,7 +34,15 @@ layout(push_constant, std430) uniform Push {
   uint cols;        // row length, >= 1
   uint row_stride;
   uint chunks;      // ceil(cols / CHUNK)
+  // final_advance: the step's inputs, I32 [2 rows + 1] (ids, positions, positions cached), the
+  // row count (<= LOCAL_SIZE) and the ring's rows; out_ is the ring, [ring_rows, rows].
+  I32Buf state;
+  uint rows;
+  uint ring_rows;
 } p;
+#ifndef ADVANCE
+#define ADVANCE 0
+#endif
 
 shared float best_value[LOCAL_SIZE];
 shared uint best_index[LOCAL_SIZE];
@@ -46,6 +59,20 @@ void reduce_workgroup(uint tid, float bv, uint bi) {
       best_index[tid] = best_index[tid + s];
     }
     barrier();
+  }
+}
+
+shared int chosen[LOCAL_SIZE];  // final_advance: each row's token
+
+// The final passes: the thread's share of row `row`'s chunk pairs, in chunk order.
+void fold_chunks(uint tid, uint row, inout float bv, inout uint bi) {
+  for (uint c = tid; c < p.chunks; c += LOCAL_SIZE) {
+    const float cv = p.pvalue.v[row * p.chunks + c];
+    const uint ci = p.pindex.v[row * p.chunks + c];
+    if (argmax_better(cv, ci, bv, bi)) {
+      bv = cv;
+      bi = ci;
+    }
   }
 }
 
@@ -73,16 +100,28 @@ void main() {
     p.pvalue.v[row * p.chunks + chunk] = best_value[0];
     p.pindex.v[row * p.chunks + chunk] = best_index[0];
   }
+#elif ADVANCE
+  for (uint row = 0; row < p.rows; ++row) {  // the same fold as `final`, row after row
+    bv = 0.0;
+    bi = ARGMAX_NONE;
+    fold_chunks(tid, row, bv, bi);
+    reduce_workgroup(tid, bv, bi);
+    if (tid == 0) chosen[row] = int(best_index[0]);
+    barrier();  // best_* are rewritten by the next row's tree
+  }
+  const uint rows = p.rows;
+  const int cached = p.state.v[2 * rows];
+  barrier();  // every invocation has read the cache length before it changes
+  if (tid < rows) {
+    const int token = chosen[tid];
+    p.out_.v[uint(cached) % p.ring_rows * rows + tid] = token;
+    p.state.v[tid] = token;
+    p.state.v[rows + tid] += 1;
+  }
+  if (tid == 0) p.state.v[2 * rows] = cached + 1;
 #else
   const uint row = gl_WorkGroupID.x;
-  for (uint c = tid; c < p.chunks; c += LOCAL_SIZE) {
-    const float cv = p.pvalue.v[row * p.chunks + c];
-    const uint ci = p.pindex.v[row * p.chunks + c];
-    if (argmax_better(cv, ci, bv, bi)) {
-      bv = cv;
-      bi = ci;
-    }
-  }
+  fold_chunks(tid, row, bv, bi);
   reduce_workgroup(tid, bv, bi);
   if (tid == 0) p.out_.v[row] = int(best_index[0]);
 #endif

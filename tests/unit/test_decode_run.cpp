@@ -1,0 +1,207 @@
+// Decode steps that feed one another on the device (infer::DecodeStepRunner::run, generate's
+// steps_per_submission): the argmax's advance (ops::argmax_rows with an ops::ArgmaxAdvance)
+// against a host argmax and the inputs it must leave for the next step; a run of several steps
+// against as many single steps fed the chosen tokens by the host (replayed and recorded anew, one
+// row and two, across the ring's wrap and across runs); generate's groups against one step at a
+// time with an EOS inside a group; and the errors for runs the runner cannot take.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "infer/decode_step.h"
+#include "infer/generate.h"
+#include "models/decoder.h"
+#include "ops/decode.h"
+#include "test_util.h"
+
+namespace vkf {
+namespace {
+
+models::DecoderModel load(const std::string& c, DType matrices = DType::F32) {
+  return models::DecoderModel::load((test::fixtures_dir() / "parity" / c).string(), matrices);
+}
+
+// torch.argmax of one row: the first index of the largest value, NaN above everything.
+int32_t host_argmax(const std::vector<float>& row) {
+  size_t best = 0;
+  for (size_t i = 1; i < row.size(); ++i) {
+    const bool bn = std::isnan(row[best]), in = std::isnan(row[i]);
+    if (bn) break;
+    if (in || row[i] > row[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+TEST(DecodeRun, ArgmaxAdvanceFeedsTheNextStep) {
+  // Rows of 3 chunks (argmax_rows' chunks are 4,096 values): a tie across chunks (the first
+  // wins), a NaN in the last chunk, and a row whose best value is in its first element.
+  constexpr int64_t kRows = 3, kCols = 10000, kSlots = 5;
+  std::vector<float> x(static_cast<size_t>(kRows * kCols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  x[0 * kCols + 9000] = 7.0f;
+  x[0 * kCols + 5000] = 7.0f;  // the same value earlier, in another chunk: this one wins
+  x[1 * kCols + 9999] = std::numeric_limits<float>::quiet_NaN();
+  x[2 * kCols + 0] = 9.0f;
+  std::vector<int32_t> want(kRows);
+  for (int64_t r = 0; r < kRows; ++r)
+    want[static_cast<size_t>(r)] =
+        host_argmax(std::vector<float>(x.begin() + r * kCols, x.begin() + (r + 1) * kCols));
+  ASSERT_EQ(want[0], 5000);
+  ASSERT_EQ(want[1], kCols - 1);
+  ASSERT_EQ(want[2], 0);
+
+  const std::vector<int32_t> state0 = {11, 12, 13, 40, 41, 42, 7};  // ids, positions, cached
+  ops::ArgmaxAdvance advance;
+  advance.state = Tensor::from_host_i32(state0, {2 * kRows + 1});
+  advance.ring = Tensor::empty_host_visible({kSlots, kRows}, DType::I32);
+  auto* ring = static_cast<int32_t*>(advance.ring.host_data());
+  for (int64_t i = 0; i < kSlots * kRows; ++i) ring[i] = -1;
+  const Tensor ids = ops::argmax_rows(Tensor::from_host(x, {kRows, kCols}), {}, &advance);
+  const auto got_ids = ids.to_int();  // waits for the GPU
+  for (int64_t r = 0; r < kRows; ++r) EXPECT_EQ(got_ids[static_cast<size_t>(r)], want[r]) << r;
+  const auto state = advance.state.to_int();
+  for (size_t r = 0; r < kRows; ++r) {
+    EXPECT_EQ(state[r], want[r]) << "the next step's id of row " << r;
+    EXPECT_EQ(state[kRows + r], state0[kRows + r] + 1) << "the next position of row " << r;
+  }
+  EXPECT_EQ(state[2 * kRows], 8) << "the cache length";
+  const int64_t slot = 7 % kSlots;
+  for (int64_t s = 0; s < kSlots; ++s)
+    for (int64_t r = 0; r < kRows; ++r)
+      EXPECT_EQ(ring[s * kRows + r], s == slot ? want[static_cast<size_t>(r)] : -1)
+          << "ring slot " << s << " row " << r;
+}
+
+// Prompts (left-padded for two rows) through the prefill; returns the cache and each row's first
+// decode position.
+struct Prefilled {
+  models::KVCache cache;
+  std::vector<int32_t> mask, next_pos, first_ids;
+};
+Prefilled prefill(models::DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                  int64_t capacity) {
+  const auto rows = prompts.size();
+  size_t L = 0;
+  for (const auto& p : prompts) L = std::max(L, p.size());
+  std::vector<int32_t> ids(rows * L, 0), mask(rows * L, 0), pos(rows * L, 1);
+  Prefilled out;
+  for (size_t b = 0; b < rows; ++b) {
+    const size_t off = L - prompts[b].size();
+    for (size_t t = 0; t < prompts[b].size(); ++t) {
+      ids[b * L + off + t] = prompts[b][t];
+      mask[b * L + off + t] = 1;
+      pos[b * L + off + t] = static_cast<int32_t>(t);
+    }
+    out.next_pos.push_back(static_cast<int32_t>(prompts[b].size()));
+    out.first_ids.push_back(prompts[b].back() + 1);  // any token: teacher-forced first step
+  }
+  const auto B = static_cast<int64_t>(rows), Lc = static_cast<int64_t>(L);
+  out.cache = model.make_cache(B, capacity);
+  model.forward(Tensor::from_host_i32(ids, {B, Lc}), Tensor::from_host_i32(mask, {B, Lc}), {},
+                &out.cache, pos);
+  out.mask.assign(rows * static_cast<size_t>(capacity), 1);
+  for (size_t b = 0; b < rows; ++b)
+    std::copy(mask.begin() + static_cast<std::ptrdiff_t>(b * L),
+              mask.begin() + static_cast<std::ptrdiff_t>((b + 1) * L),
+              out.mask.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(capacity)));
+  return out;
+}
+
+// `total` greedy steps from the prefill, in runs of the given sizes (repeated), the host feeding
+// each run's first step the last chosen tokens; the tokens of every step.
+std::vector<std::vector<int32_t>> run_steps(models::DecoderModel& model,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            bool replay, int64_t total, int64_t group) {
+  autograd::NoGradScope no_grad;
+  Prefilled p = prefill(model, prompts, 8 + total);
+  const int64_t start = p.cache.length;
+  infer::DecodeStepRunner runner(model, p.cache, p.mask, replay, true);
+  std::vector<int32_t> ids = p.first_ids, pos = p.next_pos;
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t done = 0; done < total;) {
+    const int64_t n = std::min(group, total - done);
+    runner.run(ids, pos, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto t = runner.chosen(i);
+      out.emplace_back(t.begin(), t.end());
+    }
+    ids = out.back();
+    for (auto& q : pos) q += static_cast<int32_t>(n);
+    done += n;
+  }
+  EXPECT_EQ(p.cache.length, start + total) << "the cache length after the runs";
+  EXPECT_EQ(runner.replaying(), replay);
+  return out;
+}
+
+const std::vector<std::vector<int32_t>> kPrompts = {{5, 9, 13, 21, 7, 30}, {17, 3, 11}};
+
+TEST(DecodeRun, RunsGiveTheTokensOfSingleSteps) {
+  for (const std::string c : {"llama", "qwen3"}) {
+    for (const DType dtype : {DType::F32, DType::F16}) {
+      auto model = load(c, dtype);
+      for (const auto& prompts : {kPrompts, std::vector<std::vector<int32_t>>{kPrompts[0]}}) {
+        for (const bool replay : {true, false}) {
+          SCOPED_TRACE(c + (dtype == DType::F16 ? " f16" : " f32") + " rows " +
+                       std::to_string(prompts.size()) + (replay ? " replay" : " eager"));
+          // 70 steps: runs of 64 wrap the ring of 64 slots.
+          const int64_t total = replay ? 70 : 9;
+          const auto single = run_steps(model, prompts, replay, total, 1);
+          EXPECT_EQ(run_steps(model, prompts, replay, total, 4), single);
+          EXPECT_EQ(run_steps(model, prompts, replay, total, infer::DecodeStepRunner::kMaxRunSteps),
+                    single);
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeRun, GenerateGroupsMatchOneStepAtATime) {
+  auto model = load("llama", DType::F16);
+  infer::GenerationConfig cfg;
+  cfg.max_new_tokens = 12;
+  cfg.steps_per_submission = 1;
+  const auto free_run = infer::generate(model, kPrompts, cfg);
+  // An EOS that row 0 produces at its fourth token: row 0 stops inside a group, row 1 goes on
+  // unless it produces the same token.
+  cfg.eos_token_ids = {free_run[0][3]};
+  for (const infer::DecodeMode mode : {infer::DecodeMode::Replay, infer::DecodeMode::Eager}) {
+    cfg.decode_mode = mode;
+    cfg.steps_per_submission = 1;
+    const auto want = infer::generate(model, kPrompts, cfg);
+    ASSERT_EQ(want[0].size(), 4u);
+    for (const int64_t group : {3, 5, 16}) {
+      cfg.steps_per_submission = group;
+      EXPECT_EQ(infer::generate(model, kPrompts, cfg), want)
+          << "steps per submission " << group << " mode " << static_cast<int>(mode);
+    }
+  }
+}
+
+TEST(DecodeRun, RunsTheRunnerCannotTake) {
+  autograd::NoGradScope no_grad;
+  auto model = load("llama");
+  Prefilled p = prefill(model, {kPrompts[0]}, 10);  // 4 slots left
+  const std::vector<int32_t> ids = {4}, pos = {6};
+  {
+    infer::DecodeStepRunner runner(model, p.cache, p.mask, true, true);
+    test::expect_error([&] { runner.run(ids, pos, 0); }, {"decode step", "0 steps"});
+    test::expect_error([&] { runner.run(ids, pos, infer::DecodeStepRunner::kMaxRunSteps + 1); },
+                       {"decode step", "steps in one run"});
+    test::expect_error([&] { runner.run(ids, pos, 5); }, {"do not fit", "KV cache"});
+    runner.run(ids, pos, 2);
+    test::expect_error([&] { (void)runner.chosen(2); }, {"step 2 of a run of 2"});
+  }
+  {
+    infer::DecodeStepRunner logits(model, p.cache, p.mask, true, false);
+    test::expect_error([&] { logits.run(ids, pos, 2); }, {"more than one only with the device"});
+  }
+  infer::GenerationConfig cfg;
+  cfg.steps_per_submission = 0;
+  test::expect_error([&] { infer::generate(model, kPrompts, cfg); }, {"steps_per_submission"});
+}
+
+}  // namespace
+}  // namespace vkf
