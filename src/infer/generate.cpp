@@ -4,6 +4,7 @@
 #include "infer/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -171,6 +172,11 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   std::vector<std::vector<int32_t>> out(rows);
   std::vector<bool> done(rows, false);
   int64_t group_steps = 0, group_next = 0;  // the runner's last group, and its next unread step
+  // The first group has two steps, so that the runner's capture overlaps its eager first step;
+  // later ones as many as take about kGroupMs at the last group's pace (a slow device streams its
+  // tokens one by one), at most steps_per_submission.
+  constexpr double kGroupMs = 20.0;
+  int64_t next_group = std::min<int64_t>(2, c.steps_per_submission);
   uint64_t rng = c.seed;
   for (int64_t step = 0; step < c.max_new_tokens; ++step) {
     std::vector<int32_t> chosen(rows, c.pad_token_id);
@@ -204,9 +210,16 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
         // finished row's tokens are never used, and rows do not see each other, so the other
         // rows' tokens are those of one step at a time.
         if (group_next == group_steps) {
-          group_steps = std::min(c.steps_per_submission, c.max_new_tokens - 1 - step);
+          group_steps = std::min(next_group, c.max_new_tokens - 1 - step);
           group_next = 0;
+          const auto t0 = std::chrono::steady_clock::now();
           runner->run(chosen, step_pos, group_steps);
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count() /
+              static_cast<double>(group_steps);
+          next_group = std::clamp(static_cast<int64_t>(kGroupMs / std::max(ms, 1e-3)), int64_t{1},
+                                  c.steps_per_submission);
         }
         const auto got = runner->chosen(group_next++);
         std::copy(got.begin(), got.end(), device_ids.begin());

@@ -38,11 +38,13 @@ struct GenerationConfig {
   // comparisons and benchmarks). Sampling and repetition penalties always pick on the host.
   bool device_argmax = true;
   // With the device argmax (greedy, no repetition penalty) in Replay or Eager mode: decode steps
-  // run this many at a time (1..64), each fed the tokens of the step before on the device, and
-  // submitted together: the host's submit and wait are paid once per group (on the H200 about
-  // 0.05 ms per 1 ms step; bench/RESULTS.md). Tokens reach the callback in groups of up to this
-  // many, and up to this many minus one steps may run past the end (an EOS, a stop check), their
-  // tokens unused. The tokens are those of one step at a time.
+  // run in groups of up to this many (1..64), each fed the tokens of the step before on the
+  // device, and submitted together: the host's submit and wait are paid once per group (on the
+  // H200 about 0.05 ms per 1 ms step; bench/RESULTS.md). A group is sized to take about 20 ms at
+  // the pace of the one before (the first has two steps): tokens reach the callback in bursts
+  // about 20 ms apart on a fast device, one by one on a slow one; up to a group minus one steps
+  // may run past the end (an EOS, a stop check), their tokens unused. The tokens are those of one
+  // step at a time.
   int64_t steps_per_submission = 16;
 };
 
