@@ -190,8 +190,8 @@ class Stream {
   bool capturing() const { return capture_ != nullptr; }
   // Submits the graph after what was recorded before it; returns without waiting. A graph's
   // previous replay is waited for first. `times` > 1 submits it that many times back to back in
-  // one submission (a graph captured with set_graph_simultaneous_use(true); for timing a replay
-  // with no host between replays).
+  // one submission (a graph captured with set_graph_simultaneous_use(true)): steps that feed one
+  // another on the device (infer::DecodeStepRunner::run), with no host between them.
   void replay(Graph& graph, uint32_t times = 1);
   // Whether graphs captured from now on may be pending several times at once (replay's `times`).
   void set_graph_simultaneous_use(bool on) { graph_simultaneous_use_ = on; }
