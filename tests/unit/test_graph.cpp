@@ -4,7 +4,9 @@
 // after their owners drop them (and are freed with the graph); synchronize() waits for replays;
 // work recorded before and after a replay is ordered with it; memory released inside a capture is
 // reused by it and then claimed by the graph (its arena); host transfers cannot be captured;
-// stage timing splits a replay into its dependent stages, concurrent dispatches together.
+// stage timing splits a replay into its dependent stages, concurrent dispatches together, or times
+// it whole; replays of one graph run back to back in one submission; kernels write host-visible
+// tensors.
 #include <cstring>
 #include <vector>
 
@@ -249,6 +251,43 @@ TEST(Graph, HostTransfersAreRefused) {
   test::expect_error([&] { stream.begin_capture(); }, {"already"});
   test::expect_error([&] { stream.replay(*graph); }, {"capture is in progress"});
   stream.end_capture();
+}
+
+// Replays of one graph back to back in one submission (decode steps that feed one another): each
+// runs, in order; a graph captured without simultaneous use refuses them. Whole-graph timing
+// gives one stage per replay. A kernel writes a host-visible tensor that the host then reads.
+TEST(Graph, ReplaysBackToBackInOneSubmission) {
+  auto& stream = vk::Context::get().stream();
+  const Tensor a = Tensor::zeros({256}), one = Tensor::full({256}, 1.0f);
+  const Tensor seen = Tensor::empty_host_visible({256}, DType::F32);
+  ops::add_(a, one);  // pipelines outside the capture
+  stream.synchronize();
+  const bool timestamps = vk::Context::get().info().timestamps;
+  stream.set_graph_simultaneous_use(true);
+  stream.set_stage_timing(timestamps, false, /*whole_graph=*/true);
+  stream.begin_capture();
+  ops::add_(a, one);
+  ops::add_(a, a);  // a = 2 (a + 1): each replay depends on the one before
+  seen.copy_(a);    // a kernel writing host-visible memory
+  const auto graph = stream.end_capture();
+  stream.set_graph_simultaneous_use(false);
+  stream.replay(*graph, 3);
+  stream.wait(*graph);
+  stream.set_stage_timing(false);
+  // a: 1 -> 4 -> 10 -> 22.
+  EXPECT_EQ(a.to_double()[0], 22.0);
+  EXPECT_EQ(static_cast<const float*>(seen.host_data())[255], 22.0f);
+  if (timestamps) {
+    const auto stages = stream.stage_profile();
+    ASSERT_EQ(stages.size(), 1u);
+    EXPECT_EQ(stages[0].label, "whole graph");
+    EXPECT_EQ(stages[0].calls, 1u) << "one wait, the last replay's timestamps";
+  }
+  stream.begin_capture();
+  ops::add_(a, one);
+  const auto single = stream.end_capture();
+  test::expect_error([&] { stream.replay(*single, 2); }, {"simultaneous"});
+  EXPECT_EQ(Tensor::zeros({4}).host_data(), nullptr) << "device memory has no host view";
 }
 
 }  // namespace
