@@ -293,13 +293,6 @@ int main(int argc, char** argv) {
   app.add_flag("--stage-barriers", stage_barriers,
                "replayed steps keep a pipeline barrier between all dependent stages (no chaining)")
       ->excludes("--stage-chain");
-  bool chain_attention = false;
-  app.add_flag("--stage-chain-attention", chain_attention,
-               "chain only the stages around the one-query attention (it waits for q, k and v, "
-               "the o product for it); the other products keep their barriers "
-               "(vk::Stream::ChainLinks::AroundAttention, VKF_STAGE_CHAIN=attention)")
-      ->excludes("--stage-chain")
-      ->excludes("--stage-barriers");
   bool attention_unchained = false;
   app.add_flag("--attention-unchained", attention_unchained,
                "with chained stages: the one-query attention keeps its barriers (only the "
@@ -347,10 +340,6 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
-    if (chain_attention) {
-      vk::Context::get().stream().set_stage_chaining(true);
-      vk::Context::get().stream().set_chain_links(vk::Stream::ChainLinks::AroundAttention);
-    }
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);

@@ -22,11 +22,8 @@ bool stage_chaining_by_default(const DeviceInfo& /*info*/) {
 }
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {
-  const char* chain = std::getenv("VKF_STAGE_CHAIN");  // 0, 1, or attention (ChainLinks)
-  const std::string chain_env = chain ? chain : "";
-  stage_chaining_ =
-      chain ? chain_env == "1" || chain_env == "attention" : stage_chaining_by_default(ctx_.info());
-  if (chain_env == "attention") chain_links_policy_ = ChainLinks::AroundAttention;
+  const char* chain = std::getenv("VKF_STAGE_CHAIN");
+  stage_chaining_ = chain ? std::string(chain) == "1" : stage_chaining_by_default(ctx_.info());
   VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = ctx_.queue_family();

@@ -161,12 +161,6 @@ class Stream {
   // stage_chaining_by_default()).
   void set_stage_chaining(bool on) { stage_chaining_ = on; }
   bool stage_chaining() const { return stage_chaining_; }
-  // Which chained dispatches may wait on a counter: every one (All), or only a decode attention
-  // (waiting for its q, k and v) and the dispatches that follow a stage holding one (its o
-  // product): the products before and after keep their barriers (AroundAttention;
-  // VKF_STAGE_CHAIN=attention). For measuring one against the other.
-  enum class ChainLinks { All, AroundAttention };
-  void set_chain_links(ChainLinks links) { chain_links_policy_ = links; }
   void copy(const Allocation& src, uint64_t src_offset, const Allocation& dst, uint64_t dst_offset,
             uint64_t bytes);
   void fill(const Allocation& dst, uint64_t offset, uint64_t bytes, uint32_t pattern);
@@ -245,7 +239,7 @@ class Stream {
   bool hits_chained(std::span<const BufferRange> reads, std::span<const BufferRange> writes) const;
   void note_access(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
   ChainSync chain_sync(std::span<const BufferRange> reads, std::span<const BufferRange> writes,
-                       uint64_t workgroups, bool attention);
+                       uint64_t workgroups);
   // Checks a dispatch's push size and grid against the device; false for an empty grid.
   bool dispatch_allowed(const Kernel& kernel, uint32_t push_bytes, uint32_t groups_x,
                         uint32_t groups_y, uint32_t groups_z) const;
@@ -279,13 +273,11 @@ class Stream {
   // Stage chaining within the capture (see the header comment).
   static constexpr uint32_t kChainSlots = 1024;  // per graph; slot 0 counts faults
   bool stage_chaining_ = false;
-  ChainLinks chain_links_policy_ = ChainLinks::All;
   struct ChainState {
     bool ready = false;  // the graph's counters were zeroed before the current stage
     uint32_t stage_slot = ChainSync::kNoSlot;  // the current stage's counter
     uint32_t stage_count = 0;                  // its workgroups so far
     bool stage_chained = true;                 // every command in it signals stage_slot
-    bool stage_has_attention = false;          // it holds a decode attention (ChainLinks)
     uint32_t link_slot = ChainSync::kNoSlot, link_count = 0;  // what the current stage waits on
     // What the stages since the last barrier before the current one read and wrote: a command
     // that touches them must wait on the link (or a barrier is recorded).

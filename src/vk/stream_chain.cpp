@@ -12,8 +12,7 @@
 namespace vkf::vk {
 
 ChainSync Stream::chain_sync(std::span<const BufferRange> reads,
-                             std::span<const BufferRange> writes, uint64_t workgroups,
-                             bool attention) {
+                             std::span<const BufferRange> writes, uint64_t workgroups) {
   Graph* g = capture_;
   // (Every slot used: the rest of the graph keeps its barriers. A link may take a new slot.)
   if (!g || !g->chain_counters_ || workgroups > UINT32_MAX ||
@@ -29,11 +28,8 @@ ChainSync Stream::chain_sync(std::span<const BufferRange> reads,
     full_barrier();  // the one it needs anyway, which orders the fill too
   }
   uint32_t wait_slot = ChainSync::kNoSlot, wait_count = 0;
-  // ChainLinks::AroundAttention: a link only into an attention or out of a stage holding one.
-  const bool may_link =
-      chain_links_policy_ == ChainLinks::All || attention || chain_.stage_has_attention;
   if (hits_stage(reads, writes)) {
-    if (chain_.stage_chained && chain_.stage_slot != ChainSync::kNoSlot && may_link) {
+    if (chain_.stage_chained && chain_.stage_slot != ChainSync::kNoSlot) {
       // The link: this dispatch begins a new stage that waits for every workgroup of the current
       // one, whose wait (if any) covers the stages before it.
       chain_.written_before.insert(chain_.written_before.end(), written_since_barrier_.begin(),
@@ -47,7 +43,6 @@ ChainSync Stream::chain_sync(std::span<const BufferRange> reads,
       chain_.stage_slot = ChainSync::kNoSlot;
       chain_.stage_count = 0;
       chain_.stage_chained = true;
-      chain_.stage_has_attention = false;
       ++g->chain_links_;
       wait_slot = chain_.link_slot;
       wait_count = chain_.link_count;
@@ -64,7 +59,6 @@ ChainSync Stream::chain_sync(std::span<const BufferRange> reads,
     g->chain_expected_.push_back(0);
   }
   chain_.stage_count += static_cast<uint32_t>(workgroups);
-  chain_.stage_has_attention = chain_.stage_has_attention || attention;
   g->chain_expected_[chain_.stage_slot] += static_cast<uint32_t>(workgroups);
   note_access(reads, writes);
   ChainSync sync;
@@ -84,9 +78,7 @@ void Stream::dispatch_chained(const Kernel& kernel, const void* push, uint32_t p
   if (!dispatch_allowed(kernel, push_bytes, groups_x, groups_y, groups_z)) return;
   unsigned char bytes[kPushConstantBytes];
   std::memcpy(bytes, push, push_bytes);
-  const bool attention = kernel.name.rfind("attention_decode", 0) == 0;
-  const ChainSync sync =
-      chain_sync(reads, writes, uint64_t{groups_x} * groups_y * groups_z, attention);
+  const ChainSync sync = chain_sync(reads, writes, uint64_t{groups_x} * groups_y * groups_z);
   std::memcpy(bytes + sync_offset, &sync, sizeof sync);
   if (capture_) capture_->chain_log_.push_back(sync);
   record_dispatch(kernel, bytes, push_bytes, groups_x, groups_y, groups_z, cost);

@@ -391,32 +391,5 @@ TEST(StageChain, DecodeStepGivesTheSameLogits) {
   }
 }
 
-// ChainLinks::AroundAttention: only the attention (after q, k, v) and the o product (after the
-// attention) wait on counters, two links per layer; the same logits as with barriers.
-TEST(StageChain, LinksAroundTheAttentionOnly) {
-  struct Restore {
-    ~Restore() { vk::Context::get().stream().set_chain_links(vk::Stream::ChainLinks::All); }
-  } restore;
-  auto model =
-      models::DecoderModel::load((test::fixtures_dir() / "parity" / "llama").string(), DType::F16);
-  uint64_t links_all = 0, links_plain = 0, links_around = 0;
-  const auto all = decode_logits(model, 1, true, links_all);
-  const auto plain = decode_logits(model, 1, false, links_plain);
-  vk::Context::get().stream().set_chain_links(vk::Stream::ChainLinks::AroundAttention);
-  const auto around = decode_logits(model, 1, true, links_around);
-  vk::Context::get().stream().set_chain_links(vk::Stream::ChainLinks::All);
-  if (device_runs_vmm_builds()) {
-    EXPECT_EQ(links_around, 2u * static_cast<uint64_t>(model.spec().num_layers));
-    EXPECT_LT(links_around, links_all);
-  } else {
-    EXPECT_EQ(links_around, 0u) << "the attention chains only in the memory-model builds";
-  }
-  for (size_t s = 0; s < around.size(); ++s) {
-    test::expect_close(around[s], plain[s], 0, 0,
-                       "around the attention, step " + std::to_string(s));
-    test::expect_close(all[s], plain[s], 0, 0, "all chained, step " + std::to_string(s));
-  }
-}
-
 }  // namespace
 }  // namespace vkf
