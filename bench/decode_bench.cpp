@@ -288,6 +288,10 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
                "bias before the main loop instead of in the epilogue");
+  bool capture_during_prefill = false;
+  app.add_flag("--capture-during-prefill", capture_during_prefill,
+               "replay mode: capture the decode step while the GPU runs the prefill, with no "
+               "eager first step (infer::set_decode_capture_during_prefill)");
   bool stage_chain = false, stage_barriers = false;
   app.add_flag(
       "--stage-chain", stage_chain,
@@ -343,6 +347,7 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
+    infer::set_decode_capture_during_prefill(capture_during_prefill);
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);

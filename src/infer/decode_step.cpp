@@ -88,6 +88,15 @@ void DecodeStepRunner::capture() {
   stream.set_graph_simultaneous_use(false);
 }
 
+void DecodeStepRunner::prepare() {
+  if (!replay_ || graph_) return;
+  model_.prepare_decode(cache_);
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  capture();
+  decode_host_times().capture_s += std::chrono::duration<double>(clock::now() - t0).count();
+}
+
 void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t> positions,
                            int64_t steps) {
   const auto B = static_cast<size_t>(batch_);

@@ -61,6 +61,10 @@ class DecodeStepRunner {
   // further; cache.length grows by `steps`. Replayed, all are submitted at once and waited for
   // once. The same tokens as that many step() calls fed with the chosen tokens.
   void run(std::span<const int32_t> ids, std::span<const int32_t> positions, int64_t steps);
+  // Replaying: builds what the step reads but never changes (DecoderModel::prepare_decode) and
+  // captures the step now, so that no step runs eagerly first; the capture records while work
+  // submitted before it runs (generate's prefill, set_decode_capture_during_prefill).
+  void prepare();
   // The last run's results: step i's B ids (device_argmax; i < its steps; chosen() is the last
   // step's), or the last step's B x vocab logits (otherwise).
   std::span<const int32_t> chosen(int64_t i) const;

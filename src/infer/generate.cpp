@@ -12,10 +12,14 @@
 #include "core/autograd.h"
 #include "infer/decode_step.h"
 #include "ops/decode.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::infer {
+
 namespace {
+
+bool g_capture_during_prefill = false;  // set_decode_capture_during_prefill
 
 // splitmix64: a small, seedable generator whose sequence is the same on every platform.
 double next_uniform(uint64_t& state) {
@@ -27,6 +31,10 @@ double next_uniform(uint64_t& state) {
 }
 
 }  // namespace
+
+void set_decode_capture_during_prefill(bool on) {
+  g_capture_during_prefill = on;
+}
 
 int32_t choose_token(std::vector<float> logits, const std::vector<int32_t>& seen,
                      const GenerationConfig& c, uint64_t& rng_state) {
@@ -150,10 +158,9 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
       host_logits = last.to_float();
     }
   };
-  take_result(model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
-                            Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}), {}, &cache,
-                            pos,
-                            /*last_only=*/true));
+  const Tensor prefill = model.forward(Tensor::from_host_i32(ids, {B, static_cast<int64_t>(L)}),
+                                       Tensor::from_host_i32(mask, {B, static_cast<int64_t>(L)}),
+                                       {}, &cache, pos, /*last_only=*/true);
 
   std::unique_ptr<DecodeStepRunner> runner;
   std::vector<int32_t> full_mask = mask;  // Generic: [B, keys], grows by one column per step
@@ -168,11 +175,18 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
     runner = std::make_unique<DecodeStepRunner>(model, cache, slots, mode == DecodeMode::Replay,
                                                 on_device);
   }
+  if (runner && mode == DecodeMode::Replay && g_capture_during_prefill) {
+    // The step is captured while the GPU runs the prefill, and no step runs eagerly first.
+    vk::Context::get().stream().submit();
+    runner->prepare();
+  }
+  take_result(prefill);
 
   std::vector<std::vector<int32_t>> out(rows);
   std::vector<bool> done(rows, false);
   int64_t group_steps = 0, group_next = 0;  // the runner's last group, and its next unread step
-  // The first group has two steps, so that the runner's capture overlaps its eager first step;
+  // The first group has two steps, so that the runner's capture overlaps its eager first step
+  // (where the capture did not come with the prefill);
   // later ones as many as take about kGroupMs at the last group's pace (a slow device streams its
   // tokens one by one), at most steps_per_submission.
   constexpr double kGroupMs = 20.0;

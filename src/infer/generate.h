@@ -48,6 +48,12 @@ struct GenerationConfig {
   int64_t steps_per_submission = 16;
 };
 
+// Replay mode captures the decode step while the GPU runs the prompt's prefill
+// (DecodeStepRunner::prepare), instead of running the first step eagerly and capturing the
+// second. Off by default until measured on a GPU (bench/RESULTS.md, twenty-eighth session);
+// decode_bench --capture-during-prefill. The same tokens either way.
+void set_decode_capture_during_prefill(bool on);
+
 // The mode generate() uses for `model` when asked for `wanted` (the fallback rule above).
 DecodeMode effective_decode_mode(const models::DecoderModel& model, DecodeMode wanted);
 

@@ -503,6 +503,14 @@ std::string DecoderModel::decode_step_unsupported() const {
   return "";
 }
 
+void DecoderModel::prepare_decode(const KVCache& cache) {
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    if (!spec_.layers[static_cast<size_t>(l)].use_rope) continue;
+    rope_table(l, cache.capacity, true);  // as decode_step's table_positions
+    rope_table(l, cache.capacity, false);
+  }
+}
+
 Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor* greedy_ids) {
   const auto& s = spec_;
   const std::string why = decode_step_unsupported();

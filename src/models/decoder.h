@@ -161,6 +161,9 @@ class DecoderModel {
   // "" when decode_step() serves this model; else why not (rotary frequencies that depend on the
   // sequence length change at every step).
   std::string decode_step_unsupported() const;
+  // Builds what decode_step() over `cache` reads but never changes (the rotary tables covering
+  // its capacity), which a capture of the step could not upload; the step builds it itself too.
+  void prepare_decode(const KVCache& cache);
 
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.

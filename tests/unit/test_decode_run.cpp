@@ -3,7 +3,8 @@
 // against a host argmax and the inputs it must leave for the next step; a run of several steps
 // against as many single steps fed the chosen tokens by the host (replayed and recorded anew, one
 // row and two, across the ring's wrap and across runs); generate's groups against one step at a
-// time with an EOS inside a group; and the errors for runs the runner cannot take.
+// time with an EOS inside a group; the step captured during the prefill against the eager first
+// step; and the errors for runs the runner cannot take.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -176,6 +177,38 @@ TEST(DecodeRun, GenerateGroupsMatchOneStepAtATime) {
       cfg.steps_per_submission = group;
       EXPECT_EQ(infer::generate(model, kPrompts, cfg), want)
           << "steps per submission " << group << " mode " << static_cast<int>(mode);
+    }
+  }
+}
+
+// Replay mode with the step captured during the prefill (no eager first step): the same tokens as
+// the eager first step followed by the capture, with the device argmax and with host choices over
+// logits, and no step run eagerly.
+TEST(DecodeRun, CaptureDuringThePrefill) {
+  struct Restore {
+    ~Restore() { infer::set_decode_capture_during_prefill(false); }
+  } restore;
+  infer::GenerationConfig cfg;
+  // A cache of more than 64 positions: the prefill's rotary tables (64 rows at least) do not
+  // cover it, so only the runner's preparation lets the capture go ahead.
+  cfg.max_new_tokens = 66;
+  for (const std::string c : {"llama", "gemma2", "qwen3", "phi3"}) {
+    for (const DType dtype : {DType::F16}) {  // the weights inference runs
+      for (const auto& prompts : {kPrompts, std::vector<std::vector<int32_t>>{kPrompts[1]}}) {
+        for (const bool device : {true, false}) {
+          SCOPED_TRACE(c + (dtype == DType::F16 ? " f16" : " f32") + " rows " +
+                       std::to_string(prompts.size()) + (device ? " device" : " host") + " argmax");
+          cfg.device_argmax = device;
+          // A model fresh from disk, whose rotary tables only the runner's preparation builds.
+          auto model = load(c, dtype);
+          infer::set_decode_capture_during_prefill(true);
+          const double eager_before = infer::decode_host_times().eager_s;
+          const auto got = infer::generate(model, prompts, cfg);
+          EXPECT_EQ(infer::decode_host_times().eager_s, eager_before) << "a step ran eagerly";
+          infer::set_decode_capture_during_prefill(false);
+          EXPECT_EQ(got, infer::generate(model, prompts, cfg));
+        }
+      }
     }
   }
 }
