@@ -25,13 +25,16 @@ if [ $# -lt 1 ]; then
 fi
 variants=("$@")
 
-# ms per step of one run (decode_bench prints one JSON line per run), or "failed".
+# ms per step of one run (decode_bench prints one JSON line per run), with the same timed as
+# transformers is (the whole generate minus a one-token generate) where decode_bench prints it, or
+# "failed".
 ms_of() {
   # shellcheck disable=SC2086  # the variant and the common flags are word lists on purpose
   $1 $common | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
-print(" ".join("%.4f" % r["ms_per_step"] for r in rows) if rows else "failed")'
+print(" ".join("%.4f" % r["ms_per_step"] + (" (%.4f minus prefill)" % r["ms_per_step_minus_prefill"]
+                if "ms_per_step_minus_prefill" in r else "") for r in rows) if rows else "failed")'
 }
 
 # The throwaway run (its own flags may not repeat one of the common ones: decode_bench takes each
