@@ -10,7 +10,8 @@
 // them from host-visible memory, a copy kernel beside it refreshes the device buffer, and a copy
 // brings the logits back. Nothing is allocated or recorded by a step, so after a first step run
 // eagerly (which also builds the rotary tables and pipelines) it is captured once
-// (vk::Stream::begin_capture) and replayed at every later step.
+// (vk::Stream::begin_capture) and replayed at every later step; or prepare() captures it before
+// any step runs.
 #pragma once
 
 #include <cstdint>
