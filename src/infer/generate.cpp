@@ -186,9 +186,8 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   std::vector<bool> done(rows, false);
   int64_t group_steps = 0, group_next = 0;  // the runner's last group, and its next unread step
   // The first group has two steps, so that the runner's capture overlaps its eager first step
-  // (where the capture did not come with the prefill);
-  // later ones as many as take about kGroupMs at the last group's pace (a slow device streams its
-  // tokens one by one), at most steps_per_submission.
+  // (unless it was captured during the prefill); later ones as many as take about kGroupMs at the
+  // last group's pace (a slow device streams its tokens one by one), at most steps_per_submission.
   constexpr double kGroupMs = 20.0;
   int64_t next_group = std::min<int64_t>(2, c.steps_per_submission);
   uint64_t rng = c.seed;
