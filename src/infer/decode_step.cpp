@@ -73,6 +73,7 @@ void DecodeStepRunner::record() {
 }
 
 void DecodeStepRunner::capture() {
+  const auto t0 = std::chrono::steady_clock::now();
   auto& stream = vk::Context::get().stream();
   // Several replays of one run are pending at once (submitted together).
   stream.set_graph_simultaneous_use(true);
@@ -86,15 +87,14 @@ void DecodeStepRunner::capture() {
   }
   graph_ = stream.end_capture();
   stream.set_graph_simultaneous_use(false);
+  decode_host_times().capture_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void DecodeStepRunner::prepare() {
   if (!replay_ || graph_) return;
   model_.prepare_decode(cache_);
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
   capture();
-  decode_host_times().capture_s += std::chrono::duration<double>(clock::now() - t0).count();
 }
 
 void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t> positions,
@@ -126,11 +126,7 @@ void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t
   for (int64_t done = 0; done < steps;) {
     // The first step runs eagerly: it builds what the step reads but never changes (rotary tables
     // covering the whole cache, pipelines), which a capture cannot upload.
-    if (replay_ && steps_ > 0 && !graph_) {
-      const auto t0 = clock::now();
-      capture();
-      times.capture_s += std::chrono::duration<double>(clock::now() - t0).count();
-    }
+    if (replay_ && steps_ > 0 && !graph_) capture();
     if (!graph_) {
       const auto t0 = clock::now();
       record();

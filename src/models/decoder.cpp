@@ -557,12 +557,12 @@ Tensor DecoderModel::decode_step(const DecodeInputs& in, KVCache& cache, Tensor*
         s.logits_multiplier == 1.0 && s.final_softcap <= 0 && x.numel() == s.hidden_size)
       return ops::normed_linear_argmax(x, final_norm, head.weight, *greedy_ids, in.advance);
     const Tensor logits = apply_head(head, {}, &final_norm);
-    if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids, in.advance);
+    if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, in.advance);
     return logits;
   }
   head.hidden = norm(x, s.names.final_norm);
   const Tensor logits = apply_head(head, {});
-  if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, *greedy_ids, in.advance);
+  if (greedy_ids) *greedy_ids = ops::argmax_rows(logits, in.advance);
   return logits;
 }
 

@@ -23,10 +23,6 @@
 #include "nn/linear.h"
 #include "ops/decode.h"
 
-namespace vkf::ops {
-struct ArgmaxAdvance;  // ops/decode.h
-}  // namespace vkf::ops
-
 namespace vkf::models {
 
 // Receives each named intermediate of a forward pass.
@@ -151,8 +147,7 @@ class DecoderModel {
   // With `greedy_ids`, it also sets *greedy_ids to each row's argmax (I32 [B], as
   // ops::argmax_rows of the logits gives it), chosen by the head's own product where the final norm
   // folds into it and nothing follows the head (ops::normed_linear_argmax), else by argmax_rows.
-  // A *greedy_ids defined on entry is where the ids go (a contiguous I32 [B] in any memory), and
-  // with in.advance the choice also advances `in` on the device (*greedy_ids: its state's ids).
+  // With in.advance the choice also advances `in` on the device (*greedy_ids: its state's ids).
   Tensor decode_step(const DecodeInputs& in, KVCache& cache, Tensor* greedy_ids = nullptr);
   // Whether decode_step() folds the final RMSNorm into the head's product where it can, and the
   // greedy choice too (both on by default): for A/B timing.

@@ -51,10 +51,10 @@ struct ArgmaxPush {
 static_assert(sizeof(ArgmaxPush) == 64);
 
 // argmax_rows.comp's final pass: each row's argmax from its `chunks` (value, index) pairs (value,
-// index: f32 and u32 [rows, chunks]), into `into` where it is defined (argmax_rows checks it).
-// With `advance`, its final_advance form (one workgroup), whose ids are then advance->state's.
+// index: f32 and u32 [rows, chunks]). With `advance`, its final_advance form (one workgroup),
+// whose ids are then advance->state's.
 Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64_t chunks,
-                   const Tensor& into, const ArgmaxAdvance* advance) {
+                   const ArgmaxAdvance* advance) {
   if (advance) {
     const Tensor& state = advance->state;
     const Tensor& ring = advance->ring;
@@ -72,7 +72,7 @@ Tensor argmax_fold(const Tensor& value, const Tensor& index, int64_t rows, int64
            {&ring, &state});
     return state.slice(0, 0, rows);
   }
-  Tensor out = into.defined() ? into : Tensor::empty({rows}, DType::I32);
+  Tensor out = Tensor::empty({rows}, DType::I32);
   const ArgmaxPush push{
       0, value.address(), index.address(), out.address(), 0, 0, static_cast<uint32_t>(chunks), 0, 0,
       0};
@@ -96,17 +96,9 @@ void check_argmax_advance(const ArgmaxAdvance* advance, int64_t rows, const char
               "{}: the advance's ring must be a contiguous I32 [slots, {}] tensor", op, rows);
 }
 
-// The destination argmax_rows was given, checked: undefined, or I32 [rows] and contiguous.
-void check_argmax_into(const Tensor& into, int64_t rows, const char* op) {
-  VKF_REQUIRE(!into.defined() || (into.dtype() == DType::I32 && into.numel() == rows &&
-                                  into.rank() == 1 && into.is_contiguous()),
-              "{}: the ids' destination must be a contiguous I32 [{}] tensor, got {}", op, rows,
-              into.defined() ? shape_str(into.shape()) + " " + dtype_name(into.dtype()) : "");
-}
-
 }  // namespace
 
-Tensor argmax_rows(const Tensor& x_in, const Tensor& into, const ArgmaxAdvance* advance) {
+Tensor argmax_rows(const Tensor& x_in, const ArgmaxAdvance* advance) {
   VKF_REQUIRE(
       x_in.defined() && x_in.dtype() == DType::F32 && (x_in.rank() == 2 || x_in.rank() == 3),
       "argmax_rows: x must be f32 [rows, cols] or [rows, 1, cols], got {}",
@@ -117,7 +109,6 @@ Tensor argmax_rows(const Tensor& x_in, const Tensor& into, const ArgmaxAdvance* 
   VKF_REQUIRE(rows > 0 && cols > 0, "argmax_rows: x {} is empty", shape_str(x_in.shape()));
   VKF_REQUIRE(rows <= kMaxGroups, "argmax_rows: {} rows exceed the {} a dispatch allows", rows,
               kMaxGroups);
-  check_argmax_into(into, rows, "argmax_rows");
   check_argmax_advance(advance, rows, "argmax_rows");
   // Rows may be strided (the last position of [B, T, V] logits); their elements must be contiguous.
   const bool readable = x_in.strides().back() == 1 || cols == 1;
@@ -141,7 +132,7 @@ Tensor argmax_rows(const Tensor& x_in, const Tensor& into, const ArgmaxAdvance* 
          Grid{static_cast<uint32_t>(chunks), static_cast<uint32_t>(rows), 1}, {&x},
          {&value, &index}, {},
          {static_cast<double>(rows * cols), 4.0 * static_cast<double>(rows * cols)});
-  return argmax_fold(value, index, rows, chunks, into, advance);
+  return argmax_fold(value, index, rows, chunks, advance);
 }
 
 void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& cache_k, const Tensor& cache_v,
@@ -224,16 +215,13 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
               weight.defined() ? shape_str(weight.shape()) : "undefined");
   VKF_REQUIRE(!ids || x.numel() == x.dim(-1), "{}: x must be one row, got {}", op,
               shape_str(x.shape()));
-  // Where the ids go: *ids itself where the caller gave a tensor (e.g. host-visible memory).
-  const Tensor into = ids ? *ids : Tensor();
-  if (ids) check_argmax_into(into, 1, op);
   check_argmax_advance(advance, 1, op);
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const detail::MatDesc a = detail::describe_rows(xc);
   const int64_t n = weight.dim(0);
   if (!foldable(a, weight, norm) || (bias.defined() && bias.dtype() != DType::F32)) {
     Tensor out = linear(rms_norm(x, norm.weight, norm.eps, norm.one_plus), weight, bias);
-    if (ids) *ids = argmax_rows(out.reshape({1, n}), into, advance);
+    if (ids) *ids = argmax_rows(out.reshape({1, n}), advance);
     return out;
   }
   Shape out_shape = x.shape();
@@ -245,10 +233,9 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
                             detail::describe_rows(out), bias, norm, ids ? &slots : nullptr);
   if (ids) {
     const int64_t groups = slots.workgroups;  // 0: the product took more than one dispatch
-    *ids = groups > 0
-               ? argmax_fold(slots.slots.slice(0, 0, groups),
-                             slots.slots.slice(0, groups, 2 * groups), 1, groups, into, advance)
-               : argmax_rows(out.reshape({1, n}), into, advance);
+    *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
+                                    slots.slots.slice(0, groups, 2 * groups), 1, groups, advance)
+                      : argmax_rows(out.reshape({1, n}), advance);
   }
   return out;
 }

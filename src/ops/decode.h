@@ -27,12 +27,9 @@ constexpr int64_t kArgmaxAdvanceMaxRows = 256;  // argmax_rows.comp's LOCAL_SIZE
 
 // out[r] = torch.argmax(x[r, :]): the first index of the largest value of each row (NaN counts
 // as the largest). x is f32 [R, V] (rows may be strided, elements contiguous) or [R, 1, V];
-// returns I32 [R]: `into` where it is given (contiguous I32 [R], in any memory: a decode step
-// writes its tokens straight into host-visible memory), else a new tensor.
-// With `advance` (at most kArgmaxAdvanceMaxRows rows), the ids also become the next decode step's
-// inputs on the device (see ArgmaxAdvance; `into` is then unused): returns advance->state's ids.
-Tensor argmax_rows(const Tensor& x, const Tensor& into = {},
-                   const ArgmaxAdvance* advance = nullptr);
+// returns I32 [R]. With `advance` (at most kArgmaxAdvanceMaxRows rows), the ids also become the
+// next decode step's inputs on the device (see ArgmaxAdvance): returns advance->state's ids.
+Tensor argmax_rows(const Tensor& x, const ArgmaxAdvance* advance = nullptr);
 
 // cache_k[b, slot] = k[b, 0] and cache_v[b, slot] = v[b, 0] for every row b, slot = slot_buf[0]
 // (I32, read on the device; a slot outside the cache writes nothing). k, v: f32 [B, 1, Hkv, D];
@@ -69,8 +66,7 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
 // they store it (matmul_skinny_f16.comp's ARGMAX), so only argmax_rows' final fold of those pairs
 // follows: no pass over the outputs, one dependent stage fewer (a decode step's greedy choice
 // from its LM head). Otherwise normed_linear then argmax_rows. The same outputs and ids either way.
-// An `ids` defined on entry is where the ids go (as argmax_rows' `into`); `advance` as
-// argmax_rows'.
+// `advance` as argmax_rows'.
 Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight, Tensor& ids,
                             const ArgmaxAdvance* advance = nullptr);
 

@@ -75,6 +75,8 @@ bool skinny_f16_uniform_loops(int64_t m) {
 }
 
 void set_skinny_f16_uniform_loops(int mode) {
+  VKF_REQUIRE(mode >= -1 && mode <= 1,
+              "skinny f16 uniform loops must be -1 (the rule), 0 or 1, got {}", mode);
   g_skinny_uniform_loops = mode;
 }
 

@@ -59,7 +59,7 @@ TEST(DecodeRun, ArgmaxAdvanceFeedsTheNextStep) {
   advance.ring = Tensor::empty_host_visible({kSlots, kRows}, DType::I32);
   auto* ring = static_cast<int32_t*>(advance.ring.host_data());
   for (int64_t i = 0; i < kSlots * kRows; ++i) ring[i] = -1;
-  const Tensor ids = ops::argmax_rows(Tensor::from_host(x, {kRows, kCols}), {}, &advance);
+  const Tensor ids = ops::argmax_rows(Tensor::from_host(x, {kRows, kCols}), &advance);
   const auto got_ids = ids.to_int();  // waits for the GPU
   for (int64_t r = 0; r < kRows; ++r) EXPECT_EQ(got_ids[static_cast<size_t>(r)], want[r]) << r;
   const auto state = advance.state.to_int();
