@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/launch.h"
@@ -13,6 +14,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/norm.h"
+#include "vk/context.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
@@ -96,7 +98,29 @@ void check_argmax_advance(const ArgmaxAdvance* advance, int64_t rows, const char
               "{}: the advance's ring must be a contiguous I32 [slots, {}] tensor", op, rows);
 }
 
+bool g_argmax_fold_in_product = true;  // set_argmax_fold_in_product
+
 }  // namespace
+
+Tensor argmax_fold_record(const ArgmaxAdvance& advance) {
+  check_argmax_advance(&advance, 1, "argmax_fold_record");
+  if (!g_argmax_fold_in_product || !vk::Context::get().info().int64_atomics) return {};
+  // matmul_skinny_f16.comp's ArgmaxFoldRecord: key (u64) 0, arrived 0, ring_rows, state, ring.
+  const uint64_t state = advance.state.address(), ring = advance.ring.address();
+  const std::vector<int32_t> record = {0,
+                                       0,
+                                       0,
+                                       static_cast<int32_t>(advance.ring.dim(0)),
+                                       static_cast<int32_t>(state & 0xffffffffu),
+                                       static_cast<int32_t>(state >> 32),
+                                       static_cast<int32_t>(ring & 0xffffffffu),
+                                       static_cast<int32_t>(ring >> 32)};
+  return Tensor::from_host_i32(record, {8});
+}
+
+void set_argmax_fold_in_product(bool on) {
+  g_argmax_fold_in_product = on;
+}
 
 Tensor argmax_rows(const Tensor& x_in, const ArgmaxAdvance* advance) {
   VKF_REQUIRE(
@@ -229,13 +253,21 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
   Tensor out = Tensor::empty(out_shape, DType::F32);
   autograd::NoGradScope no_grad;
   detail::SkinnyArgmax slots;
+  if (advance && advance->fold_record.defined()) {
+    slots.fold_record = advance->fold_record;
+    slots.fold_state = advance->state;
+    slots.fold_ring = advance->ring;
+  }
   detail::skinny_f16_normed(a, detail::describe_readable(weight).transposed(),
                             detail::describe_rows(out), bias, norm, ids ? &slots : nullptr);
   if (ids) {
     const int64_t groups = slots.workgroups;  // 0: the product took more than one dispatch
-    *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
-                                    slots.slots.slice(0, groups, 2 * groups), 1, groups, advance)
-                      : argmax_rows(out.reshape({1, n}), advance);
+    if (groups > 0 && slots.fold_record.defined())
+      *ids = advance->state.slice(0, 0, 1);  // the product's dispatch advanced the step
+    else
+      *ids = groups > 0 ? argmax_fold(slots.slots.slice(0, 0, groups),
+                                      slots.slots.slice(0, groups, 2 * groups), 1, groups, advance)
+                        : argmax_rows(out.reshape({1, n}), advance);
   }
   return out;
 }

@@ -19,11 +19,24 @@ namespace vkf::ops {
 // length, and writes the tokens to row (cache length before the step) % slots of `ring`, where
 // the host reads them. state: contiguous I32 [2R + 1] (ids, positions, positions cached: the
 // layout of DecodeInputs' views); ring: contiguous I32 [slots, R], e.g. host-visible.
+// fold_record (one row; argmax_fold_record): where defined, normed_linear_argmax folds its
+// workgroups' pairs and advances the step inside the product's own dispatch
+// (matmul_skinny_f16.comp's ARGMAX_FOLD) instead of in argmax_rows' final pass after it.
 struct ArgmaxAdvance {
   Tensor state;
   Tensor ring;
+  Tensor fold_record;
 };
 constexpr int64_t kArgmaxAdvanceMaxRows = 256;  // argmax_rows.comp's LOCAL_SIZE
+
+// The record of an in-dispatch fold for a one-row `advance` (its state and ring as they are now:
+// the record holds their addresses), or an undefined tensor where the device has no 64-bit buffer
+// atomics or set_argmax_fold_in_product(false) turned the fold off. The kernel leaves the record
+// as it found it after every step, so it serves every step of a decode.
+Tensor argmax_fold_record(const ArgmaxAdvance& advance);
+// On by default; off times the final pass instead (decode_bench --argmax-fold-pass) and lets tests
+// compare the two.
+void set_argmax_fold_in_product(bool on);
 
 // out[r] = torch.argmax(x[r, :]): the first index of the largest value of each row (NaN counts
 // as the largest). x is f32 [R, V] (rows may be strided, elements contiguous) or [R, 1, V];
@@ -65,8 +78,8 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
 // [1]). Where normed_linear folds the norm, the product's workgroups keep their best output as
 // they store it (matmul_skinny_f16.comp's ARGMAX), so only argmax_rows' final fold of those pairs
 // follows: no pass over the outputs, one dependent stage fewer (a decode step's greedy choice
-// from its LM head). Otherwise normed_linear then argmax_rows. The same outputs and ids either way.
-// `advance` as argmax_rows'.
+// from its LM head), or none with an advance's fold_record. Otherwise normed_linear then
+// argmax_rows. The same outputs and ids either way. `advance` as argmax_rows'.
 Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight, Tensor& ids,
                             const ArgmaxAdvance* advance = nullptr);
 

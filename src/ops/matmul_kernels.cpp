@@ -269,18 +269,23 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
              {}};
       const uint32_t blocks = div_up(nc, rows_per_block);
       const Grid grid{skinny_f16_groups(m, blocks, plan.k_split), 1, static_cast<uint32_t>(zc)};
+      const bool fold = argmax && argmax->fold_record.defined();
       if (argmax) {
         argmax->workgroups = grid.x;
-        argmax->slots = Tensor::empty({2 * int64_t{grid.x}}, DType::F32);
-        push.argmax_out = argmax->slots.address();
+        if (!fold) argmax->slots = Tensor::empty({2 * int64_t{grid.x}}, DType::F32);
+        push.argmax_out = fold ? argmax->fold_record.address() : argmax->slots.address();
       }
-      const Tensor slots = argmax ? argmax->slots : Tensor();
+      const Tensor none;
+      const Tensor& slots = argmax ? (fold ? argmax->fold_record : argmax->slots) : none;
+      const Tensor& fold_state = fold ? argmax->fold_state : none;
+      const Tensor& fold_ring = fold ? argmax->fold_ring : none;
       const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      launch_chained_rows(m, "matmul_skinny_f16", push, offsetof(decltype(push), chain), grid,
-                          {&a.t, &b.t, &bias, &c.t, &norm_w}, {&c.t, &slots}, spec,
-                          first ? cost : vk::DispatchCost{});
+      launch_chained_rows(
+          m, fold ? "matmul_skinny_f16_fold" : "matmul_skinny_f16", push,
+          offsetof(decltype(push), chain), grid, {&a.t, &b.t, &bias, &c.t, &norm_w, &fold_state},
+          {&c.t, &slots, &fold_state, &fold_ring}, spec, first ? cost : vk::DispatchCost{});
       first = false;
     }
   }

@@ -260,10 +260,14 @@ uint32_t skinny_norm_mode(const RowNorm* norm);
 // contiguous; the caller checks those conditions (ops::normed_linear). With `argmax` (one row of
 // a, no bias), each workgroup also writes the best (value, index) of the outputs it stores under
 // torch.argmax's order (matmul_skinny_f16.comp's ARGMAX): argmax->slots gets f32 values
-// [workgroups] then the u32 indices [workgroups], for argmax_rows.comp's final fold.
+// [workgroups] then the u32 indices [workgroups], for argmax_rows.comp's final fold. With
+// fold_record defined (ops::argmax_fold_record), the dispatch folds the pairs itself and advances
+// the decode step (the ARGMAX_FOLD builds), writing fold_state and fold_ring; slots stays
+// undefined and workgroups tells whether it did (0: the product took several dispatches).
 struct SkinnyArgmax {
   Tensor slots;
   int64_t workgroups = 0;
+  Tensor fold_record, fold_state, fold_ring;
 };
 void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
                        const RowNorm& norm, SkinnyArgmax* argmax = nullptr);

@@ -31,6 +31,15 @@
 // pair to slot gl_WorkGroupID.x of argmax_out: argmax_rows.comp's final pass folds the slots into
 // the row's argmax, with no pass over the stored row (a decode step's greedy choice from its LM
 // head). Exact comparisons, so the result is the argmax of the stored values whatever the grouping.
+// The `fold` builds (ARGMAX_FOLD; 64-bit buffer atomics) instead fold the pairs inside the dispatch
+// and advance a decode step as argmax_rows.comp's final_advance does, one dispatch and one
+// dependent stage fewer: argmax_out is then a record (ArgmaxFoldRecord) that each workgroup's
+// thread 0 raises to its pair's key, a 64-bit integer ordered as argmax_order.glsl orders pairs,
+// by atomicMax, before it counts itself arrived; the last to arrive reads the best key (and clears
+// the record for the next step), writes the token into the step's state and the ring, and
+// advances the position and the cache length. Only thread 0 touches the record (no flag shared
+// through memory: lavapipe miscompiled an arrival that the workgroup learnt from shared memory,
+// attention_decode_fast.comp).
 //
 // Both variants can be chained (stage_chain_push.glsl): the first weight loads go out before the
 // wait for the stage that writes opA and C.
@@ -47,8 +56,17 @@
 //!variant gated_vmm -DGATED=1 -DVKF_VMM=1
 //!variant coherent -DVKF_CHAIN_COHERENT=1
 //!variant gated_coherent -DGATED=1 -DVKF_CHAIN_COHERENT=1
+//!variant fold -DARGMAX_FOLD=1
+//!variant fold_vmm -DARGMAX_FOLD=1 -DVKF_VMM=1
+//!variant fold_coherent -DARGMAX_FOLD=1 -DVKF_CHAIN_COHERENT=1
 //!precise
 #version 460
+#ifndef ARGMAX_FOLD
+#define ARGMAX_FOLD 0
+#endif
+#if ARGMAX_FOLD
+#extension GL_EXT_shader_atomic_int64 : require
+#endif
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -143,7 +161,8 @@ layout(push_constant, std430) uniform Push {
   uint64_t norm_w;                                                                         \
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
-  uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups] */ \
+  uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups]; */ \
+                       /* ARGMAX_FOLD: an ArgmaxFoldRecord */                                 \
   STAGE_CHAIN_PUSH_FIELDS
 #include "matmul_push.glsl"
 #endif
@@ -358,8 +377,53 @@ void store_row(uint z, uint m, uint r, uint n, VACC total, VACC up_total) {
 #endif
 }
 
+#if ARGMAX_FOLD
+// The in-dispatch fold's record (ops::ArgmaxAdvance::fold_record, written by the host once): the
+// best key so far and the workgroups arrived (both zero between steps), the ring's rows, and the
+// addresses of the step's state (I32 [3]: id, position, positions cached) and of the ring (I32
+// [ring_rows]).
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer ArgmaxFoldRecord {
+  uint64_t key;
+  uint arrived;
+  uint ring_rows;
+  uint64_t state;
+  uint64_t ring;
+};
+
+// (value, index) as an integer that orders as argmax_better does: the value's bits made
+// monotonic (NaN above +inf, -0.0 as +0.0) above the complemented index (the lower index wins a
+// tie); 0 below every pair (no element).
+uint64_t argmax_key(float v, uint i) {
+  if (i == ARGMAX_NONE) return 0ul;
+  uint b = floatBitsToUint(v);
+  if ((b & 0x7fffffffu) == 0u) b = 0u;
+  const uint o = isnan(v) ? 0xffffffffu : (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+  return (uint64_t(o) << 32) | uint64_t(~i);
+}
+
+// Thread 0: the workgroup's best pair into the record; the last workgroup to arrive advances the
+// step.
+void fold_in_dispatch(float v, uint i) {
+  ArgmaxFoldRecord r = ArgmaxFoldRecord(p.argmax_out);
+  atomicMax(r.key, argmax_key(v, i));
+  memoryBarrierBuffer();  // the key is raised before the arrival is counted
+  if (atomicAdd(r.arrived, 1u) != gl_NumWorkGroups.x - 1u) return;
+  memoryBarrierBuffer();  // every workgroup's key was raised before its arrival
+  const uint64_t best = atomicExchange(r.key, 0ul);
+  atomicExchange(r.arrived, 0u);
+  const int token = int(~uint(best & 0xfffffffful));
+  I32Buf state = I32Buf(r.state);
+  const int cached = state.v[2];
+  I32Buf(r.ring).v[uint(cached) % r.ring_rows] = token;
+  state.v[0] = token;
+  state.v[1] += 1;
+  state.v[2] = cached + 1;
+}
+#endif
+
 // ARGMAX: the workgroup's best pair from its groups' storing threads (lane 0 of each), folded by
-// thread 0 in group order, to the workgroup's slot. All threads call it.
+// thread 0 in group order, to the workgroup's slot (or, ARGMAX_FOLD, into the record). All
+// threads call it.
 void finish_argmax(uint tid, uint lane) {
 #if !GATED
   if (!ARGMAX) return;
@@ -377,8 +441,12 @@ void finish_argmax(uint tid, uint lane) {
         i = arg_group_index[g];
       }
     }
+#if ARGMAX_FOLD
+    fold_in_dispatch(v, i);
+#else
     F32Buf(p.argmax_out).v[gl_WorkGroupID.x] = v;
     U32Buf(p.argmax_out + uint64_t(4u * gl_NumWorkGroups.x)).v[gl_WorkGroupID.x] = i;
+#endif
   }
 #endif
 }

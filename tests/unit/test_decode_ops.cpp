@@ -20,12 +20,14 @@
 #include "ops/activation_ref.h"
 #include "ops/decode.h"
 #include "ops/decode_ref.h"
+#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
 #include "ops/norm.h"
 #include "ops/norm_ref.h"
 #include "test_util.h"
+#include "vk/context.h"
 
 namespace vkf {
 namespace {
@@ -413,6 +415,27 @@ TEST(DecodeOps, NormedLinearArgmax) {
       }
       if (special == kNan) {
         EXPECT_EQ(want[0], 1200) << with;
+      }
+      // With an advance's fold record, the choice and the step's advance inside the product's
+      // dispatch: the same outputs, the token in the state and the ring, and the record ready for
+      // the next step (a second product, on -x, whose best output is another and lower).
+      ops::ArgmaxAdvance advance;
+      advance.state = Tensor::from_host_i32(std::vector<int32_t>{5, 9, 20}, {3});
+      advance.ring = Tensor::empty_host_visible({4, 1}, DType::I32);
+      advance.fold_record = ops::argmax_fold_record(advance);
+      ASSERT_EQ(advance.fold_record.defined(), vk::Context::get().info().int64_atomics) << with;
+      if (!advance.fold_record.defined()) continue;
+      for (int32_t step = 0; step < 2; ++step) {
+        const Tensor xs = step == 0 ? xt : ops::scale(xt, -1.0f);
+        Tensor step_ids;
+        const Tensor logits = ops::normed_linear_argmax(xs, norm, wt, step_ids, &advance);
+        test::expect_bitwise_equal(logits, ops::normed_linear(xs, norm, wt), with + ", folded");
+        const int32_t token = static_cast<int32_t>(ref::argmax_rows(logits.to_double(), 1, out)[0]);
+        const auto state = advance.state.to_int();
+        EXPECT_EQ(step_ids.to_int(), (std::vector<int64_t>{token})) << with << ", step " << step;
+        EXPECT_EQ(state, (std::vector<int64_t>{token, 10 + step, 21 + step})) << with;
+        EXPECT_EQ(static_cast<const int32_t*>(advance.ring.host_data())[(20 + step) % 4], token)
+            << with << ", step " << step;
       }
     }
     ops::detail::reset_skinny_f16_settings();

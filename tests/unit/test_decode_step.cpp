@@ -330,11 +330,16 @@ TEST(DecodeStep, FinalNormFoldsIntoTheHead) {
 
 // At batch 1 the greedy token comes from the head's own product (ops::normed_linear_argmax, after
 // the final norm's fold): one dispatch fewer than argmax_rows over the logits, whose values stay
-// the same, so the same tokens as with argmax_rows.
+// the same, so the same tokens as with argmax_rows; and where the device has 64-bit atomics, the
+// final fold and the step's advance inside the head's dispatch, one dispatch fewer again.
 TEST(DecodeStep, GreedyChoiceFoldsIntoTheHead) {
   struct Restore {
-    ~Restore() { models::DecoderModel::set_decode_head_argmax_fold(true); }
+    ~Restore() {
+      models::DecoderModel::set_decode_head_argmax_fold(true);
+      ops::set_argmax_fold_in_product(true);
+    }
   } restore;
+  const bool in_dispatch = vk::Context::get().info().int64_atomics;
   const std::vector<std::vector<int32_t>> one_row = {kPrompts[0]};
   infer::GenerationConfig cfg;
   cfg.max_new_tokens = kSteps;
@@ -350,14 +355,21 @@ TEST(DecodeStep, GreedyChoiceFoldsIntoTheHead) {
       EXPECT_TRUE(runner.replaying());
       return runner.graph_dispatches();
     };
+    const auto in_head = infer::generate(f16, one_row, cfg);
+    const uint64_t in_head_dispatches = dispatches();
+    ops::set_argmax_fold_in_product(false);
     const auto folded = infer::generate(f16, one_row, cfg);
     const uint64_t folded_dispatches = dispatches();
     models::DecoderModel::set_decode_head_argmax_fold(false);
     const auto separate = infer::generate(f16, one_row, cfg);
     const uint64_t separate_dispatches = dispatches();
     models::DecoderModel::set_decode_head_argmax_fold(true);
+    ops::set_argmax_fold_in_product(true);
     EXPECT_EQ(folded, separate) << c;
+    EXPECT_EQ(in_head, separate) << c;
     EXPECT_EQ(folded_dispatches + 1, separate_dispatches) << c << ": argmax_rows' first pass";
+    EXPECT_EQ(in_head_dispatches + (in_dispatch ? 1 : 0), folded_dispatches)
+        << c << ": argmax_rows' final pass";
   }
 }
 
