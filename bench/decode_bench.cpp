@@ -288,10 +288,15 @@ int main(int argc, char** argv) {
   app.add_flag("--skinny-early-epilogue", early_epilogue,
                "skinny f16 products of one activation row: read the old output values and the "
                "bias before the main loop instead of in the epilogue");
-  bool capture_during_prefill = false;
-  app.add_flag("--capture-during-prefill", capture_during_prefill,
-               "replay mode: capture the decode step while the GPU runs the prefill, with no "
-               "eager first step (infer::set_decode_capture_during_prefill)");
+  bool argmax_fold_pass = false;
+  app.add_flag("--argmax-fold-pass", argmax_fold_pass,
+               "batch 1: fold the head's greedy choice in argmax_rows' final pass after the head "
+               "instead of inside the head's dispatch (ops::set_argmax_fold_in_product(false))");
+  bool eager_first_step = false;
+  app.add_flag("--eager-first-step", eager_first_step,
+               "replay mode: run the first decode step eagerly and capture the step while the "
+               "GPU runs it, instead of capturing it during the prefill "
+               "(infer::set_decode_capture_during_prefill(false))");
   bool stage_chain = false, stage_barriers = false;
   app.add_flag(
       "--stage-chain", stage_chain,
@@ -347,7 +352,8 @@ int main(int argc, char** argv) {
     ops::detail::set_skinny_f16_early_epilogue(early_epilogue);
     ops::detail::set_skinny_f16_uniform_loops(uniform_loops);
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
-    infer::set_decode_capture_during_prefill(capture_during_prefill);
+    infer::set_decode_capture_during_prefill(!eager_first_step);
+    ops::set_argmax_fold_in_product(!argmax_fold_pass);
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);

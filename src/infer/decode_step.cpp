@@ -42,6 +42,8 @@ DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache&
     inputs_.ids = state_.slice(0, 0, B).reshape({B, 1});
     advance_.state = state_;
     advance_.ring = Tensor::empty_host_visible({kMaxRunSteps, B}, DType::I32);
+    // One row: the head's product advances the step in its own dispatch, where the device can.
+    if (B == 1) advance_.fold_record = ops::argmax_fold_record(advance_);
     inputs_.advance = &advance_;
   } else {
     // The embedding reads the host's ids over the bus, once per step, beside the copy kernel that
@@ -97,8 +99,8 @@ void DecodeStepRunner::prepare() {
   capture();
 }
 
-void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t> positions,
-                           int64_t steps) {
+void DecodeStepRunner::submit(std::span<const int32_t> ids, std::span<const int32_t> positions,
+                              int64_t steps) {
   const auto B = static_cast<size_t>(batch_);
   VKF_REQUIRE(ids.size() == B && positions.size() == B,
               "decode step: {} ids and {} positions for {} rows", ids.size(), positions.size(), B);
@@ -106,6 +108,10 @@ void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t
               "decode step: {} steps in one run (1 to {}, more than one only with the device "
               "argmax)",
               steps, kMaxRunSteps);
+  VKF_REQUIRE(queued_.empty(),
+              "decode step: a run from the host's tokens was submitted while {} runs were queued "
+              "(wait_next() for them first)",
+              queued_.size());
   VKF_REQUIRE(cache_.length + steps <= cache_.capacity,
               "decode step: {} steps do not fit in the KV cache ({} of {} positions used)", steps,
               cache_.length, cache_.capacity);
@@ -119,57 +125,96 @@ void DecodeStepRunner::run(std::span<const int32_t> ids, std::span<const int32_t
                 state_.allocation(), static_cast<uint64_t>(state_.offset()) * 4,
                 static_cast<uint64_t>(2 * B + 1) * 4);
   }
-  last_run_first_slot_ = cache_.length;
-  last_run_steps_ = steps;
-  using clock = std::chrono::steady_clock;
+  Run run{cache_.length, steps, false};
   DecodeHostTimes& times = decode_host_times();
-  for (int64_t done = 0; done < steps;) {
+  int64_t done = 0;
+  while (done < steps && !graph_) {
     // The first step runs eagerly: it builds what the step reads but never changes (rotary tables
     // covering the whole cache, pipelines), which a capture cannot upload.
-    if (replay_ && steps_ > 0 && !graph_) capture();
-    if (!graph_) {
-      const auto t0 = clock::now();
-      record();
-      ++done;
-      ++steps_;
-      // Where the capture follows in this run, it records while the GPU runs this step (the
-      // replay starts after it, in queue order, and the run waits for the replay).
-      if (replay_ && done < steps) {
-        stream.submit();
-      } else {
-        stream.synchronize();
-      }
-      times.eager_s += std::chrono::duration<double>(clock::now() - t0).count();
-      continue;
+    if (replay_ && steps_ > 0) {
+      capture();
+      break;
     }
-    const auto n = static_cast<uint32_t>(steps - done);
-    const auto t0 = clock::now();
-    stream.replay(*graph_, n);
-    const auto t1 = clock::now();
-    stream.wait(*graph_);
-    ++times.runs;
-    times.steps += n;
-    times.submit_s += std::chrono::duration<double>(t1 - t0).count();
-    times.wait_s += std::chrono::duration<double>(clock::now() - t1).count();
-    done += n;
-    steps_ += n;
-    if (!chain_checked_) {  // a chained graph's counters, once (vk::Stream's stage chaining)
-      chain_checked_ = true;
-      const std::string wrong = graph_->check_chain_counters();
-      VKF_REQUIRE(wrong.empty(),
-                  "decode step: the chained stages of the replayed step did not all complete "
-                  "({}); set VKF_STAGE_CHAIN=0 to record barriers instead",
-                  wrong);
+    const auto t0 = std::chrono::steady_clock::now();
+    record();
+    ++done;
+    ++steps_;
+    // Where the capture follows in this run, it records while the GPU runs this step (the
+    // replay starts after it, in queue order, and the run waits for the replay).
+    if (replay_ && done < steps) {
+      stream.submit();
+    } else {
+      stream.synchronize();
     }
+    times.eager_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (done < steps) replay(run, steps - done);
   cache_.length += steps;
+  queued_.push_back(run);
+}
+
+void DecodeStepRunner::replay(Run& run, int64_t steps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  vk::Context::get().stream().replay(*graph_, static_cast<uint32_t>(steps));
+  DecodeHostTimes& times = decode_host_times();
+  times.submit_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++times.runs;
+  times.steps += steps;
+  steps_ += steps;
+  run.replayed = true;
+}
+
+int64_t DecodeStepRunner::queue_room() const {
+  int64_t used = current_.steps;
+  for (const Run& r : queued_) used += r.steps;
+  return kMaxRunSteps - used;
+}
+
+void DecodeStepRunner::submit_next(int64_t steps) {
+  VKF_REQUIRE(device_argmax_ && graph_,
+              "decode step: runs queue behind one another only with the device argmax, replayed "
+              "(after a first submit())");
+  VKF_REQUIRE(steps >= 1 && steps <= queue_room(),
+              "decode step: {} steps queued where the ring has room for {} more", steps,
+              queue_room());
+  VKF_REQUIRE(cache_.length + steps <= cache_.capacity,
+              "decode step: {} steps do not fit in the KV cache ({} of {} positions used)", steps,
+              cache_.length, cache_.capacity);
+  Run run{cache_.length, steps, false};
+  replay(run, steps);
+  cache_.length += steps;
+  queued_.push_back(run);
+}
+
+void DecodeStepRunner::wait_next() {
+  VKF_REQUIRE(!queued_.empty(), "decode step: wait_next() with no run queued");
+  const Run run = queued_.front();
+  auto& stream = vk::Context::get().stream();
+  if (run.replayed) {
+    const auto t0 = std::chrono::steady_clock::now();
+    stream.wait_oldest(*graph_);
+    decode_host_times().wait_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  queued_.pop_front();
+  current_ = run;
+  if (!chain_checked_ && run.replayed && stream.pending(*graph_) == 0) {
+    // A chained graph's counters, once, when no other replay is running (vk::Stream's stage
+    // chaining).
+    chain_checked_ = true;
+    const std::string wrong = graph_->check_chain_counters();
+    VKF_REQUIRE(wrong.empty(),
+                "decode step: the chained stages of the replayed step did not all complete "
+                "({}); set VKF_STAGE_CHAIN=0 to record barriers instead",
+                wrong);
+  }
 }
 
 std::span<const int32_t> DecodeStepRunner::chosen(int64_t i) const {
   VKF_REQUIRE(device_argmax_, "decode step: this runner returns logits, not ids");
-  VKF_REQUIRE(i >= 0 && i < last_run_steps_, "decode step: step {} of a run of {}", i,
-              last_run_steps_);
-  const int64_t slot = (last_run_first_slot_ + i) % kMaxRunSteps;
+  VKF_REQUIRE(i >= 0 && i < current_.steps, "decode step: step {} of a run of {}", i,
+              current_.steps);
+  const int64_t slot = (current_.first_slot + i) % kMaxRunSteps;
   return {static_cast<const int32_t*>(advance_.ring.host_data()) + slot * batch_,
           static_cast<size_t>(batch_)};
 }

@@ -5,7 +5,8 @@
 // itself (ops::ArgmaxAdvance) and its tokens into a host-visible ring, so steps can follow one
 // another with no host in between: run() submits several back to back and waits once (on the
 // H200 a 1B step submitted and waited for on its own took about 0.05 ms more than one of
-// replays submitted together, 5% of the step; bench/RESULTS.md).
+// replays submitted together, 5% of the step; bench/RESULTS.md), and submit_next() queues the
+// next run behind one still running, so that the GPU need not wait for the host between runs.
 // Returning logits instead (for sampling), every step takes the host's tokens: the embedding reads
 // them from host-visible memory, a copy kernel beside it refreshes the device buffer, and a copy
 // brings the logits back. Nothing is allocated or recorded by a step, so after a first step run
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -61,15 +63,28 @@ class DecodeStepRunner {
   // step() does, each later one on the tokens the step before chose, every row's position one
   // further; cache.length grows by `steps`. Replayed, all are submitted at once and waited for
   // once. The same tokens as that many step() calls fed with the chosen tokens.
-  void run(std::span<const int32_t> ids, std::span<const int32_t> positions, int64_t steps);
+  void run(std::span<const int32_t> ids, std::span<const int32_t> positions, int64_t steps) {
+    submit(ids, positions, steps);
+    wait_next();
+  }
+  // run() in parts, so that runs queue behind one another on the GPU while the host reads the
+  // last one's tokens: submit() starts a run as run() does (nothing may be queued), submit_next()
+  // queues `steps` more that go on from the device's own state where the runs before it end
+  // (device_argmax, replaying), and wait_next() waits for the oldest queued run, whose results
+  // chosen() then returns. The ring holds the results of the runs queued and of the last one
+  // waited for: queue_room() steps more fit.
+  void submit(std::span<const int32_t> ids, std::span<const int32_t> positions, int64_t steps);
+  void submit_next(int64_t steps);
+  void wait_next();
+  int64_t queue_room() const;
   // Replaying: builds what the step reads but never changes (DecoderModel::prepare_decode) and
   // captures the step now, so that no step runs eagerly first; the capture records while work
   // submitted before it runs (generate's prefill, set_decode_capture_during_prefill).
   void prepare();
-  // The last run's results: step i's B ids (device_argmax; i < its steps; chosen() is the last
+  // The last run waited for: step i's B ids (device_argmax; i < its steps; chosen() is the last
   // step's), or the last step's B x vocab logits (otherwise).
   std::span<const int32_t> chosen(int64_t i) const;
-  std::span<const int32_t> chosen() const { return chosen(last_run_steps_ - 1); }
+  std::span<const int32_t> chosen() const { return chosen(current_.steps - 1); }
   std::span<const float> logits() const;
   // Whether later steps replay a captured graph (true once one has been captured), and how many
   // dispatches it holds.
@@ -79,8 +94,16 @@ class DecodeStepRunner {
   uint64_t graph_chain_links() const { return graph_ ? graph_->chain_links() : 0; }
 
  private:
+  // A run's ring rows (from first_slot, mod kMaxRunSteps) and whether a replay of the graph is
+  // part of it (one submission to wait for).
+  struct Run {
+    int64_t first_slot = 0, steps = 0;
+    bool replayed = false;
+  };
+
   void record();  // the step's commands, into the stream or the capture
   void capture();
+  void replay(Run& run, int64_t steps);  // submits the graph `steps` times for `run`
 
   models::DecoderModel& model_;
   models::KVCache& cache_;
@@ -94,7 +117,8 @@ class DecodeStepRunner {
   vk::Allocation host_logits_;   // otherwise: [B, vocab] f32, copied into at the step's end
   std::unique_ptr<vk::Graph> graph_;
   int64_t steps_ = 0;
-  int64_t last_run_first_slot_ = 0, last_run_steps_ = 0;  // the ring rows of the last run
+  std::deque<Run> queued_;      // submitted, not yet waited for, oldest first
+  Run current_;                 // the last run waited for
   bool chain_checked_ = false;  // the first replay's chain counters (run())
 };
 

@@ -19,7 +19,7 @@ namespace vkf::infer {
 
 namespace {
 
-bool g_capture_during_prefill = false;  // set_decode_capture_during_prefill
+bool g_capture_during_prefill = true;  // set_decode_capture_during_prefill
 
 // splitmix64: a small, seedable generator whose sequence is the same on every platform.
 double next_uniform(uint64_t& state) {
@@ -185,11 +185,15 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
   std::vector<std::vector<int32_t>> out(rows);
   std::vector<bool> done(rows, false);
   int64_t group_steps = 0, group_next = 0;  // the runner's last group, and its next unread step
+  int64_t queued = 0;                       // the steps of the group queued behind it (0: none)
   // The first group has two steps, so that the runner's capture overlaps its eager first step
   // (unless it was captured during the prefill); later ones as many as take about kGroupMs at the
   // last group's pace (a slow device streams its tokens one by one), at most steps_per_submission.
+  // Replaying, each group is queued before the host waits for the one before it, so that the GPU
+  // goes from one to the next without waiting for the host.
   constexpr double kGroupMs = 20.0;
   int64_t next_group = std::min<int64_t>(2, c.steps_per_submission);
+  auto group_clock = std::chrono::steady_clock::now();
   uint64_t rng = c.seed;
   for (int64_t step = 0; step < c.max_new_tokens; ++step) {
     std::vector<int32_t> chosen(rows, c.pad_token_id);
@@ -223,14 +227,25 @@ std::vector<std::vector<int32_t>> generate(models::DecoderModel& model,
         // finished row's tokens are never used, and rows do not see each other, so the other
         // rows' tokens are those of one step at a time.
         if (group_next == group_steps) {
-          group_steps = std::min(next_group, c.max_new_tokens - 1 - step);
+          const int64_t left = c.max_new_tokens - 1 - step;  // steps still to run
+          if (queued == 0) {
+            group_steps = std::min(next_group, left);
+            group_clock = std::chrono::steady_clock::now();
+            runner->submit(chosen, step_pos, group_steps);
+          } else {
+            group_steps = queued;  // already running
+          }
+          queued = runner->replaying()
+                       ? std::min({next_group, left - group_steps, runner->queue_room()})
+                       : 0;
+          if (queued > 0) runner->submit_next(queued);
+          runner->wait_next();
           group_next = 0;
-          const auto t0 = std::chrono::steady_clock::now();
-          runner->run(chosen, step_pos, group_steps);
-          const double ms =
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count() /
-              static_cast<double>(group_steps);
+          // The pace: from the last group's end (or this one's submission) to this one's.
+          const auto now = std::chrono::steady_clock::now();
+          const double ms = std::chrono::duration<double, std::milli>(now - group_clock).count() /
+                            static_cast<double>(group_steps);
+          group_clock = now;
           next_group = std::clamp(static_cast<int64_t>(kGroupMs / std::max(ms, 1e-3)), int64_t{1},
                                   c.steps_per_submission);
         }

@@ -49,9 +49,10 @@ struct GenerationConfig {
 };
 
 // Replay mode captures the decode step while the GPU runs the prompt's prefill
-// (DecodeStepRunner::prepare), instead of running the first step eagerly and capturing the
-// second. Off by default until measured on a GPU (bench/RESULTS.md, twenty-eighth session);
-// decode_bench --capture-during-prefill. The same tokens either way.
+// (DecodeStepRunner::prepare; the default), or (false) runs the first step eagerly and captures
+// the second while the GPU runs it. On the H200 the first was 0.02-0.03 ms per 1B step faster
+// over 63 steps (bench/RESULTS.md, twenty-ninth session); decode_bench --eager-first-step times
+// the second. The same tokens either way.
 void set_decode_capture_during_prefill(bool on);
 
 // The mode generate() uses for `model` when asked for `wanted` (the fallback rule above).

@@ -81,8 +81,8 @@ void Stream::begin(Batch& b) {
   b.commands = 0;
   // The GPU is idle when no batch and no graph replay is in flight.
   const bool gpu_idle =
-      in_flight_.empty() &&
-      std::none_of(graphs_.begin(), graphs_.end(), [](const Graph* g) { return g->pending_; });
+      in_flight_.empty() && std::all_of(graphs_.begin(), graphs_.end(),
+                                        [](const Graph* g) { return g->pending_.empty(); });
   b.limit = gpu_idle ? kFirstBatchCommands : std::min(last_batch_limit_ * 2, kCommandsPerBatch);
   last_batch_limit_ = b.limit;
   b.timed.clear();
@@ -439,7 +439,10 @@ void Stream::begin_capture() {
   VKF_REQUIRE(!capture_, "begin_capture: a capture is already in progress");
   capture_owner_.reset(new Graph(*this));
   Graph& g = *capture_owner_;
-  new_command_buffer(g.cmd_, g.fence_);
+  VkFence fence = VK_NULL_HANDLE;
+  new_command_buffer(g.cmd_, fence);
+  g.fences_.push_back(fence);
+  g.idle_fences_.push_back(fence);
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted many times
   if (graph_simultaneous_use_) bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
   g.simultaneous_use_ = graph_simultaneous_use_;
@@ -560,13 +563,23 @@ void Stream::replay(Graph& g, uint32_t times) {
               "set_graph_simultaneous_use(true)",
               times);
   submit();  // what was recorded before the replay runs before it
-  wait(g);   // a command buffer is pending at most once
+  // Otherwise a command buffer is pending at most once; and stage timestamps belong to one replay.
+  if (!g.simultaneous_use_ || g.stage_queries_) wait(g);
+  if (g.idle_fences_.empty()) {
+    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VkFence fence = VK_NULL_HANDLE;
+    VKF_VK_CHECK(vkCreateFence(ctx_.device(), &fci, nullptr, &fence));
+    g.fences_.push_back(fence);
+    g.idle_fences_.push_back(fence);
+  }
+  const VkFence fence = g.idle_fences_.back();
   const std::vector<VkCommandBuffer> cmds(times, g.cmd_);
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = times;
   si.pCommandBuffers = cmds.data();
-  VKF_VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, g.fence_));
-  g.pending_ = true;
+  VKF_VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, fence));
+  g.idle_fences_.pop_back();
+  g.pending_.push_back(fence);
   // The graph ends with a full barrier: nothing recorded after it needs another for what came
   // before.
   written_since_barrier_.clear();
@@ -574,42 +587,58 @@ void Stream::replay(Graph& g, uint32_t times) {
   dispatches_total_ += g.dispatches_ * times;
 }
 
-void Stream::wait(Graph& g) {
-  if (!g.pending_) return;
+void Stream::await_fence(VkFence fence) {
   // A replay's result is usually wanted at once (a decode step needs its token to go on), and a
   // driver's wake-up from a fence wait can take tens of microseconds: on a GPU, poll for a while
   // first. (Not on a CPU device, whose own worker threads need the cores.)
   VkResult status = VK_NOT_READY;
   if (ctx_.info().type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-    while ((status = vkGetFenceStatus(ctx_.device(), g.fence_)) == VK_NOT_READY &&
+    while ((status = vkGetFenceStatus(ctx_.device(), fence)) == VK_NOT_READY &&
            std::chrono::steady_clock::now() < until) {
     }
   }
   if (status == VK_NOT_READY) {
-    VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &g.fence_, VK_TRUE, UINT64_MAX));
+    VKF_VK_CHECK(vkWaitForFences(ctx_.device(), 1, &fence, VK_TRUE, UINT64_MAX));
   } else {
     VKF_VK_CHECK(status);
   }
-  VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &g.fence_));
-  g.pending_ = false;
+  VKF_VK_CHECK(vkResetFences(ctx_.device(), 1, &fence));
+}
+
+void Stream::wait(Graph& g) {
+  if (g.pending_.empty()) return;
+  for (const VkFence f : g.pending_) await_fence(f);  // oldest first: the later ones follow
+  g.idle_fences_.insert(g.idle_fences_.end(), g.pending_.begin(), g.pending_.end());
+  g.pending_.clear();
   collect_stage_times(g);
+  ctx_.check_validation();
+}
+
+void Stream::wait_oldest(Graph& g) {
+  if (g.pending_.empty()) return;
+  const VkFence f = g.pending_.front();
+  await_fence(f);
+  g.pending_.pop_front();
+  g.idle_fences_.push_back(f);
+  if (g.pending_.empty()) collect_stage_times(g);
   ctx_.check_validation();
 }
 
 void Stream::destroy(Graph& g) {
   VkDevice dev = ctx_.device();
-  if (g.pending_) {
-    vkWaitForFences(dev, 1, &g.fence_, VK_TRUE, UINT64_MAX);
-    g.pending_ = false;
+  if (!g.pending_.empty()) {
+    vkWaitForFences(dev, 1, &g.pending_.back(), VK_TRUE, UINT64_MAX);
+    g.pending_.clear();
   }
   graphs_.erase(std::remove(graphs_.begin(), graphs_.end(), &g), graphs_.end());
   if (g.cmd_) vkFreeCommandBuffers(dev, pool_, 1, &g.cmd_);
-  if (g.fence_) vkDestroyFence(dev, g.fence_, nullptr);
+  for (const VkFence f : g.fences_) vkDestroyFence(dev, f, nullptr);
+  g.fences_.clear();
+  g.idle_fences_.clear();
   if (g.stage_queries_) vkDestroyQueryPool(dev, g.stage_queries_, nullptr);
   g.stage_queries_ = VK_NULL_HANDLE;
   g.cmd_ = VK_NULL_HANDLE;
-  g.fence_ = VK_NULL_HANDLE;
   // Normal deferral now (another graph may still use some of them).
   for (const Allocation& a : g.owned_) free_after_use(a);
   g.owned_.clear();

@@ -32,6 +32,7 @@
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -116,8 +117,9 @@ class Graph {
   std::vector<std::pair<std::string, DispatchCost>> stages_;
   bool stage_open_ = false;  // commands recorded since the last timestamp
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
-  bool pending_ = false;              // submitted and not yet waited for
+  std::vector<VkFence> fences_;  // every fence it owns: idle_fences_ and pending_
+  std::vector<VkFence> idle_fences_;
+  std::deque<VkFence> pending_;       // its submissions not yet waited for, oldest first
   bool simultaneous_use_ = false;     // Stream::set_graph_simultaneous_use at its capture
   std::vector<BufferRange> touched_;  // every range its commands read or write
   std::vector<Allocation> owned_;     // released by their owners while the graph lives
@@ -189,13 +191,17 @@ class Stream {
   std::unique_ptr<Graph> end_capture();
   bool capturing() const { return capture_ != nullptr; }
   // Submits the graph after what was recorded before it; returns without waiting. A graph's
-  // previous replay is waited for first. `times` > 1 submits it that many times back to back in
-  // one submission (a graph captured with set_graph_simultaneous_use(true)): steps that feed one
-  // another on the device (infer::DecodeStepRunner::run), with no host between them.
+  // previous replay is waited for first, unless it was captured with
+  // set_graph_simultaneous_use(true) and without stage timing: then submissions queue behind one
+  // another (each with its own fence; wait_oldest). `times` > 1 submits it that many times back
+  // to back in one submission (such a graph only): steps that feed one another on the device
+  // (infer::DecodeStepRunner), with no host between them.
   void replay(Graph& graph, uint32_t times = 1);
   // Whether graphs captured from now on may be pending several times at once (replay's `times`).
   void set_graph_simultaneous_use(bool on) { graph_simultaneous_use_ = on; }
-  void wait(Graph& graph);  // waits for the graph's last replay
+  void wait(Graph& graph);         // waits for the graph's last submission (so for all of them)
+  void wait_oldest(Graph& graph);  // waits for its oldest submission not yet waited for
+  size_t pending(const Graph& graph) const { return graph.pending_.size(); }
   // Frees `a` once every command recorded so far has completed.
   void release(const Allocation& a);
 
@@ -233,6 +239,7 @@ class Stream {
   };
   Batch& current();
   void new_command_buffer(VkCommandBuffer& cmd, VkFence& fence);  // and its fence
+  void await_fence(VkFence fence);  // polls first on a GPU (see wait()), then resets it
   void begin(Batch& b);
   void hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
   bool hits_stage(std::span<const BufferRange> reads, std::span<const BufferRange> writes) const;

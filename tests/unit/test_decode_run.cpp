@@ -5,7 +5,9 @@
 // row and two, across the ring's wrap and across runs); generate's groups against one step at a
 // time with an EOS inside a group; the step captured during the prefill against the eager first
 // step; and the errors for runs the runner cannot take.
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <string>
 #include <vector>
@@ -137,7 +139,72 @@ std::vector<std::vector<int32_t>> run_steps(models::DecoderModel& model,
   return out;
 }
 
+// The same with each run after the first queued behind the one before (submit_next) before the
+// host waits for that one, `ahead` runs in flight at most.
+std::vector<std::vector<int32_t>> queued_steps(models::DecoderModel& model,
+                                               const std::vector<std::vector<int32_t>>& prompts,
+                                               int64_t total, int64_t group, int64_t ahead) {
+  autograd::NoGradScope no_grad;
+  Prefilled p = prefill(model, prompts, 8 + total);
+  const int64_t start = p.cache.length;
+  infer::DecodeStepRunner runner(model, p.cache, p.mask, true, true);
+  std::vector<std::vector<int32_t>> out;
+  std::deque<int64_t> in_flight = {std::min(group, total)};  // the steps of each queued run
+  int64_t submitted = in_flight.front();
+  runner.submit(p.first_ids, p.next_pos, submitted);
+  while (!in_flight.empty()) {
+    while (static_cast<int64_t>(in_flight.size()) < ahead && submitted < total) {
+      const int64_t n = std::min({group, total - submitted, runner.queue_room()});
+      runner.submit_next(n);
+      in_flight.push_back(n);
+      submitted += n;
+    }
+    runner.wait_next();
+    for (int64_t i = 0; i < in_flight.front(); ++i) {
+      const auto t = runner.chosen(i);
+      out.emplace_back(t.begin(), t.end());
+    }
+    in_flight.pop_front();
+  }
+  EXPECT_EQ(p.cache.length, start + total) << "the cache length after the runs";
+  return out;
+}
+
 const std::vector<std::vector<int32_t>> kPrompts = {{5, 9, 13, 21, 7, 30}, {17, 3, 11}};
+
+// Runs queued behind one another on the device (DecodeStepRunner::submit_next): the tokens of
+// single steps, for two and three runs in flight and across the ring's wrap; and the errors for
+// queues the runner cannot take.
+TEST(DecodeRun, QueuedRunsGiveTheTokensOfSingleSteps) {
+  for (const std::string c : {"llama", "qwen3"}) {
+    auto model = load(c, DType::F16);
+    for (const auto& prompts : {kPrompts, std::vector<std::vector<int32_t>>{kPrompts[0]}}) {
+      SCOPED_TRACE(c + " rows " + std::to_string(prompts.size()));
+      const int64_t total = 70;
+      const auto single = run_steps(model, prompts, true, total, 1);
+      EXPECT_EQ(queued_steps(model, prompts, total, 5, 2), single);
+      EXPECT_EQ(queued_steps(model, prompts, total, 16, 3), single);
+    }
+  }
+  autograd::NoGradScope no_grad;
+  auto model = load("llama", DType::F16);
+  Prefilled p = prefill(model, {kPrompts[0]}, 80);
+  infer::DecodeStepRunner eager(model, p.cache, p.mask, false, true);
+  eager.submit(p.first_ids, p.next_pos, 2);
+  test::expect_error([&] { eager.submit_next(2); }, {"queue", "replayed"});
+  eager.wait_next();
+  test::expect_error([&] { eager.wait_next(); }, {"no run queued"});
+  infer::DecodeStepRunner runner(model, p.cache, p.mask, true, true);
+  runner.prepare();
+  runner.submit(p.first_ids, p.next_pos, 40);
+  test::expect_error([&] { runner.submit(p.first_ids, p.next_pos, 1); }, {"were queued"});
+  test::expect_error([&] { runner.submit_next(25); }, {"room for 24"});
+  runner.submit_next(24);
+  runner.wait_next();
+  EXPECT_EQ(runner.queue_room(), 0);
+  runner.wait_next();
+  EXPECT_EQ(runner.queue_room(), 40);
+}
 
 TEST(DecodeRun, RunsGiveTheTokensOfSingleSteps) {
   for (const std::string c : {"llama", "qwen3"}) {
@@ -186,7 +253,7 @@ TEST(DecodeRun, GenerateGroupsMatchOneStepAtATime) {
 // logits, and no step run eagerly.
 TEST(DecodeRun, CaptureDuringThePrefill) {
   struct Restore {
-    ~Restore() { infer::set_decode_capture_during_prefill(false); }
+    ~Restore() { infer::set_decode_capture_during_prefill(true); }
   } restore;
   infer::GenerationConfig cfg;
   // A cache of more than 64 positions: the prefill's rotary tables (64 rows at least) do not

@@ -290,5 +290,46 @@ TEST(Graph, ReplaysBackToBackInOneSubmission) {
   EXPECT_EQ(Tensor::zeros({4}).host_data(), nullptr) << "device memory has no host view";
 }
 
+// Submissions of a graph captured for simultaneous use queue behind one another, each waited for
+// in turn (wait_oldest), and each sees what the one before it wrote; a graph captured without it,
+// or with stage timing, is waited for before it is submitted again.
+TEST(Graph, SubmissionsQueueBehindOneAnother) {
+  auto& stream = vk::Context::get().stream();
+  const Tensor a = Tensor::zeros({256}), one = Tensor::full({256}, 1.0f);
+  const Tensor seen = Tensor::empty_host_visible({3, 256}, DType::F32);
+  const Tensor slot = Tensor::empty_host_visible({1}, DType::F32);
+  ops::add_(a, one);  // pipelines outside the capture
+  stream.synchronize();
+  stream.set_graph_simultaneous_use(true);
+  stream.begin_capture();
+  ops::add_(a, a);  // a = 2a: each submission depends on the one before
+  seen.slice(0, 0, 1).reshape({256}).copy_(a);
+  const auto graph = stream.end_capture();
+  stream.set_graph_simultaneous_use(false);
+  stream.replay(*graph, 2);  // a: 1 -> 2 -> 4
+  stream.replay(*graph);     // 8
+  stream.replay(*graph, 3);  // 16, 32, 64
+  EXPECT_EQ(stream.pending(*graph), 3u);
+  stream.wait_oldest(*graph);
+  EXPECT_EQ(stream.pending(*graph), 2u);
+  stream.wait_oldest(*graph);
+  const float after_two = static_cast<const float*>(seen.host_data())[0];
+  EXPECT_GE(after_two, 8.0f) << "the second submission has run";
+  stream.wait(*graph);
+  EXPECT_EQ(stream.pending(*graph), 0u);
+  EXPECT_EQ(static_cast<const float*>(seen.host_data())[255], 64.0f);
+  EXPECT_EQ(a.to_double()[0], 64.0);
+  stream.wait_oldest(*graph);  // nothing pending: returns
+  stream.begin_capture();
+  ops::add_(a, one);
+  slot.copy_(a.slice(0, 0, 1));
+  const auto single = stream.end_capture();
+  stream.replay(*single);
+  stream.replay(*single);
+  EXPECT_EQ(stream.pending(*single), 1u) << "waited for before its second submission";
+  stream.wait(*single);
+  EXPECT_EQ(static_cast<const float*>(slot.host_data())[0], 66.0f);
+}
+
 }  // namespace
 }  // namespace vkf
