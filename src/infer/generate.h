@@ -42,7 +42,8 @@ struct GenerationConfig {
   // device, and submitted together: the host's submit and wait are paid once per group (on the
   // H200 about 0.05 ms per 1 ms step; bench/RESULTS.md). A group is sized to take about 20 ms at
   // the pace of the one before (the first has two steps): tokens reach the callback in bursts
-  // about 20 ms apart on a fast device, one by one on a slow one; up to a group minus one steps
+  // about 20 ms apart on a fast device, one by one on a slow one. Replayed, each group is queued
+  // on the GPU before the host waits for the one before it, so up to two groups minus one steps
   // may run past the end (an EOS, a stop check), their tokens unused. The tokens are those of one
   // step at a time.
   int64_t steps_per_submission = 16;
