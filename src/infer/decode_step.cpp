@@ -126,6 +126,7 @@ void DecodeStepRunner::submit(std::span<const int32_t> ids, std::span<const int3
                 static_cast<uint64_t>(2 * B + 1) * 4);
   }
   Run run{cache_.length, steps, false};
+  current_ = Run{};  // its ring rows are this run's to overwrite: chosen() refuses them now
   DecodeHostTimes& times = decode_host_times();
   int64_t done = 0;
   while (done < steps && !graph_) {

@@ -198,6 +198,7 @@ TEST(DecodeRun, QueuedRunsGiveTheTokensOfSingleSteps) {
   runner.prepare();
   runner.submit(p.first_ids, p.next_pos, 40);
   test::expect_error([&] { runner.submit(p.first_ids, p.next_pos, 1); }, {"were queued"});
+  test::expect_error([&] { (void)runner.chosen(0); }, {"step 0 of a run of 0"});
   test::expect_error([&] { runner.submit_next(25); }, {"room for 24"});
   runner.submit_next(24);
   runner.wait_next();
