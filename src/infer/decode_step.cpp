@@ -99,6 +99,12 @@ void DecodeStepRunner::prepare() {
   capture();
 }
 
+void DecodeStepRunner::require_cache_room(int64_t steps) const {
+  VKF_REQUIRE(cache_.length + steps <= cache_.capacity,
+              "decode step: {} steps do not fit in the KV cache ({} of {} positions used)", steps,
+              cache_.length, cache_.capacity);
+}
+
 void DecodeStepRunner::submit(std::span<const int32_t> ids, std::span<const int32_t> positions,
                               int64_t steps) {
   const auto B = static_cast<size_t>(batch_);
@@ -112,9 +118,7 @@ void DecodeStepRunner::submit(std::span<const int32_t> ids, std::span<const int3
               "decode step: a run from the host's tokens was submitted while {} runs were queued "
               "(wait_next() for them first)",
               queued_.size());
-  VKF_REQUIRE(cache_.length + steps <= cache_.capacity,
-              "decode step: {} steps do not fit in the KV cache ({} of {} positions used)", steps,
-              cache_.length, cache_.capacity);
+  require_cache_room(steps);
   auto* in = static_cast<int32_t*>(host_state_.host_data());
   std::memcpy(in, ids.data(), B * 4);
   std::memcpy(in + B, positions.data(), B * 4);
@@ -178,9 +182,7 @@ void DecodeStepRunner::submit_next(int64_t steps) {
   VKF_REQUIRE(steps >= 1 && steps <= queue_room(),
               "decode step: {} steps queued where the ring has room for {} more", steps,
               queue_room());
-  VKF_REQUIRE(cache_.length + steps <= cache_.capacity,
-              "decode step: {} steps do not fit in the KV cache ({} of {} positions used)", steps,
-              cache_.length, cache_.capacity);
+  require_cache_room(steps);
   Run run{cache_.length, steps, false};
   replay(run, steps);
   cache_.length += steps;

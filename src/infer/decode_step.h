@@ -104,6 +104,7 @@ class DecodeStepRunner {
   void record();  // the step's commands, into the stream or the capture
   void capture();
   void replay(Run& run, int64_t steps);  // submits the graph `steps` times for `run`
+  void require_cache_room(int64_t steps) const;  // the cache holds `steps` more positions
 
   models::DecoderModel& model_;
   models::KVCache& cache_;

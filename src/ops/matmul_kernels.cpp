@@ -275,8 +275,10 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
         if (!fold) argmax->slots = Tensor::empty({2 * int64_t{grid.x}}, DType::F32);
         push.argmax_out = fold ? argmax->fold_record.address() : argmax->slots.address();
       }
+      // What the argmax writes: its slots, or the fold's record (cleared again) with the step's
+      // state and ring.
       const Tensor none;
-      const Tensor& slots = argmax ? (fold ? argmax->fold_record : argmax->slots) : none;
+      const Tensor& argmax_out = argmax ? (fold ? argmax->fold_record : argmax->slots) : none;
       const Tensor& fold_state = fold ? argmax->fold_state : none;
       const Tensor& fold_ring = fold ? argmax->fold_ring : none;
       const std::vector<uint32_t> spec =
@@ -285,7 +287,7 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       launch_chained_rows(
           m, fold ? "matmul_skinny_f16_fold" : "matmul_skinny_f16", push,
           offsetof(decltype(push), chain), grid, {&a.t, &b.t, &bias, &c.t, &norm_w, &fold_state},
-          {&c.t, &slots, &fold_state, &fold_ring}, spec, first ? cost : vk::DispatchCost{});
+          {&c.t, &argmax_out, &fold_state, &fold_ring}, spec, first ? cost : vk::DispatchCost{});
       first = false;
     }
   }

@@ -59,8 +59,14 @@ void Stream::new_command_buffer(VkCommandBuffer& cmd, VkFence& fence) {
   ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   ai.commandBufferCount = 1;
   VKF_VK_CHECK(vkAllocateCommandBuffers(ctx_.device(), &ai, &cmd));
+  fence = new_fence();
+}
+
+VkFence Stream::new_fence() {
   VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkFence fence = VK_NULL_HANDLE;
   VKF_VK_CHECK(vkCreateFence(ctx_.device(), &fci, nullptr, &fence));
+  return fence;
 }
 
 void Stream::begin(Batch& b) {
@@ -441,7 +447,7 @@ void Stream::begin_capture() {
   Graph& g = *capture_owner_;
   VkFence fence = VK_NULL_HANDLE;
   new_command_buffer(g.cmd_, fence);
-  g.fences_.push_back(fence);
+  g.fences_.push_back(fence);  // its first submission's
   g.idle_fences_.push_back(fence);
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted many times
   if (graph_simultaneous_use_) bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
@@ -565,12 +571,9 @@ void Stream::replay(Graph& g, uint32_t times) {
   submit();  // what was recorded before the replay runs before it
   // Otherwise a command buffer is pending at most once; and stage timestamps belong to one replay.
   if (!g.simultaneous_use_ || g.stage_queries_) wait(g);
-  if (g.idle_fences_.empty()) {
-    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    VkFence fence = VK_NULL_HANDLE;
-    VKF_VK_CHECK(vkCreateFence(ctx_.device(), &fci, nullptr, &fence));
-    g.fences_.push_back(fence);
-    g.idle_fences_.push_back(fence);
+  if (g.idle_fences_.empty()) {  // a fence per submission pending at once, made when first needed
+    g.fences_.push_back(new_fence());
+    g.idle_fences_.push_back(g.fences_.back());
   }
   const VkFence fence = g.idle_fences_.back();
   const std::vector<VkCommandBuffer> cmds(times, g.cmd_);

@@ -239,7 +239,8 @@ class Stream {
   };
   Batch& current();
   void new_command_buffer(VkCommandBuffer& cmd, VkFence& fence);  // and its fence
-  void await_fence(VkFence fence);  // polls first on a GPU (see wait()), then resets it
+  VkFence new_fence();                                            // unsignaled
+  void await_fence(VkFence fence);  // waits (polling first on a GPU), then resets it
   void begin(Batch& b);
   void hazard(std::span<const BufferRange> reads, std::span<const BufferRange> writes);
   bool hits_stage(std::span<const BufferRange> reads, std::span<const BufferRange> writes) const;
