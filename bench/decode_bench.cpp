@@ -292,6 +292,10 @@ int main(int argc, char** argv) {
   app.add_flag("--argmax-fold-pass", argmax_fold_pass,
                "batch 1: fold the head's greedy choice in argmax_rows' final pass after the head "
                "instead of inside the head's dispatch (ops::set_argmax_fold_in_product(false))");
+  bool embedding_pass = false;
+  app.add_flag("--embedding-pass", embedding_pass,
+               "batch 1: embed the step's token in a dispatch of its own instead of in the first "
+               "products (ops::set_embedding_fold(false))");
   bool eager_first_step = false;
   app.add_flag("--eager-first-step", eager_first_step,
                "replay mode: run the first decode step eagerly and capture the step while the "
@@ -354,6 +358,7 @@ int main(int argc, char** argv) {
     if (stage_chain || stage_barriers) vk::Context::get().stream().set_stage_chaining(stage_chain);
     infer::set_decode_capture_during_prefill(!eager_first_step);
     ops::set_argmax_fold_in_product(!argmax_fold_pass);
+    ops::set_embedding_fold(!embedding_pass);
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);

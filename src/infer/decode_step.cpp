@@ -53,6 +53,8 @@ DecodeStepRunner::DecodeStepRunner(models::DecoderModel& model, models::KVCache&
     host_logits_ = vk::Context::get().allocator().allocate(static_cast<uint64_t>(B * vocab_) * 4,
                                                           vk::MemoryKind::Staging);
   }
+  embedded_ = model.decode_embedded_input(inputs_.ids);
+  if (embedded_.table.defined()) inputs_.embedded = &embedded_;
 }
 
 DecodeStepRunner::~DecodeStepRunner() {

@@ -115,6 +115,7 @@ class DecodeStepRunner {
   Tensor state_;                 // the device copy that the steps read (and advance)
   models::DecodeInputs inputs_;  // views of state_ (logits runners: the ids of host_state_)
   ops::ArgmaxAdvance advance_;   // device_argmax: state_, and the host-visible ring of tokens
+  ops::EmbeddedInput embedded_;  // one row: the first products read the token's embedding
   vk::Allocation host_logits_;   // otherwise: [B, vocab] f32, copied into at the step's end
   std::unique_ptr<vk::Graph> graph_;
   int64_t steps_ = 0;

@@ -122,6 +122,9 @@ struct DecoderModel::Step {
   int64_t table_positions = 0;  // rope tables must cover positions 0..table_positions-1
   KVCache* cache = nullptr;
   const DecodeInputs* decode = nullptr;  // decode_step(): slots and lengths read on the device
+  // Layer 0 of a decode step (run_layers): its q, k and v products read the token's embedding row
+  // themselves, the q product storing it into the residual stream.
+  const ops::EmbeddedInput* embedded = nullptr;
 };
 
 KVCache DecoderModel::make_cache(int64_t batch, int64_t capacity) const {
@@ -151,6 +154,9 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   const int64_t B = h.dim(0), D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
   // An input projection: with pre_norm (a decode step: no adapter, no trace) the norm folds in.
   auto in_proj = [&](const std::string& proj, const Tensor& b) {
+    if (pre_norm && step.embedded)
+      return ops::normed_linear_of_embedding(*step.embedded, proj == n.q, *pre_norm,
+                                             P(proj + ".weight"), b);
     if (pre_norm) return ops::normed_linear(h, *pre_norm, P(proj + ".weight"), b);
     return nn::linear(L(proj), h, P(proj + ".weight"), b);
   };
@@ -317,6 +323,16 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
   return ops::train_dropout(out, static_cast<float>(s.mlp_out_dropout));
 }
 
+bool DecoderModel::layer_folds_norms(int64_t l, const Tensor& x, const Step& step,
+                                     const Trace& trace) const {
+  const auto& s = spec_;
+  return step.decode && !trace && !nn::active_adapter() && !dropout_rng::active_stream() &&
+         s.residual_multiplier == 1.0 && s.placement == NormPlacement::Pre &&
+         s.norm == NormKind::RMS && !s.fused_qkv &&
+         ops::norm_folds(x, param(s.layer_name(l, s.names.q + ".weight")),
+                         row_norm(s.layer_name(l, s.names.norm1)));
+}
+
 Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& trace) {
   const auto& s = spec_;
   const auto& n = s.names;
@@ -333,8 +349,7 @@ Tensor DecoderModel::layer(int64_t l, Tensor x, const Step& step, const Trace& t
   const bool fold = step.decode && !trace && !nn::active_adapter() &&
                     !dropout_rng::active_stream() && res_mult == 1.0f &&
                     (s.placement == NormPlacement::Pre || s.placement == NormPlacement::Parallel);
-  if (fold && s.placement == NormPlacement::Pre && s.norm == NormKind::RMS && !s.fused_qkv &&
-      ops::norm_folds(x, param(L(n.q + ".weight")), row_norm(L(n.norm1)))) {
+  if (layer_folds_norms(l, x, step, trace)) {
     // Each RMSNorm folds into the products that read it (ops::normed_linear): x itself goes in.
     const ops::RowNorm norm1 = row_norm(L(n.norm1)), norm2 = row_norm(L(n.norm2));
     attention_block(l, x, step, trace, &x, &norm1);
@@ -503,6 +518,14 @@ std::string DecoderModel::decode_step_unsupported() const {
   return "";
 }
 
+ops::EmbeddedInput DecoderModel::decode_embedded_input(const Tensor& ids) const {
+  const Tensor& table = param(spec_.names.embed);
+  if (ids.numel() != 1 || table.dtype() != DType::F16 || !table.is_contiguous() ||
+      spec_.embed_scale_sqrt_hidden || spec_.embed_multiplier != 1.0)
+    return {};
+  return ops::make_embedded_input(table, ids, Tensor::empty({1, 1, spec_.hidden_size}));
+}
+
 void DecoderModel::prepare_decode(const KVCache& cache) {
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     if (!spec_.layers[static_cast<size_t>(l)].use_rope) continue;
@@ -579,6 +602,24 @@ Tensor DecoderModel::run_layers(const Tensor& input_ids, const Step& step, const
   auto emit = [&](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
+  // A decode step's first products may read the token's embedding themselves (DecodeInputs::
+  // embedded): x is then the row they store, which nothing reads before them.
+  const ops::EmbeddedInput* embedded = step.decode ? step.decode->embedded : nullptr;
+  if (embedded && embedded->table.defined() && embedded->table.same_storage(param(s.names.embed)) &&
+      !nn::active_adapter() && !s.embed_scale_sqrt_hidden && s.embed_multiplier == 1.0 &&
+      layer_folds_norms(0, embedded->store, step, trace)) {
+    const ops::RowNorm norm1 = row_norm(s.layer_name(0, s.names.norm1));
+    bool all = true;
+    for (const std::string& proj : {s.names.q, s.names.k, s.names.v})
+      all = all && ops::embedding_folds(*embedded, param(s.layer_name(0, proj + ".weight")), norm1);
+    if (all) {
+      Step first = step;
+      first.embedded = embedded;
+      Tensor x = layer(0, embedded->store, first, trace);
+      for (int64_t l = 1; l < s.num_layers; ++l) x = layer(l, std::move(x), step, trace);
+      return x;
+    }
+  }
   std::optional<int64_t> padding_idx;
   if (s.pad_token_id && *s.pad_token_id >= 0 && *s.pad_token_id < s.vocab_size) padding_idx = s.pad_token_id;
   Tensor x = ops::embedding(param(s.names.embed), input_ids, padding_idx);

@@ -45,6 +45,10 @@ struct DecodeInputs {
   // With decode_step's greedy ids: the greedy choice also advances these inputs on the device for
   // the next step (ops::ArgmaxAdvance; ids, positions and cached are then views of its state).
   const ops::ArgmaxAdvance* advance = nullptr;
+  // From decode_embedded_input(ids) (batch 1): the step's first products read the token's
+  // embedding row themselves and one of them stores it, with no embedding dispatch before them,
+  // where they can (else the step embeds the token as forward() does).
+  const ops::EmbeddedInput* embedded = nullptr;
 };
 
 class DecoderModel {
@@ -159,6 +163,10 @@ class DecoderModel {
   // Builds what decode_step() over `cache` reads but never changes (the rotary tables covering
   // its capacity), which a capture of the step could not upload; the step builds it itself too.
   void prepare_decode(const KVCache& cache);
+  // DecodeInputs::embedded for the token id in `ids` (I32, one row): the embedding table where it
+  // is f16 and the model applies nothing to its rows (no scale, no multiplier), with a store for
+  // the row; else an undefined table. Keep it as long as the inputs that point to it.
+  ops::EmbeddedInput decode_embedded_input(const Tensor& ids) const;
 
   // Writes config.json and model.safetensors (sharded above max_shard_bytes) that transformers
   // loads; tied weights are stored once. Files are written atomically.
@@ -182,6 +190,9 @@ class DecoderModel {
   Tensor run(const Tensor& input_ids, const Step& step, const Trace& trace);
   Tensor run_layers(const Tensor& input_ids, const Step& step, const Trace& trace);  // no norm
   Tensor layer(int64_t layer, Tensor x, const Step& step, const Trace& trace);  // x moved in
+  // Whether layer() folds each RMSNorm into the products that read it (a decode step's form).
+  bool layer_folds_norms(int64_t layer, const Tensor& x, const Step& step,
+                         const Trace& trace) const;
   // With `residual`, the block's output projection is added into *residual in place and an
   // undefined tensor is returned. With `pre_norm`, h is the block's input before its RMSNorm,
   // which the input projections apply as they read it (ops::normed_linear; a decode step).

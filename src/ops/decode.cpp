@@ -274,6 +274,71 @@ Tensor normed_product(const char* op, const Tensor& x, const RowNorm& norm, cons
 
 }  // namespace
 
+namespace {
+bool g_embedding_fold = true;  // set_embedding_fold
+}  // namespace
+
+void set_embedding_fold(bool on) {
+  g_embedding_fold = on;
+}
+
+bool embedding_fold() {
+  return g_embedding_fold;
+}
+
+EmbeddedInput make_embedded_input(const Tensor& table, const Tensor& ids, const Tensor& store) {
+  const char* op = "make_embedded_input";
+  VKF_REQUIRE(
+      table.defined() && table.dtype() == DType::F16 && table.rank() == 2 && table.is_contiguous(),
+      "{}: the table must be a contiguous f16 [vocab, hidden] tensor", op);
+  VKF_REQUIRE(ids.defined() && ids.dtype() == DType::I32 && ids.numel() == 1,
+              "{}: ids must be one I32 token id", op);
+  VKF_REQUIRE(store.defined() && store.dtype() == DType::F32 && store.is_contiguous() &&
+                  store.numel() == table.dim(1),
+              "{}: the store must be a contiguous f32 tensor of {} values", op, table.dim(1));
+  EmbeddedInput in{table, ids, store, {}, {}};
+  // matmul_skinny_f16.comp's EmbedRecord: ids (u64), store (u64), vocab (u32), padding.
+  auto record = [&](uint64_t dest) {
+    const uint64_t id = ids.address();
+    const std::vector<int32_t> words = {
+        static_cast<int32_t>(id & 0xffffffffu),   static_cast<int32_t>(id >> 32),
+        static_cast<int32_t>(dest & 0xffffffffu), static_cast<int32_t>(dest >> 32),
+        static_cast<int32_t>(table.dim(0)),       0};
+    return Tensor::from_host_i32(words, {6});
+  };
+  in.storing_record = record(store.address());
+  in.reading_record = record(0);
+  return in;
+}
+
+bool embedding_folds(const EmbeddedInput& in, const Tensor& weight, const RowNorm& norm) {
+  if (!g_embedding_fold || !in.table.defined() || !weight.defined() || !norm.weight.defined())
+    return false;
+  const int64_t k = in.table.dim(1);
+  const detail::MatDesc a = detail::describe_rows(in.store.reshape({1, k}));
+  return weight.dim(1) == k && foldable(a, weight, norm) && in.table.address() % 16 == 0 &&
+         in.store.address() % 16 == 0 &&
+         detail::skinny_f16_row_staged(1, k, true, detail::skinny_norm_mode(&norm));
+}
+
+Tensor normed_linear_of_embedding(const EmbeddedInput& in, bool store, const RowNorm& norm,
+                                  const Tensor& weight, const Tensor& bias) {
+  const char* op = "normed_linear_of_embedding";
+  VKF_REQUIRE(embedding_folds(in, weight, norm),
+              "{}: this product does not take the embedding row itself (embedding_folds)", op);
+  VKF_REQUIRE(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == weight.dim(0)),
+              "{}: the bias must be f32 [{}]", op, weight.dim(0));
+  const int64_t k = in.table.dim(1), n = weight.dim(0);
+  Tensor out = Tensor::empty({1, 1, n}, DType::F32);
+  autograd::NoGradScope no_grad;
+  const detail::SkinnyEmbed embed{in.table, in.ids, store ? in.store : Tensor(),
+                                  store ? in.storing_record : in.reading_record};
+  detail::skinny_f16_normed(detail::describe_rows(in.store.reshape({1, k})),
+                            detail::describe_readable(weight).transposed(),
+                            detail::describe_rows(out), bias, norm, nullptr, &embed);
+  return out;
+}
+
 Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
                      const Tensor& bias) {
   return normed_product("normed_linear", x, norm, weight, bias, nullptr, nullptr);

@@ -83,6 +83,30 @@ Tensor normed_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight,
 Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& weight, Tensor& ids,
                             const ArgmaxAdvance* advance = nullptr);
 
+// A decode step's token embedding read by the step's first products themselves (batch 1): the
+// row of `table` (f16 [V, K], contiguous) at the id in `ids` (I32 [1], read on the device), which
+// normed_linear_of_embedding's storing dispatch also writes into `store` (f32 [1, 1, K], where
+// the layers after it read it). Made once per decode (make_embedded_input: the records hold the
+// tensors' addresses) and kept as long as those tensors.
+struct EmbeddedInput {
+  Tensor table, ids, store;
+  Tensor storing_record, reading_record;  // matmul_skinny_f16.comp's EmbedRecord, with and without
+};
+EmbeddedInput make_embedded_input(const Tensor& table, const Tensor& ids, const Tensor& store);
+// Whether normed_linear_of_embedding takes this product (and the fold is on:
+// set_embedding_fold); else the caller embeds the token first and takes normed_linear.
+bool embedding_folds(const EmbeddedInput& in, const Tensor& weight, const RowNorm& norm);
+// normed_linear(embedding(in.table, in.ids), norm, weight, bias), reading the table row in the
+// product's own dispatch; with `store`, that dispatch also writes the embedding into in.store
+// (bit for bit embedding()'s row; an id outside the table gives zeros, as embedding() does). The
+// same outputs as embedding then normed_linear. Needs embedding_folds().
+Tensor normed_linear_of_embedding(const EmbeddedInput& in, bool store, const RowNorm& norm,
+                                  const Tensor& weight, const Tensor& bias = {});
+// On by default; off: decode steps embed their tokens in a dispatch of their own (tests, A/B
+// timing: decode_bench --embedding-pass).
+void set_embedding_fold(bool on);
+bool embedding_fold();
+
 // Whether normed_linear and gated_linear fold `norm` into their product for this x and weight:
 // f16 weights, one row of x (decode at batch 1), Fast math, in % 8 == 0, x's rows and the norm
 // weight contiguous and 16-byte aligned. Measured on the H200 (bench/RESULTS.md): a 1B decode

@@ -236,7 +236,7 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                          float beta, const Tensor& bias, int64_t bias_stride,
                          const vk::DispatchCost& cost, const RowNorm* norm = nullptr,
-                         SkinnyArgmax* argmax = nullptr) {
+                         SkinnyArgmax* argmax = nullptr, const SkinnyEmbed* embed = nullptr) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
@@ -250,6 +250,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
               "matmul: internal: a skinny f16 product's argmax needs one row, one batch entry and "
               "no bias");
   if (argmax && n > nstep) argmax = nullptr;  // several dispatches: no slots (workgroups 0)
+  VKF_REQUIRE(!embed || (!argmax && m == 1 && c.batch == 1 && n <= nstep && vec8 && plan.staged),
+              "matmul: internal: a skinny f16 product of an embedding row needs one staged row, "
+              "one dispatch and no argmax");
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
@@ -275,19 +278,38 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
         if (!fold) argmax->slots = Tensor::empty({2 * int64_t{grid.x}}, DType::F32);
         push.argmax_out = fold ? argmax->fold_record.address() : argmax->slots.address();
       }
+      if (embed) {
+        push.gemm.a = embed->table.address();
+        push.argmax_out = embed->record.address();
+      }
       // What the argmax writes: its slots, or the fold's record (cleared again) with the step's
       // state and ring.
       const Tensor none;
       const Tensor& argmax_out = argmax ? (fold ? argmax->fold_record : argmax->slots) : none;
+      // The embedding's dispatches read the table, never `a` (the row one of them stores).
+      const Tensor& a_read = embed ? embed->table : a.t;
+      const Tensor& embed_ids = embed ? embed->ids : none;
+      const Tensor& embed_record = embed ? embed->record : none;
+      const Tensor& embed_store = embed ? embed->store : none;
       const Tensor& fold_state = fold ? argmax->fold_state : none;
       const Tensor& fold_ring = fold ? argmax->fold_ring : none;
       const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      launch_chained_rows(
-          m, fold ? "matmul_skinny_f16_fold" : "matmul_skinny_f16", push,
-          offsetof(decltype(push), chain), grid, {&a.t, &b.t, &bias, &c.t, &norm_w, &fold_state},
-          {&c.t, &argmax_out, &fold_state, &fold_ring}, spec, first ? cost : vk::DispatchCost{});
+      // The embedding's build (a variant of its own, so that the other products' code is not
+      // touched) has no chained form: it runs with a barrier before it.
+      const char* module = embed  ? "matmul_skinny_f16_embed"
+                           : fold ? "matmul_skinny_f16_fold"
+                                  : "matmul_skinny_f16";
+      const std::initializer_list<const Tensor*> reads = {
+          &a_read, &b.t, &bias, &c.t, &norm_w, &fold_state, &embed_ids, &embed_record};
+      const std::initializer_list<const Tensor*> writes = {&c.t, &argmax_out, &fold_state,
+                                                           &fold_ring, &embed_store};
+      if (embed)
+        launch(module, push, grid, reads, writes, spec, first ? cost : vk::DispatchCost{});
+      else
+        launch_chained_rows(m, module, push, offsetof(decltype(push), chain), grid, reads, writes,
+                            spec, first ? cost : vk::DispatchCost{});
       first = false;
     }
   }
@@ -349,7 +371,8 @@ uint32_t skinny_norm_mode(const RowNorm* norm) {
 }
 
 void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in,
-                       const Tensor& bias, const RowNorm& norm, SkinnyArgmax* argmax) {
+                       const Tensor& bias, const RowNorm& norm, SkinnyArgmax* argmax,
+                       const SkinnyEmbed* embed) {
   VKF_REQUIRE(a_in.batch == 1 && b_in.batch == 1 && c_in.batch == 1 && a_in.cs == 1 &&
                   c_in.rows <= kSkinnyMaxRows && b_in.t.dtype() == DType::F16 &&
                   kernel_layout(b_in).trans && norm.weight.is_contiguous() &&
@@ -368,7 +391,7 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   vk::DispatchCost cost{2.0 * m * n * k, 2.0 * n * k + 4.0 * (m * k + m * n + k)};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("{}x{}x{} normed", c.rows, c.cols, a.cols);
-  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm, argmax);
+  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm, argmax, embed);
 }
 
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,

@@ -269,7 +269,15 @@ struct SkinnyArgmax {
   int64_t workgroups = 0;
   Tensor fold_record, fold_state, fold_ring;
 };
+// With `embed` (one row, which the dispatch stages: skinny_f16_row_staged), opA is instead the
+// row of an f16 embedding table [V, K] at the token id in ids (I32 [1], read on the device;
+// matmul_skinny_f16.comp's `embed` build), and `a` only describes that row's shape; `record` is
+// ops::EmbeddedInput's (the ids, and the store the dispatch writes the row into, or none).
+struct SkinnyEmbed {
+  Tensor table, ids, store, record;
+};
 void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
-                       const RowNorm& norm, SkinnyArgmax* argmax = nullptr);
+                       const RowNorm& norm, SkinnyArgmax* argmax = nullptr,
+                       const SkinnyEmbed* embed = nullptr);
 
 }  // namespace vkf::ops::detail

@@ -41,6 +41,16 @@
 // through memory: lavapipe miscompiled an arrival that the workgroup learnt from shared memory,
 // attention_decode_fast.comp).
 //
+// The `embed` build (EMBED_A; plain variant, one staged row: NORM, 16-byte loads) reads opA's
+// row from an f16 embedding table instead (p.a: [V, K] halves), at the row of a token id read on
+// the device, as embed_forward.comp widens it (an id outside [0, V) gives zeros); where the
+// record (EmbedRecord at argmax_out) names a destination, workgroup 0 also stores the widened row
+// there for the layers after the product. A decode step's first products then need no embedding
+// dispatch before them: one dependent stage fewer. A build of its own, not a specialization
+// constant: with the constant in every build, the other products ran slower on the H200
+// (bench/RESULTS.md, twenty-ninth and thirtieth sessions); this way their SPIR-V is unchanged.
+// Not chained (no chained form).
+//
 // Both variants can be chained (stage_chain_push.glsl): the first weight loads go out before the
 // wait for the stage that writes opA and C.
 //
@@ -59,6 +69,7 @@
 //!variant fold -DARGMAX_FOLD=1
 //!variant fold_vmm -DARGMAX_FOLD=1 -DVKF_VMM=1
 //!variant fold_coherent -DARGMAX_FOLD=1 -DVKF_CHAIN_COHERENT=1
+//!variant embed -DEMBED_A=1
 //!precise
 #version 460
 #ifndef ARGMAX_FOLD
@@ -72,6 +83,9 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #ifndef GATED
 #define GATED 0
+#endif
+#ifndef EMBED_A
+#define EMBED_A 0
 #endif
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -137,6 +151,18 @@ const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
 
+// EMBED (see above; the `embed` build only, so that the other builds' code is not touched):
+// opA is a table row, chosen by the id the record points at.
+#if EMBED_A
+const bool EMBED = STAGED && GATED == 0;
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer UVec2Buf { uvec2 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer EmbedRecord {
+  uint64_t ids;    // I32 [1]: the token
+  uint64_t store;  // F32 [K]: where workgroup 0 stores the row, or 0
+  uint vocab;      // V
+};
+#endif
+
 shared VACC red[MMAX * LOCAL_SIZE];
 
 #if GATED
@@ -162,7 +188,7 @@ layout(push_constant, std430) uniform Push {
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
   uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups]; */ \
-                       /* ARGMAX_FOLD: an ArgmaxFoldRecord */                                 \
+                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; EMBED: an EmbedRecord */          \
   STAGE_CHAIN_PUSH_FIELDS
 #include "matmul_push.glsl"
 #endif
@@ -574,10 +600,34 @@ void main() {
     // latency overlaps its instead of following the norm's tree.
     vec4 norm_w_ahead[STAGED_PER_THREAD];
     if (STAGED) {  // the row as stored, read from memory once for the norm and the products
+#if EMBED_A
+      uint embed_first = 0;  // EMBED: the row's first group of 4 halves, if the id is valid
+      bool embed_valid = false;
+      uint64_t embed_store = 0;
+      if (EMBED) {
+        EmbedRecord e = EmbedRecord(p.argmax_out);
+        const uint id = uint(I32Buf(e.ids).v[0]);
+        embed_valid = id < e.vocab;
+        embed_first = embed_valid ? id * (p.K / 4) : 0u;
+        embed_store = gl_WorkGroupID.x == 0 && gl_WorkGroupID.z == 0 ? e.store : 0ul;
+      }
+#endif
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
         const uint i = tid + j * LOCAL_SIZE;
         if (i < p.K / 4) {
+#if EMBED_A
+          if (EMBED) {
+            const uvec2 h = UVec2Buf(uint64_t(p.a)).v[embed_first + i];
+            const vec4 x =
+                embed_valid ? vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y)) : vec4(0.0);
+            staged_row[i] = x;
+            if (embed_store != 0) Vec4Buf(embed_store).v[i] = x;
+          } else {
+            staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
+          }
+#else
           staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
+#endif
           norm_w_ahead[j] = Vec4Buf(p.norm_w).v[i];
         }
       }

@@ -21,6 +21,7 @@
 #include "ops/decode.h"
 #include "ops/decode_ref.h"
 #include "ops/elementwise.h"
+#include "ops/embed.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_ref.h"
@@ -458,6 +459,54 @@ TEST(DecodeOps, NormedLinearArgmax) {
         ops::normed_linear_argmax(two_rows, norm, wt, none);
       },
       {"normed_linear_argmax", "one row"});
+}
+
+// A product that reads its input row from an f16 embedding table at a token id held on the device
+// (normed_linear_of_embedding): the outputs of embedding then normed_linear bit for bit, the row
+// stored by the storing dispatch only (bit for bit embedding's), an id outside the table as
+// embedding gives it (zeros), a bias, and a record reused with another id.
+TEST(DecodeOps, NormedLinearOfEmbedding) {
+  Rng rng(41);
+  const int64_t vocab = 37, in = 256, out = 300;
+  const auto [table_values, table] = half_weights(rng, vocab, in);
+  const auto [w_values, w] = half_weights(rng, out, in);
+  const ops::RowNorm norm{test::to_gpu(rng.uniform(static_cast<size_t>(in), 0.5, 1.5), {in}), 1e-5f,
+                          false};
+  const Tensor bias = test::to_gpu(rng.uniform(static_cast<size_t>(out)), {out});
+  const Tensor ids = Tensor::from_host_i32(std::vector<int32_t>{0}, {1, 1});
+  const Tensor store = Tensor::zeros({1, 1, in});
+  const ops::EmbeddedInput e = ops::make_embedded_input(table, ids, store);
+  ASSERT_TRUE(ops::embedding_folds(e, w, norm));
+  for (const int32_t id : {5, 36, 37, -1}) {
+    const std::string what = "id " + std::to_string(id);
+    ids.copy_(Tensor::from_host_i32(std::vector<int32_t>{id}, {1, 1}));
+    const Tensor x = ops::embedding(table, ids);
+    for (const bool with_bias : {false, true}) {
+      const Tensor b = with_bias ? bias : Tensor();
+      store.copy_(Tensor::full({1, 1, in}, 7.0f));
+      const Tensor read_only = ops::normed_linear_of_embedding(e, false, norm, w, b);
+      test::expect_bitwise_equal(read_only, ops::normed_linear(x, norm, w, b), what);
+      EXPECT_EQ(store.to_double(), std::vector<double>(in, 7.0)) << what << ": not stored";
+      const Tensor stored = ops::normed_linear_of_embedding(e, true, norm, w, b);
+      test::expect_bitwise_equal(stored, read_only, what);
+      test::expect_bitwise_equal(store, x, what + ": the stored row");
+    }
+    if (id < 0 || id >= vocab) {
+      EXPECT_EQ(x.to_double(), std::vector<double>(in, 0.0)) << what << ": zeros";
+    }
+  }
+  ops::set_embedding_fold(false);
+  EXPECT_FALSE(ops::embedding_folds(e, w, norm));
+  test::expect_error([&] { ops::normed_linear_of_embedding(e, true, norm, w); },
+                     {"normed_linear_of_embedding", "embedding_folds"});
+  ops::set_embedding_fold(true);
+  const auto [narrow_values, narrow] = half_weights(rng, out, 40);  // another K: not this table's
+  EXPECT_FALSE(ops::embedding_folds(e, narrow, norm));
+  test::expect_error(
+      [&] {
+        ops::make_embedded_input(table, ids, Tensor::zeros({1, 1, 10}));
+      },
+      {"make_embedded_input", "256 values"});
 }
 
 }  // namespace

@@ -373,6 +373,48 @@ TEST(DecodeStep, GreedyChoiceFoldsIntoTheHead) {
   }
 }
 
+// At batch 1 with an f16 table, the step's first products read the token's embedding row
+// themselves (ops::normed_linear_of_embedding): one dispatch fewer, and the same logits bit for
+// bit (the same row, the same sums) and tokens as with the embedding's own dispatch.
+TEST(DecodeStep, EmbeddingFoldsIntoTheFirstProducts) {
+  struct Restore {
+    ~Restore() { ops::set_embedding_fold(true); }
+  } restore;
+  const std::vector<std::vector<int32_t>> one_row = {kPrompts[0]};
+  infer::GenerationConfig cfg;
+  cfg.max_new_tokens = kSteps;
+  for (const std::string c : {"llama", "qwen3"}) {
+    SCOPED_TRACE(c);
+    auto f16 = load(c, DType::F16);
+    // A replayed step's dispatches and logits, token kFed[0][0] at position 5 after 5 fed ones.
+    auto step = [&](uint64_t& dispatches) {
+      autograd::NoGradScope no_grad;
+      auto cache = f16.make_cache(1, 8);
+      infer::DecodeStepRunner runner(f16, cache, std::vector<int32_t>(8, 1), true, false);
+      for (int32_t s = 0; s < 6; ++s)
+        runner.step(std::vector<int32_t>{kFed[0][static_cast<size_t>(s) % kFed[0].size()]},
+                    std::vector<int32_t>{s});
+      EXPECT_TRUE(runner.replaying());
+      dispatches = runner.graph_dispatches();
+      const auto l = runner.logits();
+      return std::vector<float>(l.begin(), l.end());
+    };
+    uint64_t folded_dispatches = 0, separate_dispatches = 0;
+    const auto folded_tokens = infer::generate(f16, one_row, cfg);
+    const auto folded = step(folded_dispatches);
+    ops::set_embedding_fold(false);
+    const auto separate_tokens = infer::generate(f16, one_row, cfg);
+    const auto separate = step(separate_dispatches);
+    ops::set_embedding_fold(true);
+    EXPECT_EQ(folded_tokens, separate_tokens);
+    EXPECT_EQ(folded, separate) << "the logits, bit for bit";
+    EXPECT_EQ(folded_dispatches + 1, separate_dispatches) << "the embedding's dispatch";
+  }
+  // An f32 table (not an inference model) takes the embedding's dispatch.
+  auto f32 = load("llama", DType::F32);
+  EXPECT_FALSE(f32.decode_embedded_input(Tensor::zeros({1, 1}, DType::I32)).table.defined());
+}
+
 TEST(DecodeStep, HalfPrecisionLoadAndSave) {
   const std::string dir = (test::fixtures_dir() / "parity" / "llama").string();
   EXPECT_EQ(models::DecoderModel::checkpoint_matrix_dtype(dir), DType::F32);  // an f32 checkpoint
