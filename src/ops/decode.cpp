@@ -296,19 +296,7 @@ EmbeddedInput make_embedded_input(const Tensor& table, const Tensor& ids, const 
   VKF_REQUIRE(store.defined() && store.dtype() == DType::F32 && store.is_contiguous() &&
                   store.numel() == table.dim(1),
               "{}: the store must be a contiguous f32 tensor of {} values", op, table.dim(1));
-  EmbeddedInput in{table, ids, store, {}, {}};
-  // matmul_skinny_f16.comp's EmbedRecord: ids (u64), store (u64), vocab (u32), padding.
-  auto record = [&](uint64_t dest) {
-    const uint64_t id = ids.address();
-    const std::vector<int32_t> words = {
-        static_cast<int32_t>(id & 0xffffffffu),   static_cast<int32_t>(id >> 32),
-        static_cast<int32_t>(dest & 0xffffffffu), static_cast<int32_t>(dest >> 32),
-        static_cast<int32_t>(table.dim(0)),       0};
-    return Tensor::from_host_i32(words, {6});
-  };
-  in.storing_record = record(store.address());
-  in.reading_record = record(0);
-  return in;
+  return EmbeddedInput{table, ids, store};
 }
 
 bool embedding_folds(const EmbeddedInput& in, const Tensor& weight, const RowNorm& norm) {
@@ -331,8 +319,7 @@ Tensor normed_linear_of_embedding(const EmbeddedInput& in, bool store, const Row
   const int64_t k = in.table.dim(1), n = weight.dim(0);
   Tensor out = Tensor::empty({1, 1, n}, DType::F32);
   autograd::NoGradScope no_grad;
-  const detail::SkinnyEmbed embed{in.table, in.ids, store ? in.store : Tensor(),
-                                  store ? in.storing_record : in.reading_record};
+  const detail::SkinnyEmbed embed{in.table, in.ids, store ? in.store : Tensor()};
   detail::skinny_f16_normed(detail::describe_rows(in.store.reshape({1, k})),
                             detail::describe_readable(weight).transposed(),
                             detail::describe_rows(out), bias, norm, nullptr, &embed);

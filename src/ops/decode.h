@@ -86,11 +86,10 @@ Tensor normed_linear_argmax(const Tensor& x, const RowNorm& norm, const Tensor& 
 // A decode step's token embedding read by the step's first products themselves (batch 1): the
 // row of `table` (f16 [V, K], contiguous) at the id in `ids` (I32 [1], read on the device), which
 // normed_linear_of_embedding's storing dispatch also writes into `store` (f32 [1, 1, K], where
-// the layers after it read it). Made once per decode (make_embedded_input: the records hold the
-// tensors' addresses) and kept as long as those tensors.
+// the layers after it read it). Made once per decode (make_embedded_input checks the tensors) and
+// kept as long as the inputs that point to it.
 struct EmbeddedInput {
   Tensor table, ids, store;
-  Tensor storing_record, reading_record;  // matmul_skinny_f16.comp's EmbedRecord, with and without
 };
 EmbeddedInput make_embedded_input(const Tensor& table, const Tensor& ids, const Tensor& store);
 // Whether normed_linear_of_embedding takes this product (and the fold is on:

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "core/autograd.h"
@@ -280,7 +281,16 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       }
       if (embed) {
         push.gemm.a = embed->table.address();
-        push.argmax_out = embed->record.address();
+        push.argmax_out = embed->ids.address();
+        // The embed build is never chained: it reads the chain fields' 16 bytes as its lookup's
+        // store and vocabulary (matmul_skinny_f16.comp's SKINNY_PUSH_TAIL).
+        struct {
+          uint64_t store;
+          uint32_t vocab, unused;
+        } tail{embed->store.defined() ? embed->store.address() : 0,
+               static_cast<uint32_t>(embed->table.dim(0)), 0};
+        static_assert(sizeof(tail) == sizeof(push.chain));
+        std::memcpy(static_cast<void*>(&push.chain), &tail, sizeof(tail));
       }
       // What the argmax writes: its slots, or the fold's record (cleared again) with the step's
       // state and ring.
@@ -289,7 +299,6 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       // The embedding's dispatches read the table, never `a` (the row one of them stores).
       const Tensor& a_read = embed ? embed->table : a.t;
       const Tensor& embed_ids = embed ? embed->ids : none;
-      const Tensor& embed_record = embed ? embed->record : none;
       const Tensor& embed_store = embed ? embed->store : none;
       const Tensor& fold_state = fold ? argmax->fold_state : none;
       const Tensor& fold_ring = fold ? argmax->fold_ring : none;
@@ -301,8 +310,8 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const char* module = embed  ? "matmul_skinny_f16_embed"
                            : fold ? "matmul_skinny_f16_fold"
                                   : "matmul_skinny_f16";
-      const std::initializer_list<const Tensor*> reads = {
-          &a_read, &b.t, &bias, &c.t, &norm_w, &fold_state, &embed_ids, &embed_record};
+      const std::initializer_list<const Tensor*> reads = {&a_read, &b.t,        &bias,     &c.t,
+                                                          &norm_w, &fold_state, &embed_ids};
       const std::initializer_list<const Tensor*> writes = {&c.t, &argmax_out, &fold_state,
                                                            &fold_ring, &embed_store};
       if (embed)

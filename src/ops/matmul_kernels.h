@@ -271,10 +271,10 @@ struct SkinnyArgmax {
 };
 // With `embed` (one row, which the dispatch stages: skinny_f16_row_staged), opA is instead the
 // row of an f16 embedding table [V, K] at the token id in ids (I32 [1], read on the device;
-// matmul_skinny_f16.comp's `embed` build), and `a` only describes that row's shape; `record` is
-// ops::EmbeddedInput's (the ids, and the store the dispatch writes the row into, or none).
+// matmul_skinny_f16.comp's `embed` build), and `a` only describes that row's shape; `store`
+// (f32 [K], or undefined) is where the dispatch's first workgroup writes the row.
 struct SkinnyEmbed {
-  Tensor table, ids, store, record;
+  Tensor table, ids, store;
 };
 void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
                        const RowNorm& norm, SkinnyArgmax* argmax = nullptr,

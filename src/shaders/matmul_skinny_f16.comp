@@ -43,9 +43,9 @@
 //
 // The `embed` build (EMBED_A; plain variant, one staged row: NORM, 16-byte loads) reads opA's
 // row from an f16 embedding table instead (p.a: [V, K] halves), at the row of a token id read on
-// the device, as embed_forward.comp widens it (an id outside [0, V) gives zeros); where the
-// record (EmbedRecord at argmax_out) names a destination, workgroup 0 also stores the widened row
-// there for the layers after the product. A decode step's first products then need no embedding
+// the device, as embed_forward.comp widens it (an id outside [0, V) gives zeros); where the push
+// constants name a destination, workgroup 0 also stores the widened row there for the layers
+// after the product. A decode step's first products then need no embedding
 // dispatch before them: one dependent stage fewer. A build of its own, not a specialization
 // constant: with the constant in every build, the other products ran slower on the H200
 // (bench/RESULTS.md, twenty-ninth and thirtieth sessions); this way their SPIR-V is unchanged.
@@ -152,15 +152,20 @@ const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
 
 // EMBED (see above; the `embed` build only, so that the other builds' code is not touched):
-// opA is a table row, chosen by the id the record points at.
+// opA is a table row, chosen by the id at argmax_out. That build is never chained (its
+// stage_chain.glsl is the plain form, which reads no chain field), so the push block's last 16
+// bytes carry the lookup's other inputs instead (ops::detail::SkinnyEmbed): every input the
+// prologue needs before the row is then in the push constants, one dependent read (the id) ahead
+// of the row's.
 #if EMBED_A
 const bool EMBED = STAGED && GATED == 0;
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer UVec2Buf { uvec2 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer EmbedRecord {
-  uint64_t ids;    // I32 [1]: the token
-  uint64_t store;  // F32 [K]: where workgroup 0 stores the row, or 0
-  uint vocab;      // V
-};
+#define SKINNY_PUSH_TAIL                                              \
+  uint64_t embed_store; /* F32 [K]: where workgroup 0 stores the row, or 0 */ \
+  uint embed_vocab;     /* V */                                       \
+  uint embed_unused;
+#else
+#define SKINNY_PUSH_TAIL STAGE_CHAIN_PUSH_FIELDS
 #endif
 
 shared VACC red[MMAX * LOCAL_SIZE];
@@ -188,8 +193,8 @@ layout(push_constant, std430) uniform Push {
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
   uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups]; */ \
-                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; EMBED: an EmbedRecord */          \
-  STAGE_CHAIN_PUSH_FIELDS
+                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; EMBED: the token id, I32 [1] */   \
+  SKINNY_PUSH_TAIL
 #include "matmul_push.glsl"
 #endif
 #include "stage_chain.glsl"
@@ -605,11 +610,10 @@ void main() {
       bool embed_valid = false;
       uint64_t embed_store = 0;
       if (EMBED) {
-        EmbedRecord e = EmbedRecord(p.argmax_out);
-        const uint id = uint(I32Buf(e.ids).v[0]);
-        embed_valid = id < e.vocab;
+        const uint id = uint(I32Buf(p.argmax_out).v[0]);
+        embed_valid = id < p.embed_vocab;
         embed_first = embed_valid ? id * (p.K / 4) : 0u;
-        embed_store = gl_WorkGroupID.x == 0 && gl_WorkGroupID.z == 0 ? e.store : 0ul;
+        embed_store = gl_WorkGroupID.x == 0 && gl_WorkGroupID.z == 0 ? p.embed_store : 0ul;
       }
 #endif
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {

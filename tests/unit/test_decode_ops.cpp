@@ -464,7 +464,7 @@ TEST(DecodeOps, NormedLinearArgmax) {
 // A product that reads its input row from an f16 embedding table at a token id held on the device
 // (normed_linear_of_embedding): the outputs of embedding then normed_linear bit for bit, the row
 // stored by the storing dispatch only (bit for bit embedding's), an id outside the table as
-// embedding gives it (zeros), a bias, and a record reused with another id.
+// embedding gives it (zeros), a bias, and one input reused with other ids.
 TEST(DecodeOps, NormedLinearOfEmbedding) {
   Rng rng(41);
   const int64_t vocab = 37, in = 256, out = 300;
