@@ -605,8 +605,9 @@ Tensor DecoderModel::run_layers(const Tensor& input_ids, const Step& step, const
   // A decode step's first products may read the token's embedding themselves (DecodeInputs::
   // embedded): x is then the row they store, which nothing reads before them.
   const ops::EmbeddedInput* embedded = step.decode ? step.decode->embedded : nullptr;
+  // (layer_folds_norms also refuses an active adapter, which may change the lookup.)
   if (embedded && embedded->table.defined() && embedded->table.same_storage(param(s.names.embed)) &&
-      !nn::active_adapter() && !s.embed_scale_sqrt_hidden && s.embed_multiplier == 1.0 &&
+      !s.embed_scale_sqrt_hidden && s.embed_multiplier == 1.0 &&
       layer_folds_norms(0, embedded->store, step, trace)) {
     const ops::RowNorm norm1 = row_norm(s.layer_name(0, s.names.norm1));
     bool all = true;

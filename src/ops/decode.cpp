@@ -282,10 +282,6 @@ void set_embedding_fold(bool on) {
   g_embedding_fold = on;
 }
 
-bool embedding_fold() {
-  return g_embedding_fold;
-}
-
 EmbeddedInput make_embedded_input(const Tensor& table, const Tensor& ids, const Tensor& store) {
   const char* op = "make_embedded_input";
   VKF_REQUIRE(

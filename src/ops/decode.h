@@ -104,7 +104,6 @@ Tensor normed_linear_of_embedding(const EmbeddedInput& in, bool store, const Row
 // On by default; off: decode steps embed their tokens in a dispatch of their own (tests, A/B
 // timing: decode_bench --embedding-pass).
 void set_embedding_fold(bool on);
-bool embedding_fold();
 
 // Whether normed_linear and gated_linear fold `norm` into their product for this x and weight:
 // f16 weights, one row of x (decode at batch 1), Fast math, in % 8 == 0, x's rows and the norm

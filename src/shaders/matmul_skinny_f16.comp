@@ -151,14 +151,18 @@ const uint UNROLL_R = UNROLL / RPT;  // loads in flight per weight row
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer UVec4Buf { uvec4 v[]; };
 
-// EMBED (see above; the `embed` build only, so that the other builds' code is not touched):
-// opA is a table row, chosen by the id at argmax_out. That build is never chained (its
+// The `embed` build (see above; a build of its own, so that the other builds' code is not
+// touched): opA is a table row, chosen by the id at argmax_out. That build is never chained (its
 // stage_chain.glsl is the plain form, which reads no chain field), so the push block's last 16
 // bytes carry the lookup's other inputs instead (ops::detail::SkinnyEmbed): every input the
 // prologue needs before the row is then in the push constants, one dependent read (the id) ahead
 // of the row's.
 #if EMBED_A
-const bool EMBED = STAGED && GATED == 0;
+#if GATED
+#error "the embed build is of the plain variant"
+#endif
+// The host runs it only where the row is staged (ops::embedding_folds), so the staged prologue
+// below is the only place that reads opA.
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer UVec2Buf { uvec2 v[]; };
 #define SKINNY_PUSH_TAIL                                              \
   uint64_t embed_store; /* F32 [K]: where workgroup 0 stores the row, or 0 */ \
@@ -193,7 +197,7 @@ layout(push_constant, std430) uniform Push {
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
   uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups]; */ \
-                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; EMBED: the token id, I32 [1] */   \
+                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; embed: the token id, I32 [1] */   \
   SKINNY_PUSH_TAIL
 #include "matmul_push.glsl"
 #endif
@@ -606,29 +610,21 @@ void main() {
     vec4 norm_w_ahead[STAGED_PER_THREAD];
     if (STAGED) {  // the row as stored, read from memory once for the norm and the products
 #if EMBED_A
-      uint embed_first = 0;  // EMBED: the row's first group of 4 halves, if the id is valid
-      bool embed_valid = false;
-      uint64_t embed_store = 0;
-      if (EMBED) {
-        const uint id = uint(I32Buf(p.argmax_out).v[0]);
-        embed_valid = id < p.embed_vocab;
-        embed_first = embed_valid ? id * (p.K / 4) : 0u;
-        embed_store = gl_WorkGroupID.x == 0 && gl_WorkGroupID.z == 0 ? p.embed_store : 0ul;
-      }
+      // The row's first group of 4 halves, if the id is in the table (else zeros).
+      const uint id = uint(I32Buf(p.argmax_out).v[0]);
+      const bool embed_valid = id < p.embed_vocab;
+      const uint embed_first = embed_valid ? id * (p.K / 4) : 0u;
+      const uint64_t embed_store =
+          gl_WorkGroupID.x == 0 && gl_WorkGroupID.z == 0 ? p.embed_store : 0ul;
 #endif
       [[unroll]] for (uint j = 0; j < STAGED_PER_THREAD; ++j) {
         const uint i = tid + j * LOCAL_SIZE;
         if (i < p.K / 4) {
 #if EMBED_A
-          if (EMBED) {
-            const uvec2 h = UVec2Buf(uint64_t(p.a)).v[embed_first + i];
-            const vec4 x =
-                embed_valid ? vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y)) : vec4(0.0);
-            staged_row[i] = x;
-            if (embed_store != 0) Vec4Buf(embed_store).v[i] = x;
-          } else {
-            staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
-          }
+          const uvec2 h = UVec2Buf(uint64_t(p.a)).v[embed_first + i];
+          const vec4 x = embed_valid ? vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y)) : vec4(0.0);
+          staged_row[i] = x;
+          if (embed_store != 0) Vec4Buf(embed_store).v[i] = x;
 #else
           staged_row[i] = chained_vec4(uint64_t(p.a), abase / 4 + i);
 #endif
