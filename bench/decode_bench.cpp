@@ -18,7 +18,7 @@
 //                [--skinny-rows 0|1|2|4]
 //                [--skinny-groups N] [--skinny-shared-tree] [--skinny-k-split 0|1|2|4|8]
 //                [--skinny-unstaged] [--skinny-full-rounds] [--head-norm-separate]
-//                [--argmax-separate] [--argmax-fold-pass] [--embedding-pass] [--attention-pass]
+//                [--argmax-separate] [--argmax-fold-pass] [--embedding-pass]
 //                [--skinny-early-epilogue] [--skinny-uniform-loops -1]
 //                [--stage-chain | --stage-barriers] [--chain-coherent] [--chain-rows 1]
 //                [--attention-unchained] [--attn-uniform-loops -1]
@@ -297,10 +297,6 @@ int main(int argc, char** argv) {
   app.add_flag("--embedding-pass", embedding_pass,
                "batch 1: embed the step's token in a dispatch of its own instead of in the first "
                "products (ops::set_embedding_fold(false))");
-  bool attention_pass = false;
-  app.add_flag("--attention-pass", attention_pass,
-               "batch 1: run each layer's attention in a dispatch of its own after the q, k and v "
-               "products instead of at their end (ops::set_qkv_attention_fold(false))");
   bool eager_first_step = false;
   app.add_flag("--eager-first-step", eager_first_step,
                "replay mode: run the first decode step eagerly and capture the step while the "
@@ -364,7 +360,6 @@ int main(int argc, char** argv) {
     infer::set_decode_capture_during_prefill(!eager_first_step);
     ops::set_argmax_fold_in_product(!argmax_fold_pass);
     ops::set_embedding_fold(!embedding_pass);
-    ops::set_qkv_attention_fold(!attention_pass);
     set_vmm_chaining(!chain_coherent);
     set_chain_max_rows(chain_rows);
     ops::detail::set_decode_attention_chaining(!attention_unchained);
@@ -564,9 +559,6 @@ int main(int argc, char** argv) {
       fmt::print("| {} | {} | {} | {:.1f} | {:.3f} | {:.0f} | {} | {} |\n", r.dtype, r.mode,
                  r.batch, r.tps, r.ms, r.dispatches, share, r.check);
     }
-    // Heads whose attention passed from the last q block to a k or v block (the q block's wait ran
-    // out; ops::normed_qkv_attention): rare on a GPU, or that stage is slow.
-    fmt::print("\nqkv attention handoffs: {}\n", ops::detail::qkv_attention_handoffs());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "decode_bench: error: %s\n", e.what());

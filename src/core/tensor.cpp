@@ -96,21 +96,6 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   return t;
 }
 
-Tensor Tensor::constant_before_replays(const void* data, DType dtype, const Shape& shape) {
-  auto& stream = vk::Context::get().stream();
-  // Inside a capture, memory its commands already touched (released and reused within the
-  // recording) would be overwritten while a replay runs: draw again until an untouched range
-  // comes (the ones drawn meanwhile go back at the end).
-  std::vector<Tensor> touched;
-  Tensor t(make_impl(shape, dtype));
-  while (stream.capture_touches(t.allocation())) {
-    touched.push_back(t);
-    t = Tensor(make_impl(shape, dtype));
-  }
-  stream.upload_before_replays(data, t.allocation(), 0, t.nbytes());
-  return t;
-}
-
 Tensor Tensor::empty_host_visible(const Shape& shape, DType dtype) {
   Tensor t(make_impl(shape, dtype, vk::MemoryKind::Staging));
   VKF_REQUIRE(t.host_data() != nullptr || t.nbytes() == 0,

@@ -67,10 +67,6 @@ class Tensor {
   // (host-visible, coherent): for a few values exchanged with the host at every replayed step
   // (infer/decode_step.h), with no copy command between kernel and host. Not for bulk data.
   static Tensor empty_host_visible(const Shape& shape, DType dtype);
-  // A tensor holding `data` (nbytes of shape and dtype), written by
-  // vk::Stream::upload_before_replays: inside a capture, not by the recording (no poison fill
-  // either) but once after it, for a table the recording reads and leaves as it found it.
-  static Tensor constant_before_replays(const void* data, DType dtype, const Shape& shape);
   // The first element of a host-visible tensor's view in host memory, else nullptr. Reads see
   // what finished GPU work wrote; the host must not write while queued work may use it.
   void* host_data() const;

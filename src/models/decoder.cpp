@@ -160,44 +160,6 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     if (pre_norm) return ops::normed_linear(h, *pre_norm, P(proj + ".weight"), b);
     return nn::linear(L(proj), h, P(proj + ".weight"), b);
   };
-  const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
-  // The options of every attention below but dropout's (set where it applies).
-  auto attention_options = [&] {
-    ops::AttentionOptions opts;
-    opts.scale = static_cast<float>(s.attn_scale > 0 ? s.attn_scale
-                                                     : 1.0 / std::sqrt(static_cast<double>(D)));
-    opts.causal = true;
-    opts.sliding_window = layer.sliding ? s.sliding_window : 0;
-    opts.softcap = static_cast<float>(s.attn_softcap);
-    return opts;
-  };
-  // The attention's output, then the o projection (into the residual stream where there is one).
-  auto project_out = [&](Tensor a) -> Tensor {
-    emit("context", a);
-    a = a.reshape({B, T, Hq * D});
-    if (residual) {
-      ops::linear_accumulate(a, P(n.o + ".weight"), bias(n.o, s.o_bias), *residual);
-      return {};
-    }
-    Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
-    emit("out", o);
-    return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
-  };
-  if (step.decode && pre_norm && !step.embedded && layer.use_rope && !s.fused_qkv && !s.qkv_bias &&
-      s.qk_norm == QkNorm::None && s.attention_dropout == 0) {
-    // A decode step at batch 1: the q, k and v products and the attention in one dispatch, where
-    // the op takes these shapes (ops::normed_qkv_attention; bit for bit the path below).
-    const ops::AttentionOptions opts = attention_options();
-    const Tensor& ck = step.cache->k[static_cast<size_t>(l)];
-    const Tensor& cv = step.cache->v[static_cast<size_t>(l)];
-    const Tensor wq = P(n.q + ".weight"), wk = P(n.k + ".weight"), wv = P(n.v + ".weight");
-    if (ops::qkv_attention_folds(h, *pre_norm, wq, wk, wv, ck, opts)) {
-      return project_out(ops::normed_qkv_attention(
-          h, *pre_norm, wq, wk, wv, rope_table(l, step.table_positions, true),
-          rope_table(l, step.table_positions, false), step.positions, ck, cv, step.decode->cached,
-          step.mask, opts, ops::rope_rotary_dim(layer.rope), s.rope_layout));
-    }
-  }
   Tensor q, k, v;
   {
     // Mixed precision: the q, k and v products (and their adapters) convert h to f16 once.
@@ -240,6 +202,7 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   emit("q", q);
   emit("k", k);
   emit("v", v);
+  const LayerSpec& layer = s.layers[static_cast<size_t>(l)];
   if (step.decode) {
     // Rotary layers rotate and append inside the attention dispatch below; others append here.
     if (!layer.use_rope)
@@ -263,7 +226,11 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
     k = c.k[static_cast<size_t>(l)].slice(1, 0, end);
     v = c.v[static_cast<size_t>(l)].slice(1, 0, end);
   }
-  ops::AttentionOptions opts = attention_options();
+  ops::AttentionOptions opts;
+  opts.scale = static_cast<float>(s.attn_scale > 0 ? s.attn_scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  opts.causal = true;
+  opts.sliding_window = layer.sliding ? s.sliding_window : 0;
+  opts.softcap = static_cast<float>(s.attn_softcap);
   if (s.attention_dropout > 0) {
     // One counter per element of the [B, Hq, T, keys] probability matrix.
     const int64_t keys = k.dim(1);
@@ -290,7 +257,15 @@ Tensor DecoderModel::attention_block(int64_t l, const Tensor& h, const Step& ste
   } else {
     a = ops::attention(q, k, v, step.mask, opts);
   }
-  return project_out(a);
+  emit("context", a);
+  a = a.reshape({B, T, Hq * D});
+  if (residual) {
+    ops::linear_accumulate(a, P(n.o + ".weight"), bias(n.o, s.o_bias), *residual);
+    return {};
+  }
+  Tensor o = nn::linear(L(n.o), a, P(n.o + ".weight"), bias(n.o, s.o_bias));
+  emit("out", o);
+  return ops::train_dropout(o, static_cast<float>(s.attn_out_dropout));
 }
 
 Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,

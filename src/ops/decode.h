@@ -153,32 +153,7 @@ Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& key_padding_mask, const AttentionOptions& opts,
                              int64_t rotary_dim, RopeLayout layout);
 
-// A decode step's q, k and v products and its attention in one dispatch (matmul_skinny_f16.comp's
-// `attend` build, decode_attention_tail.glsl): attention_decode_rope(q, k, v, ...) for q, k, v =
-// normed_linear(x, norm, wq / wk / wv), bit for bit (the same sums, the same attention), with the
-// cache written the same way; the workgroup that stores the last of a head's rows computes that
-// head's attention, so no stage boundary separates the two. Where qkv_attention_folds() holds:
-// one row (batch 1), f16 weights that normed_linear folds, no bias, the fast attention with one
-// head per workgroup and an unsplit cache. Arguments as attention_decode_rope's; returns
-// [1, 1, Hq, D].
-bool qkv_attention_folds(const Tensor& x, const RowNorm& norm, const Tensor& wq, const Tensor& wk,
-                         const Tensor& wv, const Tensor& cache_k, const AttentionOptions& opts);
-Tensor normed_qkv_attention(const Tensor& x, const RowNorm& norm, const Tensor& wq,
-                            const Tensor& wk, const Tensor& wv, const Tensor& cos,
-                            const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                            const Tensor& cache_v, const Tensor& slot_buf,
-                            const Tensor& key_padding_mask, const AttentionOptions& opts,
-                            int64_t rotary_dim, RopeLayout layout);
-// On by default; off keeps the separate products and attention (decode_bench --attention-pass,
-// and tests comparing the two).
-void set_qkv_attention_fold(bool on);
-
 namespace detail {
-
-// How many heads normed_qkv_attention's dispatches left to a k or v block since the program
-// started, their last q block having waited long enough (decode_attention_tail.glsl; summed over
-// its records). Reads back from the device.
-int64_t qkv_attention_handoffs();
 
 // Why attention_decode_fast.comp cannot serve a call with this head_dim on this device ("" when
 // it can).

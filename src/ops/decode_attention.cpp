@@ -11,19 +11,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
-#include <map>
 #include <string>
-#include <vector>
 
-#include "core/autograd.h"
 #include "core/launch.h"
 #include "ops/attention_params.h"
 #include "ops/decode.h"
 #include "ops/decode_common.h"
-#include "ops/matmul_kernels.h"
-#include "vk/context.h"
 #include "vk/error.h"
 #include "vk/pipeline.h"
 
@@ -468,149 +462,5 @@ Tensor attention_decode_rope(const Tensor& q, const Tensor& k, const Tensor& v, 
   RopeInputs rope{contiguous(k), contiguous(v), cos, sin, positions, rotary_dim, layout};
   return launch_fast(contiguous(q), &rope, cache_k, cache_v, key_padding_mask, slot_buf, opts);
 }
-
-namespace {
-
-bool g_qkv_attention_fold = true;  // set_qkv_attention_fold
-
-constexpr int64_t kAttendRecordWords = 26;  // AttendRecord's fields before its counters
-constexpr size_t kAttendHandoffsWord = 24;  // AttendRecord::handoffs
-constexpr int64_t kMaxAttendGroup = 64;     // decode_attention_tail.glsl's ATTEND_MAX_GROUP
-
-// Every AttendRecord made so far, by its contents (the addresses and scalars of a layer's
-// attention, which stay the same over a decode's steps): a step recorded anew, or captured after
-// an eager one, reuses its layer's record and writes nothing, and a captured step's record stays
-// allocated for the graph's replays. Emptied past kMaxAttendRecords (graphs keep theirs).
-std::map<std::vector<uint32_t>, Tensor> g_attend_records;
-constexpr size_t kMaxAttendRecords = 4096;
-
-// The rows per block of the attend build's product over a [q | k | v] output of n rows.
-uint32_t attend_rows_per_block(const RowNorm& norm, int64_t n, int64_t k) {
-  return detail::plan_skinny_f16(1, n, k, true, detail::skinny_norm_mode(&norm), false)
-      .rows_per_block();
-}
-
-}  // namespace
-
-void set_qkv_attention_fold(bool on) {
-  g_qkv_attention_fold = on;
-}
-
-bool qkv_attention_folds(const Tensor& x, const RowNorm& norm, const Tensor& wq, const Tensor& wk,
-                         const Tensor& wv, const Tensor& cache_k, const AttentionOptions& opts) {
-  if (!g_qkv_attention_fold || !vk::Pipelines::has_module("matmul_skinny_f16_attend")) return false;
-  if (!x.defined() || !cache_k.defined() || cache_k.rank() != 4 || cache_k.dim(0) != 1 ||
-      opts.dropout_p != 0.0f)
-    return false;
-  const int64_t hkv = cache_k.dim(2), D = cache_k.dim(3), K = x.dim(-1);
-  if (x.numel() != K || x.address() % 16 != 0) return false;
-  for (const Tensor* w : {&wq, &wk, &wv}) {
-    if (!w->defined() || w->dtype() != DType::F16 || w->rank() != 2 || w->dim(1) != K ||
-        !w->is_contiguous() || w->address() % 16 != 0 || !norm_folds(x, *w, norm))
-      return false;
-  }
-  if (wk.dim(0) != hkv * D || wv.dim(0) != hkv * D || wq.dim(0) % D != 0) return false;
-  const int64_t hq = wq.dim(0) / D, n = wq.dim(0) + 2 * hkv * D;
-  if (hq % hkv != 0 || hq / hkv > kMaxAttendGroup || hq > 0xffff) return false;
-  if (!detail::decode_attention_fast_unfit(D).empty()) return false;
-  // One head per workgroup and one split, as attention_decode_fast runs it (so the output is
-  // bitwise that op's); a cache long enough to be split keeps the separate dispatches.
-  const detail::DecodeAttentionPlan plan =
-      detail::decode_attention_plan(1, cache_k.dim(1), hq, hkv, D);
-  if (plan.heads_per_group != 1 || plan.splits != 1) return false;
-  // The product: its row staged in shared memory, blocks inside one head's rows, one dispatch.
-  if (!detail::skinny_f16_row_staged(1, K, true, detail::skinny_norm_mode(&norm))) return false;
-  const int64_t rows = attend_rows_per_block(norm, n, K);
-  return D % rows == 0 && n / rows <= kMaxGroups;
-}
-
-Tensor normed_qkv_attention(const Tensor& x, const RowNorm& norm, const Tensor& wq,
-                            const Tensor& wk, const Tensor& wv, const Tensor& cos,
-                            const Tensor& sin, const Tensor& positions, const Tensor& cache_k,
-                            const Tensor& cache_v, const Tensor& slot_buf,
-                            const Tensor& key_padding_mask, const AttentionOptions& opts,
-                            int64_t rotary_dim, RopeLayout layout) {
-  const char* op = "normed_qkv_attention";
-  VKF_REQUIRE(qkv_attention_folds(x, norm, wq, wk, wv, cache_k, opts),
-              "{}: this step's products and attention do not fold (qkv_attention_folds)", op);
-  const int64_t cap = cache_k.dim(1), hkv = cache_k.dim(2), D = cache_k.dim(3), K = x.dim(-1);
-  const int64_t hq = wq.dim(0) / D, nq = hq * D, nkv = hkv * D, n = nq + 2 * nkv;
-  // The stacked [q | k | v] output and after it the attention's (the kernel derives its address),
-  // and views of it for the checks attention_decode_rope makes.
-  Tensor qkv = Tensor::empty({n + nq}, DType::F32);
-  const Tensor q = qkv.slice(0, 0, nq).reshape({1, 1, hq, D});
-  const Tensor k = qkv.slice(0, nq, nq + nkv).reshape({1, 1, hkv, D});
-  const Tensor v = qkv.slice(0, nq + nkv, n).reshape({1, 1, hkv, D});
-  check_attention(op, q, cache_k, cache_v, key_padding_mask, slot_buf, opts);
-  check_rope(op, q, k, v, cos, sin, positions, cache_k, rotary_dim);
-  const Tensor out = qkv.slice(0, n, n + nq).reshape({1, 1, hq, D});
-  const detail::DecodeAttentionPlan plan = detail::decode_attention_plan(1, cap, hq, hkv, D);
-  const uint32_t rows = attend_rows_per_block(norm, n, K);
-  // decode_attention_tail.glsl's AttendRecord; its counters start at zero and the dispatch leaves
-  // them there.
-  std::vector<uint32_t> record(static_cast<size_t>(kAttendRecordWords + 2 * hq), 0u);
-  const auto put_address = [&](size_t field, const Tensor& t) {
-    const uint64_t a = t.defined() ? t.address() : 0;
-    record[2 * field] = static_cast<uint32_t>(a & 0xffffffffu);
-    record[2 * field + 1] = static_cast<uint32_t>(a >> 32);
-  };
-  put_address(0, cos);
-  put_address(1, sin);
-  put_address(2, positions);
-  put_address(3, slot_buf);
-  put_address(4, cache_k);
-  put_address(5, cache_v);
-  put_address(6, key_padding_mask);
-  const uint32_t flags = (key_padding_mask.defined() ? detail::kAttnFlagMask : 0u) |
-                         (layout == RopeLayout::Interleaved ? kFlagInterleaved : 0u);
-  record[14] = static_cast<uint32_t>(cap);
-  record[15] = static_cast<uint32_t>(hq) | static_cast<uint32_t>(hkv) << 16;
-  record[16] = opts.sliding_window >= cap ? 0u : static_cast<uint32_t>(opts.sliding_window);
-  record[17] = static_cast<uint32_t>(cos.dim(0));
-  record[18] = static_cast<uint32_t>(D);
-  record[19] = static_cast<uint32_t>(rotary_dim / 2) | flags << 16;
-  std::memcpy(&record[20], &opts.scale, 4);
-  std::memcpy(&record[21], &opts.softcap, 4);
-  record[22] = static_cast<uint32_t>(D / rows);      // a head's q blocks
-  record[23] = static_cast<uint32_t>(2 * D / rows);  // a kv head's k and v blocks
-  detail::SkinnyAttend attend;
-  auto found = g_attend_records.find(record);
-  if (found == g_attend_records.end()) {
-    if (g_attend_records.size() >= kMaxAttendRecords) g_attend_records.clear();
-    found =
-        g_attend_records
-            .emplace(record, Tensor::constant_before_replays(record.data(), DType::I32,
-                                                             {static_cast<int64_t>(record.size())}))
-            .first;
-  }
-  attend.record = found->second;
-  attend.wk = wk;
-  attend.wv = wv;
-  attend.kv_rows = nkv;
-  const bool vec4 = plan.vec4 && cache_k.address() % 16 == 0 && cache_v.address() % 16 == 0;
-  attend.tail_spec = {static_cast<uint32_t>(plan.dims_per_lane),
-                      static_cast<uint32_t>(plan.keys_per_lane_group), vec4 ? 1u : 0u};
-  attend.reads = {&attend.record, &cos,     &sin,     &positions,
-                  &slot_buf,      &cache_k, &cache_v, &key_padding_mask};
-  attend.writes = {&attend.record, &out, &cache_k, &cache_v};
-  autograd::NoGradScope no_grad;
-  detail::skinny_f16_normed(detail::describe_rows(x.reshape({1, K})),
-                            detail::describe_readable(wq).transposed(),
-                            detail::describe_rows(qkv.slice(0, 0, n).reshape({1, n})), Tensor(),
-                            norm, nullptr, nullptr, &attend);
-  return out;
-}
-
-namespace detail {
-
-int64_t qkv_attention_handoffs() {
-  int64_t handoffs = 0;
-  for (const auto& [words, t] : g_attend_records)
-    handoffs += static_cast<int64_t>(
-        t.slice(0, kAttendHandoffsWord, kAttendHandoffsWord + 1).to_double()[0]);
-  return handoffs;
-}
-
-}  // namespace detail
 
 }  // namespace vkf::ops

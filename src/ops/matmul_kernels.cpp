@@ -237,8 +237,7 @@ void dispatch_skinny(const MatDesc& a, const MatDesc& b, const MatDesc& c, float
 void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, float alpha,
                          float beta, const Tensor& bias, int64_t bias_stride,
                          const vk::DispatchCost& cost, const RowNorm* norm = nullptr,
-                         SkinnyArgmax* argmax = nullptr, const SkinnyEmbed* embed = nullptr,
-                         const SkinnyAttend* attend = nullptr) {
+                         SkinnyArgmax* argmax = nullptr, const SkinnyEmbed* embed = nullptr) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const KernelLayout la = kernel_layout(a), lb = kernel_layout(b);
   // 16-byte loads need every row start of both operands 16-byte aligned, in every batch entry.
@@ -255,10 +254,6 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
   VKF_REQUIRE(!embed || (!argmax && m == 1 && c.batch == 1 && n <= nstep && vec8 && plan.staged),
               "matmul: internal: a skinny f16 product of an embedding row needs one staged row, "
               "one dispatch and no argmax");
-  VKF_REQUIRE(!attend || (!argmax && !embed && !bias.defined() && m == 1 && c.batch == 1 &&
-                          n <= nstep && vec8 && plan.staged),
-              "matmul: internal: a skinny f16 q/k/v product with attention needs one staged row, "
-              "one dispatch, no bias and no argmax");
   bool first = true;
   for (int64_t z0 = 0; z0 < c.batch; z0 += zstep) {
     for (int64_t n0 = 0; n0 < n; n0 += nstep) {
@@ -277,9 +272,7 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
              0,
              {}};
       const uint32_t blocks = div_up(nc, rows_per_block);
-      // The attend build takes one block per workgroup: each counts its block's arrival.
-      const Grid grid{attend ? blocks : skinny_f16_groups(m, blocks, plan.k_split), 1,
-                      static_cast<uint32_t>(zc)};
+      const Grid grid{skinny_f16_groups(m, blocks, plan.k_split), 1, static_cast<uint32_t>(zc)};
       const bool fold = argmax && argmax->fold_record.defined();
       if (argmax) {
         argmax->workgroups = grid.x;
@@ -299,15 +292,6 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
         static_assert(sizeof(tail) == sizeof(push.chain));
         std::memcpy(static_cast<void*>(&push.chain), &tail, sizeof(tail));
       }
-      if (attend) {
-        // The attend build (never chained) reads the chain fields' bytes as the k and v weights,
-        // and the bias strides (no bias) as the rows of each (matmul_skinny_f16.comp).
-        push.argmax_out = attend->record.address();
-        push.gemm.bias_rs = static_cast<uint32_t>(attend->kv_rows);
-        const uint64_t tail[2] = {attend->wk.address(), attend->wv.address()};
-        static_assert(sizeof(tail) == sizeof(push.chain));
-        std::memcpy(static_cast<void*>(&push.chain), tail, sizeof(tail));
-      }
       // What the argmax writes: its slots, or the fold's record (cleared again) with the step's
       // state and ring.
       const Tensor none;
@@ -318,14 +302,9 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
       const Tensor& embed_store = embed ? embed->store : none;
       const Tensor& fold_state = fold ? argmax->fold_state : none;
       const Tensor& fold_ring = fold ? argmax->fold_ring : none;
-      std::vector<uint32_t> spec =
+      const std::vector<uint32_t> spec =
           skinny_f16_spec(plan, m, k, la.trans, vec8, 0u, skinny_norm_mode(norm), grid.x, blocks,
                           argmax != nullptr);
-      if (attend) {
-        VKF_REQUIRE(spec.size() == 13 && attend->tail_spec.size() == 3,
-                    "matmul: internal: the attend build's constants are ids 0..15");
-        spec.insert(spec.end(), attend->tail_spec.begin(), attend->tail_spec.end());
-      }
       // The embedding's build (a variant of its own, so that the other products' code is not
       // touched) has no chained form: it runs with a barrier before it.
       const char* module = embed  ? "matmul_skinny_f16_embed"
@@ -335,19 +314,11 @@ void dispatch_skinny_f16(const MatDesc& a, const MatDesc& b, const MatDesc& c, f
                                                           &norm_w, &fold_state, &embed_ids};
       const std::initializer_list<const Tensor*> writes = {&c.t, &argmax_out, &fold_state,
                                                            &fold_ring, &embed_store};
-      if (attend) {
-        std::vector<const Tensor*> attend_reads = {&a.t, &b.t, &attend->wk, &attend->wv, &norm_w};
-        std::vector<const Tensor*> attend_writes = {&c.t};
-        attend_reads.insert(attend_reads.end(), attend->reads.begin(), attend->reads.end());
-        attend_writes.insert(attend_writes.end(), attend->writes.begin(), attend->writes.end());
-        launch_lists("matmul_skinny_f16_attend", push, grid, attend_reads, attend_writes, spec,
-                     cost);
-      } else if (embed) {
+      if (embed)
         launch(module, push, grid, reads, writes, spec, first ? cost : vk::DispatchCost{});
-      } else {
+      else
         launch_chained_rows(m, module, push, offsetof(decltype(push), chain), grid, reads, writes,
                             spec, first ? cost : vk::DispatchCost{});
-      }
       first = false;
     }
   }
@@ -410,7 +381,7 @@ uint32_t skinny_norm_mode(const RowNorm* norm) {
 
 void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in,
                        const Tensor& bias, const RowNorm& norm, SkinnyArgmax* argmax,
-                       const SkinnyEmbed* embed, const SkinnyAttend* attend) {
+                       const SkinnyEmbed* embed) {
   VKF_REQUIRE(a_in.batch == 1 && b_in.batch == 1 && c_in.batch == 1 && a_in.cs == 1 &&
                   c_in.rows <= kSkinnyMaxRows && b_in.t.dtype() == DType::F16 &&
                   kernel_layout(b_in).trans && norm.weight.is_contiguous() &&
@@ -429,7 +400,7 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
   vk::DispatchCost cost{2.0 * m * n * k, 2.0 * n * k + 4.0 * (m * k + m * n + k)};
   if (vk::Context::get().stream().profiling_detail())
     cost.detail = fmt::format("{}x{}x{} normed", c.rows, c.cols, a.cols);
-  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm, argmax, embed, attend);
+  dispatch_skinny_f16(a, b, c, 1.0f, 0.0f, bias, bias_stride, cost, &norm, argmax, embed);
 }
 
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,

@@ -276,20 +276,8 @@ struct SkinnyArgmax {
 struct SkinnyEmbed {
   Tensor table, ids, store;
 };
-// With `attend` (one staged row, no bias, no argmax; matmul_skinny_f16.comp's `attend` build): b
-// is a decode step's q weight and attend->wk, attend->wv its k and v weights (f16 [kv_rows, K],
-// contiguous), c the stacked [1, q rows + 2 kv_rows] output, and the dispatch ends with each
-// head's attention (decode_attention_tail.glsl) as attend->record describes it; tail_spec holds
-// that tail's specialization constants (ids 13..15), reads and writes what it reads and writes
-// besides (ops::normed_qkv_attention checks the rest).
-struct SkinnyAttend {
-  Tensor wk, wv, record;
-  int64_t kv_rows = 0;
-  std::vector<uint32_t> tail_spec;
-  std::vector<const Tensor*> reads, writes;
-};
 void skinny_f16_normed(const MatDesc& a, const MatDesc& b, const MatDesc& c, const Tensor& bias,
                        const RowNorm& norm, SkinnyArgmax* argmax = nullptr,
-                       const SkinnyEmbed* embed = nullptr, const SkinnyAttend* attend = nullptr);
+                       const SkinnyEmbed* embed = nullptr);
 
 }  // namespace vkf::ops::detail

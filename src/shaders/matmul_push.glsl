@@ -31,12 +31,6 @@ float output_bias(uint m, uint n) {
   return p.bias != 0 ? F32Buf(p.bias).v[m * p.bias_rs + n * p.bias_cs] : 0.0;
 }
 
-#ifdef MATMUL_COHERENT_OUTPUT
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer MatmulCoherentOut {
-  float v[];
-};
-#endif
-
 // The epilogue with those inputs already read (a kernel may read them early, to take their latency
 // out of its end). Returns the value stored.
 float store_output_with(uint z, uint m, uint n, VACC acc, float old, float bias) {
@@ -45,12 +39,7 @@ float store_output_with(uint z, uint m, uint n, VACC acc, float old, float bias)
   if (p.beta != 0.0) v += VACC(p.beta) * VACC(old);
   if (p.bias != 0) v += VACC(bias);
   const float stored = float(v);
-#ifdef MATMUL_COHERENT_OUTPUT
-  // Read by other workgroups of the same dispatch (matmul_skinny_f16.comp's attend build).
-  MatmulCoherentOut(uint64_t(p.c)).v[output_index(z, m, n)] = stored;
-#else
   p.c.v[output_index(z, m, n)] = stored;
-#endif
   return stored;
 }
 

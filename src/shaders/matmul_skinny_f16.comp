@@ -51,14 +51,6 @@
 // (bench/RESULTS.md, twenty-ninth and thirtieth sessions); this way their SPIR-V is unchanged.
 // Not chained (no chained form).
 //
-// The `attend` build (ATTEND; plain variant, one staged row with a folded norm, 16-byte loads,
-// one block per workgroup) is a decode step's q, k and v products in one dispatch over the three
-// weights (p.b: q's; the push block's last 16 bytes: k's and v's; the output stacked [q | k | v]),
-// followed by the one-query attention of each head in the workgroup that stores the head's last
-// q block (decode_attention_tail.glsl; ops::normed_qkv_attention), which waits for the k and v
-// blocks of its kv head: those take the lowest workgroup ids, so they start first. One dispatch
-// and one dependent stage fewer per layer. Not chained.
-//
 // Both variants can be chained (stage_chain_push.glsl): the first weight loads go out before the
 // wait for the stage that writes opA and C.
 //
@@ -78,7 +70,6 @@
 //!variant fold_vmm -DARGMAX_FOLD=1 -DVKF_VMM=1
 //!variant fold_coherent -DARGMAX_FOLD=1 -DVKF_CHAIN_COHERENT=1
 //!variant embed -DEMBED_A=1
-//!variant attend -DATTEND=1
 //!precise
 #version 460
 #ifndef ARGMAX_FOLD
@@ -95,13 +86,6 @@
 #endif
 #ifndef EMBED_A
 #define EMBED_A 0
-#endif
-#ifndef ATTEND
-#define ATTEND 0
-#endif
-#if ATTEND
-// The attend build's q, k and v outputs are read by other workgroups of the dispatch.
-#define MATMUL_COHERENT_OUTPUT 1
 #endif
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -184,16 +168,6 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer UVec2Buf { u
   uint64_t embed_store; /* F32 [K]: where workgroup 0 stores the row, or 0 */ \
   uint embed_vocab;     /* V */                                       \
   uint embed_unused;
-#elif ATTEND
-#if GATED || ARGMAX_FOLD
-#error "the attend build is of the plain variant"
-#endif
-// Never chained either: the last 16 bytes carry the k and v weights (the q weight is p.b), and
-// the bias strides (there is no bias) the rows of each of k and v.
-#define SKINNY_PUSH_TAIL                                   \
-  uint64_t attend_wk; /* f16 [Hkv * D, K] */               \
-  uint64_t attend_wv;
-#define ATTEND_KV_ROWS p.bias_rs
 #else
 #define SKINNY_PUSH_TAIL STAGE_CHAIN_PUSH_FIELDS
 #endif
@@ -223,8 +197,7 @@ layout(push_constant, std430) uniform Push {
   float norm_eps;                                                                          \
   uint norm_tpr_log2;                                                                      \
   uint64_t argmax_out; /* ARGMAX: f32 values [workgroups], then u32 indices [workgroups]; */ \
-                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; embed: the token id, I32 [1]; */  \
-                       /* attend: decode_attention_tail.glsl's AttendRecord */                \
+                       /* ARGMAX_FOLD: an ArgmaxFoldRecord; embed: the token id, I32 [1] */   \
   SKINNY_PUSH_TAIL
 #include "matmul_push.glsl"
 #endif
@@ -483,30 +456,6 @@ void fold_in_dispatch(float v, uint i) {
 }
 #endif
 
-#if ATTEND
-#include "decode_attention_tail.glsl"
-
-// The block's place in the stacked output (blocks of ROWS * RPT rows; the host checks that the
-// head dim is a multiple of that): the k and v blocks first, then the q blocks.
-uint attend_block(uint x, uint blocks) {
-  const uint q_blocks = (p.N - 2u * ATTEND_KV_ROWS) / (ROWS * RPT);
-  return (x + q_blocks) % blocks;
-}
-
-// The weight holding output row n, and n's row in it.
-uint64_t attend_weight(uint n) {
-  const uint nq = p.N - 2u * ATTEND_KV_ROWS;
-  return n < nq ? uint64_t(p.b) : n < nq + ATTEND_KV_ROWS ? p.attend_wk : p.attend_wv;
-}
-uint attend_weight_row(uint n) {
-  const uint nq = p.N - 2u * ATTEND_KV_ROWS;
-  return n < nq ? n : n < nq + ATTEND_KV_ROWS ? n - nq : n - nq - ATTEND_KV_ROWS;
-}
-#define WEIGHT_ROW(n) attend_weight_row(n)
-#else
-#define WEIGHT_ROW(n) (n)
-#endif
-
 // ARGMAX: the workgroup's best pair from its groups' storing threads (lane 0 of each), folded by
 // thread 0 in group order, to the workgroup's slot (or, ARGMAX_FOLD, into the record). All
 // threads call it.
@@ -621,11 +570,7 @@ void main() {
   const uint z = gl_WorkGroupID.z;
   const uint blocks = (p.N + ROWS * RPT - 1) / (ROWS * RPT);
   const uint abase = z * p.sa, bbase = z * p.sb;
-#if ATTEND
-  uint blk = attend_block(gl_WorkGroupID.x, blocks);
-#else
   uint blk = gl_WorkGroupID.x;
-#endif
   // The thread's weight rows in block blk: n0 + r * ROWS, r < RPT (consecutive rows in
   // consecutive groups of KS threads, as with RPT = 1; ROWS = COLS without the K split).
   uint n0 = blk * ROWS * RPT + col;
@@ -637,11 +582,7 @@ void main() {
   const uint64_t b2 = uint64_t(p.b);
 #endif
   if (VEC8) {
-#if ATTEND
-    UVec4Buf w = UVec4Buf(attend_weight(blk * ROWS * RPT)), wu = UVec4Buf(b2);  // one block
-#else
     UVec4Buf w = UVec4Buf(uint64_t(p.b)), wu = UVec4Buf(b2);
-#endif
     // This thread's slice of its rows: groups of 8 halves g_begin .. g_end - 1 (all of them
     // without K_SPLIT).
     const uint slice_groups = (p.K / 8 + K_SPLIT - 1) / K_SPLIT;
@@ -654,16 +595,13 @@ void main() {
   [[unroll]] for (uint u = 0; u < UNROLL_R; ++u) {                       \
     [[unroll]] for (uint r = 0; r < RPT; ++r) {                          \
       const uint n = n0 + r * ROWS;                                      \
-      const uint row = (bbase + WEIGHT_ROW(n) * p.ldb) / 8; /* 8-half groups */ \
+      const uint row = (bbase + n * p.ldb) / 8; /* in 8-half groups */   \
       const bool ok = n < p.N && (g) + u * KS < g_end;                   \
       wv[u][r] = ok ? w.v[row + (g) + u * KS] : uvec4(0);                \
       uv[u][r] = GATED != 0 && ok ? wu.v[row + (g) + u * KS] : uvec4(0); \
     }                                                                    \
   }
     LOAD_BATCH(g_begin + lane)
-#if ATTEND
-    attend_read_early();
-#endif
     stage_chain_wait();  // the weights need nothing from the stage before; opA and C do
     const bool storer = lane == 0 && slice == 0;  // who stores each of the thread's rows
     read_epilogue_early(z, n0, storer);
@@ -764,9 +702,6 @@ void main() {
       clear_accumulators();
     }
   }
-#if ATTEND
-  attend_after_rows(tid, blk);
-#endif
   finish_argmax(tid, lane);
   stage_chain_signal();
 }

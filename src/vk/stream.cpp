@@ -289,20 +289,6 @@ void Stream::write_constants(const void* data, const Allocation& dst, uint64_t d
   }
 }
 
-void Stream::upload_before_replays(const void* data, const Allocation& dst, uint64_t dst_offset,
-                                   uint64_t bytes) {
-  if (!capture_) {
-    upload(data, dst, dst_offset, bytes);
-    return;
-  }
-  const auto* p = static_cast<const uint8_t*>(data);
-  uploads_after_capture_.push_back({std::vector<uint8_t>(p, p + bytes), dst, dst_offset});
-}
-
-bool Stream::capture_touches(const Allocation& a) const {
-  return capture_ && capture_->touches(range_of(a));
-}
-
 void Stream::download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes) {
   if (bytes == 0) return;
   VKF_REQUIRE(!capture_,
@@ -572,10 +558,6 @@ std::unique_ptr<Graph> Stream::end_capture() {
       g.arena_.push_back(a);
   }
   ctx_.allocator().hold_cached_blocks(false);
-  // Tables the recording reads, written once now: submitted before any replay of the graph.
-  std::vector<PendingUpload> uploads = std::move(uploads_after_capture_);
-  uploads_after_capture_.clear();
-  for (const PendingUpload& u : uploads) upload(u.bytes.data(), u.dst, u.offset, u.bytes.size());
   return std::move(capture_owner_);
 }
 

@@ -174,18 +174,6 @@ class Stream {
   // the same bytes again. For small per-call tables (a multi-tensor kernel's tensor list).
   void write_constants(const void* data, const Allocation& dst, uint64_t dst_offset,
                        uint64_t bytes);
-  // Writes a small table that the commands reading it leave as they found it (a record of
-  // addresses and counters that return to zero): outside a capture, upload() at once; inside
-  // one, not into the recording but into the stream right after end_capture(), so that it is
-  // written once, before the graph's first replay (a graph starts with a full barrier), and no
-  // replay spends a command and a barrier on it. The caller keeps `dst` allocated while the
-  // graph may replay (a capture otherwise reuses memory released inside it).
-  void upload_before_replays(const void* data, const Allocation& dst, uint64_t dst_offset,
-                             uint64_t bytes);
-  // Whether the capture in progress has recorded a command that touches `a`'s memory (memory
-  // released inside a capture is reused by it, so a table written before its replays must not lie
-  // there). False outside a capture.
-  bool capture_touches(const Allocation& a) const;
   // Copies device memory to the host; submits and waits (the one place a host wait is needed).
   void download(const Allocation& src, uint64_t src_offset, void* data, uint64_t bytes);
 
@@ -307,12 +295,6 @@ class Stream {
   Batch capture_batch_;       // its command buffer while recording
   std::unique_ptr<Graph> capture_owner_;
   std::vector<BufferRange> saved_written_, saved_read_;  // the stream's hazards across a capture
-  struct PendingUpload {
-    std::vector<uint8_t> bytes;
-    Allocation dst;
-    uint64_t offset = 0;
-  };
-  std::vector<PendingUpload> uploads_after_capture_;     // upload_before_replays inside a capture
   std::vector<Graph*> graphs_;                           // every live graph
   bool profiling_ = false;
   bool profile_detail_ = false;

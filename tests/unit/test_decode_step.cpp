@@ -7,7 +7,7 @@
 // tokens agree; replay works with them too. Models whose rotary tables depend on the length fall
 // back to the general path. A prefill computes the head on the last position only. An active
 // adapter is applied by the decode step too. At batch 1 the final norm and the greedy choice fold
-// into the head's product, and each layer's attention into its q, k and v products.
+// into the head's product.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -20,7 +20,6 @@
 #include "infer/generate.h"
 #include "models/decoder.h"
 #include "models/registry.h"
-#include "ops/decode.h"
 #include "peft/lora.h"
 #include "test_util.h"
 #include "vk/context.h"
@@ -414,62 +413,6 @@ TEST(DecodeStep, EmbeddingFoldsIntoTheFirstProducts) {
   // An f32 table (not an inference model) takes the embedding's dispatch.
   auto f32 = load("llama", DType::F32);
   EXPECT_FALSE(f32.decode_embedded_input(Tensor::zeros({1, 1}, DType::I32)).table.defined());
-}
-
-// At batch 1, each layer's q, k and v products and its attention run as one dispatch
-// (ops::normed_qkv_attention) where the head dim suits it: on a Llama model of head dim 32 (the
-// fixtures' head dims are below the 16 rows of the products' blocks), the same logits bit for bit
-// and the same tokens as the separate dispatches, three dispatches fewer in every layer but the
-// first (whose products read the embedding row themselves).
-TEST(DecodeStep, AttentionFoldsIntoTheProducts) {
-  struct Restore {
-    ~Restore() { ops::set_qkv_attention_fold(true); }
-  } restore;
-  const nlohmann::json config = {
-      {"model_type", "llama"},       {"hidden_act", "silu"},         {"rms_norm_eps", 1e-5},
-      {"tie_word_embeddings", true}, {"attention_bias", false},      {"mlp_bias", false},
-      {"hidden_size", 128},          {"intermediate_size", 256},     {"num_hidden_layers", 3},
-      {"num_attention_heads", 4},    {"num_key_value_heads", 2},     {"vocab_size", 96},
-      {"rope_theta", 10000.0},       {"max_position_embeddings", 64}};
-  const models::ArchSpec spec = models::spec_from_config(config, "test config");
-  test::Rng rng(77);
-  std::map<std::string, Tensor> weights;
-  for (const auto& [name, s] : models::DecoderModel::parameter_shapes(spec)) {
-    const size_t n = static_cast<size_t>(shape_numel(s));
-    weights[name] = s.size() == 1 ? test::to_gpu(rng.uniform(n, 0.8, 1.2), s)
-                                  : test::to_gpu(rng.uniform(n, -0.15, 0.15), s);
-  }
-  models::DecoderModel model(spec, std::move(weights));
-  model.convert_matrices(DType::F16);
-  const std::vector<std::vector<int32_t>> one_row = {kPrompts[0]};
-  infer::GenerationConfig cfg;
-  cfg.max_new_tokens = kSteps;
-  // A replayed step's dispatches and logits, after 11 fed tokens (cache of 16 slots).
-  auto step = [&](uint64_t& dispatches) {
-    autograd::NoGradScope no_grad;
-    auto cache = model.make_cache(1, 16);
-    infer::DecodeStepRunner runner(model, cache, std::vector<int32_t>(16, 1), true, false);
-    for (int32_t s = 0; s < 12; ++s)
-      runner.step(std::vector<int32_t>{kFed[0][static_cast<size_t>(s) % kFed[0].size()]},
-                  std::vector<int32_t>{s});
-    EXPECT_TRUE(runner.replaying());
-    dispatches = runner.graph_dispatches();
-    const auto l = runner.logits();
-    return std::vector<float>(l.begin(), l.end());
-  };
-  uint64_t folded_dispatches = 0, separate_dispatches = 0;
-  const auto folded_tokens = infer::generate(model, one_row, cfg);
-  const auto folded = step(folded_dispatches);
-  ops::set_qkv_attention_fold(false);
-  const auto separate_tokens = infer::generate(model, one_row, cfg);
-  const auto separate = step(separate_dispatches);
-  ops::set_qkv_attention_fold(true);
-  EXPECT_EQ(folded_tokens, separate_tokens);
-  EXPECT_EQ(folded, separate) << "the logits, bit for bit";
-  EXPECT_EQ(folded_dispatches + 3 * 2, separate_dispatches) << "layers 1 and 2";
-  bool spread = false;  // not a degenerate model: its logits differ between tokens
-  for (const float v : folded) spread = spread || v != folded[0];
-  EXPECT_TRUE(spread);
 }
 
 TEST(DecodeStep, HalfPrecisionLoadAndSave) {
