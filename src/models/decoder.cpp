@@ -18,6 +18,7 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embed.h"
+#include "ops/gated_projection.h"
 #include "ops/linear_group.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
@@ -285,6 +286,15 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     ops::linear_accumulate(a, P(proj + ".weight"), b, *residual);
     return Tensor();
   };
+  // act(gate) * up from one gate_up product, then the down projection. Mixed precision on tensor
+  // cores stores the activation in f16 for the down products (ops::gated_projection; the same
+  // bits as the composed form, with half the bytes kept for the backward).
+  auto gated_down = [&](const Tensor& gu, const Tensor& b) {
+    const Tensor w = P(n.down + ".weight");
+    if (!residual && !nn::active_adapter() && ops::gated_projection_applies(gu, w, b))
+      return ops::gated_projection(gu, s.act, true, w);
+    return project(n.down, ops::gated_act_fused(gu, s.act, true), b);
+  };
   Tensor out;
   if (s.mlp == MlpKind::Plain) {
     Tensor a =
@@ -292,7 +302,7 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     out = project(n.proj, a, bias(n.proj));
   } else if (s.fused_gate_up) {
     Tensor gu = nn::linear(L(n.gate_up), normalized(), P(n.gate_up + ".weight"));
-    out = project(n.down, ops::gated_act_fused(gu, s.act, true), Tensor());
+    out = gated_down(gu, Tensor());
   } else if (residual && !s.mlp_bias) {
     // A folded decode step has no adapter or trace on these projections: both products and the
     // activation (and the norm, with pre_norm) in one pass over the two weights
@@ -307,7 +317,7 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     if (s.mlp_bias) b = {P(n.gate + ".bias"), P(n.up + ".bias")};
     const Tensor gu =
         ops::linear_concat(normalized(), {P(n.gate + ".weight"), P(n.up + ".weight")}, b);
-    out = project(n.down, ops::gated_act_fused(gu, s.act, true), bias(n.down));
+    out = gated_down(gu, bias(n.down));
   } else {
     const Tensor h = normalized();
     Tensor g, u;

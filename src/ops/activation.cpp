@@ -88,8 +88,12 @@ void run_gated_fwd(Activation kind, const Tensor& gate, const Tensor& up, const 
                        checked_u32(l.gate_stride, "row stride"), checked_u32(l.up_stride, "row stride")};
   const double dn = static_cast<double>(n);
   const bool vec4 = gated_vec4(l, {gate_addr, up_addr, out.address()});
-  launch(vec4 ? "gated_act_fwd4" : "gated_act_fwd", push, grid_1d(vec4 ? n / 4 : n, kLocal),
-         {&gate, &up}, {&out}, {code(kind)}, {dn * 20.0, dn * 12.0});
+  // An f16 output (the operand of a tensor-core product, gated_act_fused_value) stores f16 bits.
+  const bool f16 = out.dtype() == DType::F16;
+  const std::string module =
+      std::string(vec4 ? "gated_act_fwd4" : "gated_act_fwd") + (f16 ? "_h" : "");
+  launch(module, push, grid_1d(vec4 ? n / 4 : n, kLocal), {&gate, &up}, {&out}, {code(kind)},
+         {dn * 20.0, dn * (f16 ? 10.0 : 12.0)});
 }
 
 void run_gated_bwd(Activation kind, const Tensor& gate, const Tensor& up, const GatedLayout& l,
@@ -176,33 +180,72 @@ Tensor gated_act(const Tensor& gate, const Tensor& up, Activation kind) {
   return out;
 }
 
-Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first) {
-  check_f32(gate_up, "gated_act_fused", "gate_up");
+namespace {
+
+// gated_act_fused's layout of gate_up's two halves.
+struct FusedHalves {
+  GatedLayout layout;
+  uint64_t gate_off, up_off;  // byte offsets of the gate and up halves within a row
+};
+
+FusedHalves fused_halves(const Tensor& gu, bool gate_first) {
+  const int64_t inner = gu.dim(-1) / 2;
+  const uint64_t half_bytes = static_cast<uint64_t>(inner) * sizeof(float);
+  return {{gu.numel() / (2 * inner), inner, 2 * inner, 2 * inner},
+          gate_first ? 0 : half_bytes,
+          gate_first ? half_bytes : 0};
+}
+
+void check_gate_up(const Tensor& gate_up, const char* op) {
+  check_f32(gate_up, op, "gate_up");
   VKF_REQUIRE(gate_up.rank() >= 1 && gate_up.dim(-1) % 2 == 0,
-              "gated_act_fused: gate_up has shape {}; expected [..., 2*I] with an even last "
-              "dimension (gate and up halves)",
-              shape_str(gate_up.shape()));
+              "{}: gate_up has shape {}; expected [..., 2*I] with an even last dimension (gate and "
+              "up halves)",
+              op, shape_str(gate_up.shape()));
+}
+
+}  // namespace
+
+namespace detail {
+
+Tensor gated_act_fused_value(const Tensor& gate_up, Activation kind, bool gate_first,
+                             DType out_dtype) {
+  check_gate_up(gate_up, "gated_act_fused");
+  VKF_REQUIRE(out_dtype == DType::F32 || out_dtype == DType::F16,
+              "gated_act_fused: internal: the output is f32 or f16, not {}", dtype_name(out_dtype));
   (void)code(kind);
   const Tensor gu = contiguous_input(gate_up);
-  const int64_t inner = gu.dim(-1) / 2;
-  const GatedLayout layout{gu.numel() / (2 * inner), inner, 2 * inner, 2 * inner};
-  // Element offsets of the two halves within each row.
-  const uint64_t half_bytes = static_cast<uint64_t>(inner) * sizeof(float);
-  const uint64_t gate_off = gate_first ? 0 : half_bytes, up_off = gate_first ? half_bytes : 0;
+  const FusedHalves h = fused_halves(gu, gate_first);
   Shape out_shape = gu.shape();
-  out_shape.back() = inner;
-  Tensor out = Tensor::empty(out_shape, DType::F32);
-  run_gated_fwd(kind, gu, gu, layout, gu.address() + gate_off, gu.address() + up_off, out);
+  out_shape.back() = h.layout.inner;
+  Tensor out = Tensor::empty(out_shape, out_dtype);
+  run_gated_fwd(kind, gu, gu, h.layout, gu.address() + h.gate_off, gu.address() + h.up_off, out);
+  return out;
+}
+
+Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_first,
+                            const Tensor& dy) {
+  const Tensor gu = contiguous_input(gate_up);
+  const FusedHalves h = fused_halves(gu, gate_first);
+  const Tensor dyc = contiguous_input(dy);
+  Tensor d_gu = Tensor::empty(gu.shape(), DType::F32);
+  run_gated_bwd(kind, gu, gu, h.layout, gu.address() + h.gate_off, gu.address() + h.up_off, dyc,
+                d_gu, d_gu, d_gu.address() + h.gate_off, d_gu.address() + h.up_off);
+  return d_gu;
+}
+
+}  // namespace detail
+
+Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first) {
+  check_gate_up(gate_up, "gated_act_fused");
+  const Tensor gu = contiguous_input(gate_up);
+  Tensor out = detail::gated_act_fused_value(gu, kind, gate_first, DType::F32);
   autograd::record_op("gated_act_fused", {gu}, {out},
-                      [kind, gu, layout, gate_off, up_off](autograd::GradContext& ctx) {
-    const Tensor& g = ctx.grad_output(0);
-    if (!g.defined()) return;
-    const Tensor dy = contiguous_input(g);
-    Tensor d_gu = Tensor::empty(gu.shape(), DType::F32);
-    run_gated_bwd(kind, gu, gu, layout, gu.address() + gate_off, gu.address() + up_off, dy, d_gu,
-                  d_gu, d_gu.address() + gate_off, d_gu.address() + up_off);
-    ctx.add_grad(0, d_gu);
-  });
+                      [kind, gu, gate_first](autograd::GradContext& ctx) {
+                        const Tensor& g = ctx.grad_output(0);
+                        if (!g.defined()) return;
+                        ctx.add_grad(0, detail::gated_act_fused_grad(gu, kind, gate_first, g));
+                      });
   return out;
 }
 

@@ -42,4 +42,14 @@ Tensor gated_act(const Tensor& gate, const Tensor& up, Activation kind);
 // the second half otherwise.
 Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first = true);
 
+namespace detail {
+// gated_act_fused's two kernels without the tape: the output in `out_dtype` (f32, or f16: the
+// f32 values rounded as Tensor::to rounds them, for ops::gated_projection's tensor-core product),
+// and gate_up's gradient for the output's gradient dy.
+Tensor gated_act_fused_value(const Tensor& gate_up, Activation kind, bool gate_first,
+                             DType out_dtype);
+Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_first,
+                            const Tensor& dy);
+}  // namespace detail
+
 }  // namespace vkf::ops

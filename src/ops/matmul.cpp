@@ -123,8 +123,10 @@ namespace detail {
 void linear_grads(const MatDesc& gd32, const Tensor& x, const Tensor& weight, const Tensor& dx,
                   float dx_beta, const Tensor& dw, float dw_beta) {
   autograd::NoGradScope no_grad;
-  // Both products read G: on tensor cores with f16 operands, convert it once for the two.
-  const bool shared_f16 = dx.defined() && dw.defined() && f16_operands_active();
+  // Both products read G: on tensor cores with f16 operands, convert it once for the two. An f16
+  // x (ops::gated_projection's h) needs G in f16 beside it for dW to run on tensor cores.
+  const bool shared_f16 =
+      ((dx.defined() && dw.defined()) || x.dtype() == DType::F16) && f16_operands_active();
   const MatDesc gd = shared_f16 ? describe_rows(gd32.t.to(DType::F16)) : gd32;
   if (dx.defined()) {  // dx = G W
     // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for

@@ -404,7 +404,7 @@ void skinny_f16_normed(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& 
 }
 
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,
-                                            bool b_cols, bool a_f16) {
+                                            bool b_cols, bool a_f16, bool b_f16) {
   // gemm(): the skinny kernels allocate nothing; otherwise split-K's partial sums, then
   // dispatch_tiles over the chunks (a batch of them) copies both operands to f16 on the
   // tensor-core path, or those in a slow layout where the tiled kernel's relayout takes them.
@@ -415,7 +415,7 @@ std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, boo
   if (coopmat_plan(chunks, m, n)) {
     if (coopmat_f16_operands()) {
       if (!a_f16) out.push_back({m * k, 2});
-      out.push_back({k * n, 2});
+      if (!b_f16) out.push_back({k * n, 2});
     }
   } else {
     if (relayout_copies(chunks, m, n, k / chunks, a_rows, b_cols)) {
@@ -538,10 +538,16 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
                               c.rows, c.cols, a.cols, kernel_layout(a).trans ? 't' : 'n',
                               kernel_layout(b).trans ? 't' : 'n');
   }
+  // Two f16 operand copies (ops::gated_projection's dW = G^T h, whose h is stored in f16) go to
+  // the tensor cores as they are, by the f32 operands' route (split-K by the same rule): the
+  // same product as from the f32 tensors they were rounded from.
+  const bool f16_pair =
+      a.t.dtype() == DType::F16 && b_f16 && tensor_core_product(c.batch, c.rows, c.cols);
   // An f16 a (an operand converted once for several products, see f16_operands_active) is read
   // as it is by the tensor-core kernel; every other kernel gets it widened back to f32, exactly.
-  if (a.t.dtype() == DType::F16 && (b_f16 || c.rows <= kSkinnyMaxRows || c.cols <= kSkinnyMaxRows ||
-                                    !coopmat_plan(c.batch, c.rows, c.cols))) {
+  if (a.t.dtype() == DType::F16 && !f16_pair &&
+      (b_f16 || c.rows <= kSkinnyMaxRows || c.cols <= kSkinnyMaxRows ||
+       !coopmat_plan(c.batch, c.rows, c.cols))) {
     VKF_REQUIRE(a.t.is_contiguous(), "matmul: internal: an f16 operand must be contiguous");
     autograd::NoGradScope no_grad;
     a.t = a.t.to(DType::F32);
@@ -554,15 +560,20 @@ void gemm(const MatDesc& a_in, const MatDesc& b_in, const MatDesc& c_in, float a
     // C^T = b^T a^T: the bias runs along the rows of the transposed output.
     dispatch_skinny(b.transposed(), a.transposed(), c.transposed(), alpha, beta, bias, bias_stride,
                     0, cost);
-  } else if (b_f16) {
-    // The split-K and tensor-core kernels read an f32 B: an f16 weight takes the tiled kernel's
-    // f16b variant.
+  } else if (b_f16 && !f16_pair) {
+    // The split-K and tensor-core kernels read an f32 B (or an f16 copy beside an f16 A): an f16
+    // weight takes the tiled kernel's f16b variant.
     dispatch_tiled(a, b, c, alpha, beta, bias, bias_stride, cost);
   } else if (const int64_t chunks = split_k_chunks(c.batch, c.rows, c.cols, a.cols); chunks > 1) {
     dispatch_split_k(a, b, c, alpha, beta, bias, bias_stride, chunks, cost);
   } else {
     dispatch_tiles(a, b, c, alpha, beta, bias, bias_stride, cost);
   }
+}
+
+bool tensor_core_product(int64_t batch, int64_t m, int64_t n) {
+  return f16_operands_active() && m > kSkinnyMaxRows && n > kSkinnyMaxRows &&
+         coopmat_plan(batch, m, n).has_value();
 }
 
 void column_sum(const MatDesc& src, const Tensor& dst, float beta) {

@@ -23,18 +23,23 @@ namespace vkf::ops::detail {
 // products may then convert it once and pass the f16 tensor as `a` to each gemm() (a kernel that
 // cannot read it gets it widened back, exactly).
 bool f16_operands_active();
+// Whether gemm() runs a product into a batch x m x n output on tensor cores with f16 operand
+// copies (f16_operands_active, past the skinny kernel's range, a tile for the shape), where an f16
+// operand is read as it is.
+bool tensor_core_product(int64_t batch, int64_t m, int64_t n);
 
 // The tensors an m x n x k product allocates for its duration under the current settings on the
 // current device, as {elements, bytes per element}: split-K partial sums, the tensor-core
 // kernel's f16 operand copies, the fp32 tiled kernel's transposed operand copies. One contiguous
 // matrix per operand, f32 (a_f16: A is an f16 operand copy made before), A row-major (a_rows,
 // else column-major) and B column-major (b_cols, else row-major): Y = X W^T is a_rows and b_cols,
-// dX = dY W a_rows, dW = dY^T X neither. Memory plans count them.
+// dX = dY W a_rows, dW = dY^T X neither; b_f16: B is an f16 copy already (a tensor-core product
+// of two, ops::gated_projection's dW). Memory plans count them.
 struct GemmTemporary {
   int64_t elements, element_bytes;
 };
 std::vector<GemmTemporary> gemm_temporaries(int64_t m, int64_t n, int64_t k, bool a_rows,
-                                            bool b_cols, bool a_f16 = false);
+                                            bool b_cols, bool a_f16 = false, bool b_f16 = false);
 
 struct MatDesc {
   Tensor t;
@@ -101,7 +106,8 @@ MatDesc describe_rows(const Tensor& t);
 // c[z] = alpha * a[z] b[z] + beta * c[z] (+ bias[n] on every row) for every entry z of c's batch;
 // a is [M, K], b is [K, N] (each of batch 1 or c's batch), c is [M, N]; a, c f32, b f32 or f16
 // (f16 products accumulate in fp32: the skinny f16 kernel for M <= 8 over a weight with contiguous
-// rows, else the tiled kernel's f16b variant). a and b must be
+// rows, else the tiled kernel's f16b variant; where a and b are both f16 operand copies and
+// tensor_core_product() holds, the tensor cores read both as they are). a and b must be
 // kernel_readable(); c may have any strides but must not overlap a or b. bias, when defined, is a
 // rank-1 f32 tensor of N elements. With beta == 0, c is not read. With matmul_precision() F16,
 // every element of a and b is rounded to f16 (as f32_to_f16_bits) before it is multiplied;
@@ -117,7 +123,8 @@ bool f16_relayout_wanted(const MatDesc& c, float alpha, float beta, const Tensor
 // The two products of a linear layer's backward (y = x W^T, W [out, in]) for the gradient of y,
 // g (as describe_rows gives it: [rows, out]): dx = g W into dx and dW = g^T x into dw, each
 // accumulating with beta 1 (undefined: not wanted). With f16 operands on tensor cores g is
-// converted once for both (and relaid for dx where the device prefers it). Records nothing.
+// converted once for both (and relaid for dx where the device prefers it); x may then be an f16
+// operand copy itself (ops::gated_projection's activation), read as it is. Records nothing.
 void linear_grads(const MatDesc& g, const Tensor& x, const Tensor& weight, const Tensor& dx,
                   float dx_beta, const Tensor& dw, float dw_beta);
 

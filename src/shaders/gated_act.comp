@@ -6,12 +6,16 @@
 // ACT (spec constant) picks the activation, see activation.glsl. The fwd4 / bwd4 builds take four
 // consecutive elements of a row per invocation with 16-byte loads and stores, where the host sees
 // inner and both row strides multiples of 4 and every operand 16-byte aligned: the same formula
-// per element.
+// per element. The fwd_h / fwd4_h builds store the output as f16 bits (f16_round.glsl's f16_bits:
+// the rounding of convert.comp and Tensor::to), for a tensor-core product that reads it as its f16
+// operand (ops::gated_projection): the bits that converting the f32 output would give.
 //!novariant_base
 //!variant fwd -DBACKWARD=0
 //!variant bwd -DBACKWARD=1
 //!variant fwd4 -DBACKWARD=0 -DVEC4=1
 //!variant bwd4 -DBACKWARD=1 -DVEC4=1
+//!variant fwd_h -DBACKWARD=0 -DOUT_F16=1
+//!variant fwd4_h -DBACKWARD=0 -DVEC4=1 -DOUT_F16=1
 //!precise
 #version 460
 #include "common.glsl"
@@ -19,12 +23,24 @@
 #define LOCAL_SIZE 256
 layout(local_size_x = LOCAL_SIZE) in;
 #include "activation.glsl"
+#ifndef OUT_F16
+#define OUT_F16 0
+#endif
+#if OUT_F16
+#include "f16_round.glsl"
+// Four halves of the f16 output, packed in pairs (8-byte stores).
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2Buf { uvec2 v[]; };
+#endif
 
 layout(push_constant, std430) uniform Push {
   F32Buf gate;
   F32Buf up;
   F32Buf dy;      // bwd: [rows, inner] contiguous
+#if OUT_F16
+  U16Buf out_;    // fwd_h: [rows, inner] contiguous f16
+#else
   F32Buf out_;    // fwd: [rows, inner] contiguous;  bwd: d_gate (row stride gate_stride)
+#endif
   F32Buf d_up;    // bwd: row stride up_stride
   uint n;
   uint inner;
@@ -57,7 +73,12 @@ void main() {
 #else
   vec4 r;
   for (uint e = 0; e < 4u; ++e) r[e] = gated_value(g[e], u[e]);
+#if OUT_F16
+  U2Buf(uint64_t(p.out_)).v[i] =
+      uvec2(f16_bits(r.x) | (f16_bits(r.y) << 16), f16_bits(r.z) | (f16_bits(r.w) << 16));
+#else
   Vec4Buf(uint64_t(p.out_)).v[i] = r;
+#endif
 #endif
 }
 #else
@@ -72,6 +93,8 @@ void main() {
   gated_grads(p.dy.v[i], g, u, dg, du);
   p.out_.v[ig] = dg;
   p.d_up.v[iu] = du;
+#elif OUT_F16
+  p.out_.v[i] = uint16_t(f16_bits(gated_value(g, u)));
 #else
   p.out_.v[i] = gated_value(g, u);
 #endif

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/decoder.h"
+#include "ops/gated_projection.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/matmul_kernels.h"
 #include "vk/error.h"
@@ -41,6 +42,8 @@ struct Dims {
   // separate weights grouped (ops::linear_split / linear_concat, DecoderModel::groups_projections),
   // which stack the weights into a transient copy in the forward and again in the backward.
   bool qkv_one, gate_up_one, qkv_grouped, gate_up_grouped;
+  // The gated activation stored in f16 for the down products (ops::gated_projection).
+  bool gated_f16;
 };
 
 Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
@@ -64,6 +67,8 @@ Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
                       DecoderModel::groups_projections_of(d.I);
   d.qkv_one = s.fused_qkv || d.qkv_grouped;
   d.gate_up_one = s.fused_gate_up || d.gate_up_grouped;
+  d.gated_f16 =
+      no_adapter && d.gate_up_one && ops::gated_projection_applies_to(d.N, d.I, d.H, s.mlp_bias);
   return d;
 }
 
@@ -76,6 +81,7 @@ struct Product {
   Pass pass;
   int64_t rows, in, out;
   bool a_f16 = false;
+  bool x_f16 = false;  // x is stored in f16 (B of the weight gradient; A of the forward)
 };
 
 // What the most demanding of these products allocates while it runs, under the current settings
@@ -87,13 +93,13 @@ TensorBytes product_temporaries(std::initializer_list<Product> products) {
     std::vector<ops::detail::GemmTemporary> temps;
     switch (p.pass) {
       case Pass::Forward:
-        temps = ops::detail::gemm_temporaries(p.rows, p.out, p.in, true, true, p.a_f16);
+        temps = ops::detail::gemm_temporaries(p.rows, p.out, p.in, true, true, p.a_f16 || p.x_f16);
         break;
       case Pass::InputGrad:
         temps = ops::detail::gemm_temporaries(p.rows, p.in, p.out, true, false, p.a_f16);
         break;
       case Pass::WeightGrad:
-        temps = ops::detail::gemm_temporaries(p.out, p.in, p.rows, false, false, p.a_f16);
+        temps = ops::detail::gemm_temporaries(p.out, p.in, p.rows, false, false, p.a_f16, p.x_f16);
         break;
     }
     TensorBytes t;
@@ -118,7 +124,8 @@ TensorBytes attention_forward_temporaries(const Dims& d) {
 // (The forward plan counts grouped gate/up's products and stacked weights phase by phase.)
 TensorBytes mlp_forward_temporaries(const Dims& d) {
   const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
-  return product_temporaries({{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H}});
+  return product_temporaries(
+      {{Pass::Forward, d.N, d.H, first}, {Pass::Forward, d.N, d.I, d.H, false, d.gated_f16}});
 }
 
 // A normalization over rows of `width` (ops/norm.cpp): the output, and with a tape the rstd (and
@@ -163,8 +170,8 @@ TensorBytes mlp_activations(const ArchSpec& s, const Dims& d) {
   if (s.mlp == MlpKind::Plain) {
     t.add(d.N * d.I, kF32, 2);  // c_fc output, activation
   } else if (d.gate_up_one) {
-    t.add(d.N * 2 * d.I);  // gate_up output (fused or grouped)
-    t.add(d.N * d.I);      // gated activation
+    t.add(d.N * 2 * d.I);                      // gate_up output (fused or grouped)
+    t.add(d.N * d.I, d.gated_f16 ? 2 : kF32);  // gated activation
   } else {
     t.add(d.N * d.I, kF32, 3);  // gate, up, gated activation
   }
@@ -480,7 +487,7 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       // The products' input and weight gradients: the down projection's, then gate/up's.
       const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
       m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.I, d.H},
-                                          {Pass::WeightGrad, d.N, d.I, d.H},
+                                          {Pass::WeightGrad, d.N, d.I, d.H, false, d.gated_f16},
                                           {Pass::InputGrad, d.N, d.H, first},
                                           {Pass::WeightGrad, d.N, d.H, first}});
       moments.push_back(m);
@@ -611,9 +618,9 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
         TensorBytes during, later;
         during.add(2 * d.I * d.H);
         during += product_temporaries({{Pass::Forward, d.N, d.H, 2 * d.I}});
-        later.add(d.N * d.I);
+        later.add(d.N * d.I, d.gated_f16 ? 2 : kF32);
         later.add(d.N * d.H);
-        later += product_temporaries({{Pass::Forward, d.N, d.I, d.H}});
+        later += product_temporaries({{Pass::Forward, d.N, d.I, d.H, false, d.gated_f16}});
         mlp.add(d.N * 2 * d.I);
         mlp.bytes += std::max(during.bytes, later.bytes);
       } else {

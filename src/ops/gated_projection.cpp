@@ -1,0 +1,77 @@
+// ops::gated_projection (see gated_projection.h): the gated activation stored in f16 and the down
+// projection's products on tensor cores reading it as their f16 operand.
+#include "ops/gated_projection.h"
+
+#include "core/autograd.h"
+#include "ops/matmul_kernels.h"
+#include "vk/error.h"
+
+namespace vkf::ops {
+namespace {
+bool g_enabled = true;
+}  // namespace
+
+void set_gated_projection(bool on) {
+  g_enabled = on;
+}
+bool gated_projection_enabled() {
+  return g_enabled;
+}
+
+bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias) {
+  // y = h W^T is rows x out and dW = G^T h out x inner: both read h16 (dh = G W takes gemm()'s
+  // usual f32 route).
+  return g_enabled && !bias && inner > 0 && detail::tensor_core_product(1, rows, out) &&
+         detail::tensor_core_product(1, out, inner);
+}
+
+bool gated_projection_applies(const Tensor& gate_up, const Tensor& weight, const Tensor& bias) {
+  if (!gate_up.defined() || !weight.defined()) return false;
+  if (gate_up.dtype() != DType::F32 || weight.dtype() != DType::F32) return false;
+  if (gate_up.rank() < 1 || weight.rank() != 2 || gate_up.dim(-1) % 2 != 0) return false;
+  const int64_t inner = gate_up.dim(-1) / 2;
+  if (weight.dim(1) != inner || gate_up.numel() == 0) return false;
+  return gated_projection_applies_to(gate_up.numel() / gate_up.dim(-1), inner, weight.dim(0),
+                                     bias.defined());
+}
+
+Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
+                        const Tensor& weight) {
+  VKF_REQUIRE(gated_projection_applies(gate_up, weight, Tensor()),
+              "gated_projection: internal: called where gated_projection_applies() is false "
+              "(gate_up {}, weight {})",
+              shape_str(gate_up.shape()), shape_str(weight.shape()));
+  const Tensor gu = gate_up.is_contiguous() ? gate_up : gate_up.contiguous();
+  Shape y_shape = gu.shape();
+  y_shape.back() = weight.dim(0);
+  Tensor y = Tensor::empty(y_shape);
+  Tensor h16;
+  {
+    autograd::NoGradScope no_grad;
+    h16 = detail::gated_act_fused_value(gu, kind, gate_first, DType::F16);
+    detail::gemm(detail::describe_rows(h16), detail::describe_readable(weight).transposed(),
+                 detail::describe_rows(y), 1.0f, 0.0f);
+  }
+  autograd::record_op("gated_projection", {gu, weight}, {y},
+                      [gu, h16, weight, kind, gate_first](autograd::GradContext& ctx) {
+                        const Tensor& g = ctx.grad_output(0);
+                        if (!g.defined()) return;
+                        const detail::MatDesc gd = detail::describe_rows(g);  // [rows, out]
+                        const bool want_dgu = ctx.needs_grad(0);
+                        std::optional<autograd::GradTarget> dw;
+                        if (ctx.needs_grad(1)) dw = ctx.grad_target(1);
+                        // dh = G W and dW = G^T h16, as linear's backward computes them for an f32
+                        // h (h16 is what its products would have converted h to).
+                        Tensor dh;
+                        if (want_dgu) dh = Tensor::empty(h16.shape(), DType::F32);
+                        detail::linear_grads(gd, h16, weight, dh, 0.0f, dw ? dw->tensor : Tensor(),
+                                             dw ? dw->beta() : 0.0f);
+                        if (want_dgu) {
+                          autograd::NoGradScope no_grad;
+                          ctx.add_grad(0, detail::gated_act_fused_grad(gu, kind, gate_first, dh));
+                        }
+                      });
+  return y;
+}
+
+}  // namespace vkf::ops

@@ -1,0 +1,34 @@
+// The second half of a gated MLP (SwiGLU, GeGLU) as one differentiable op for mixed-precision
+// training on tensor cores: y = (act(gate) * up) W^T from the fused gate_up projection.
+//
+// Composed of gated_act_fused and linear, the f32 activation h = act(gate) * up is stored, kept
+// for the backward, and rounded to an f16 copy by each of the two products that read it (the
+// forward y = h W^T, and dW = G^T h). Here the activation kernel stores h in f16 straight away
+// (the same rounding, so the same bits) and both products read that: no f32 h, no conversions of
+// it, and the tape keeps half the bytes (1B shape: 128 MiB a layer instead of 256). The results
+// are bit for bit those of gated_act_fused followed by linear.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/activation.h"
+
+namespace vkf::ops {
+
+// Whether gated_projection() takes a gate_up [..., 2*I] product into `weight` [out, I] with this
+// bias: f32 operands, no bias, and both products of the op on tensor cores with f16 operand
+// copies under the current settings (ops::detail::tensor_core_product). Elsewhere the composed
+// form runs as before.
+// Off by set_gated_projection(false) (tests, benchmarks: train_bench --no-gated-projection).
+bool gated_projection_applies(const Tensor& gate_up, const Tensor& weight, const Tensor& bias);
+// The same rule by shapes (memory plans): a gate_up of `rows` rows of 2 * inner into an [out,
+// inner] f32 weight.
+bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias);
+void set_gated_projection(bool on);  // on by default
+bool gated_projection_enabled();
+
+// linear(gated_act_fused(gate_up, kind, gate_first), weight) where gated_projection_applies():
+// [..., out]. Gradients for gate_up and weight.
+Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
+                        const Tensor& weight);
+
+}  // namespace vkf::ops

@@ -1,0 +1,194 @@
+// ops::gated_projection: the gated activation stored in f16 for the down projection's tensor-core
+// products gives, bit for bit, the output and gradients of gated_act_fused followed by linear
+// (whose products round the f32 activation to the same f16 copy), with one conversion fewer; and
+// a mixed-precision decoder step gives the same loss and gradients with it as without. On the
+// emulated tensor-core kernel where the device has none, so that lavapipe runs the path the H200
+// runs (there the same tests run on the real kernels).
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/dtype.h"
+#include "emulated_f16.h"
+#include "models/decoder.h"
+#include "ops/activation.h"
+#include "ops/gated_projection.h"
+#include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
+#include "test_models.h"
+#include "test_util.h"
+#include "train/causal_lm.h"
+#include "vk/context.h"
+
+namespace vkf {
+namespace {
+
+using test::EmulatedF16;
+using test::Rng;
+
+struct Restore {
+  ~Restore() { ops::set_gated_projection(true); }
+};
+
+struct ProjectionRun {
+  Tensor y;
+  std::vector<Tensor> grads, grads_accumulated;  // d gate_up, dW after one and two backwards
+  uint64_t forward_dispatches = 0;
+};
+
+// y = down(act(gate) * up) over gate_up and weight, then two backward passes with seed dy (the
+// second accumulates into the first's gradients), by the fused op or the composed ops.
+ProjectionRun run(bool fused, const Tensor& gate_up, const Tensor& weight, const Tensor& dy,
+                  bool gate_first, ops::Activation act) {
+  std::vector<Tensor> in = {gate_up, weight};
+  for (Tensor& t : in) {
+    t.zero_grad();
+    t.set_requires_grad(true);
+  }
+  ProjectionRun r;
+  auto& stream = vk::Context::get().stream();
+  for (int pass = 0; pass < 2; ++pass) {
+    autograd::Tape tape;
+    Tensor y;
+    {
+      autograd::TapeScope scope(tape);
+      const uint64_t before = stream.dispatch_count();
+      y = fused ? ops::gated_projection(in[0], act, gate_first, in[1])
+                : ops::linear(ops::gated_act_fused(in[0], act, gate_first), in[1]);
+      r.forward_dispatches = stream.dispatch_count() - before;
+    }
+    tape.backward(y, dy);
+    auto& grads = pass == 0 ? r.grads : r.grads_accumulated;
+    for (const Tensor& t : in) grads.push_back(t.grad().contiguous());
+    r.y = y;
+  }
+  for (Tensor& t : in) t.set_requires_grad(false);
+  return r;
+}
+
+double f16_rounded(double x) {
+  return static_cast<double>(f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(x))));
+}
+
+// A double-precision reference of the forward with both operands rounded to f16, as the
+// tensor-core product multiplies them: sum_i f16(silu(g_i) u_i) f16(W_oi).
+std::vector<double> reference_silu(const std::vector<double>& gu, const std::vector<double>& w,
+                                   int64_t rows, int64_t inner, int64_t out, bool gate_first) {
+  std::vector<double> y(static_cast<size_t>(rows * out), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = 0;
+      for (int64_t i = 0; i < inner; ++i) {
+        const double g = gu[r * 2 * inner + (gate_first ? i : inner + i)];
+        const double u = gu[r * 2 * inner + (gate_first ? inner + i : i)];
+        const double h = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        sum += f16_rounded(h) * f16_rounded(w[o * inner + i]);
+      }
+      y[r * out + o] = sum;
+    }
+  }
+  return y;
+}
+
+TEST(GatedProjection, GivesTheBitsOfTheComposedOps) {
+  const EmulatedF16 f16;
+  const Restore restore;
+  ASSERT_TRUE(ops::detail::f16_operands_active());
+  struct Case {
+    Shape lead;
+    int64_t inner, out;
+    bool gate_first;
+    ops::Activation act;
+  };
+  // inner 24: the activation kernel's 4-wide build; 13: its scalar one (and f16 rows of odd
+  // length). Two leading dimensions, the gate second, GeGLU.
+  const Case cases[] = {{{40}, 24, 16, true, ops::Activation::SiLU},
+                        {{2, 20}, 24, 32, false, ops::Activation::SiLU},
+                        {{37}, 13, 24, true, ops::Activation::GELUTanh}};
+  Rng rng(97);
+  for (const Case& c : cases) {
+    const int64_t rows = shape_numel(c.lead);
+    const std::string what =
+        shape_str(c.lead) + " inner " + std::to_string(c.inner) + " out " + std::to_string(c.out);
+    SCOPED_TRACE(what);
+    Shape gu_shape = c.lead, y_shape = c.lead;
+    gu_shape.push_back(2 * c.inner);
+    y_shape.push_back(c.out);
+    const std::vector<double> gu = rng.normal(rows * 2 * c.inner, 1.5);
+    const std::vector<double> w = rng.normal(c.out * c.inner, 0.3);
+    const Tensor tgu = test::to_gpu(gu, gu_shape), tw = test::to_gpu(w, {c.out, c.inner});
+    const Tensor dy = test::to_gpu(rng.normal(rows * c.out, 1.0), y_shape);
+    ASSERT_TRUE(ops::gated_projection_applies(tgu, tw, Tensor()));
+    const ProjectionRun composed = run(false, tgu, tw, dy, c.gate_first, c.act);
+    const ProjectionRun fused = run(true, tgu, tw, dy, c.gate_first, c.act);
+    test::expect_bitwise_equal(fused.y, composed.y, "y");
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string name = i == 0 ? "d gate_up" : "dW";
+      test::expect_bitwise_equal(fused.grads[i], composed.grads[i], name);
+      test::expect_bitwise_equal(fused.grads_accumulated[i], composed.grads_accumulated[i],
+                                 name + " accumulated");
+    }
+    // The composed form converts the f32 activation to f16 for its product; the op does not.
+    EXPECT_EQ(fused.forward_dispatches + 1, composed.forward_dispatches);
+    if (c.act == ops::Activation::SiLU) {
+      const std::vector<double> want = reference_silu(gu, w, rows, c.inner, c.out, c.gate_first);
+      test::expect_close(fused.y.to_double(), want, 1e-4, 1e-4, "y against the reference");
+    }
+  }
+}
+
+TEST(GatedProjection, AppliesOnlyWhereBothProductsReadF16Copies) {
+  const Restore restore;
+  const Tensor gu = Tensor::empty({40, 48}), w = Tensor::empty({16, 24}), b = Tensor::empty({16});
+  set_matmul_precision(MatmulPrecision::F32);
+  EXPECT_FALSE(ops::gated_projection_applies(gu, w, Tensor()));  // no f16 copies in fp32
+  const EmulatedF16 f16;
+  EXPECT_TRUE(ops::gated_projection_applies(gu, w, Tensor()));
+  EXPECT_FALSE(ops::gated_projection_applies(gu, w, b));                         // a bias
+  EXPECT_FALSE(ops::gated_projection_applies(Tensor::empty({4, 48}), w, {}));    // skinny rows
+  EXPECT_FALSE(ops::gated_projection_applies(gu, Tensor::empty({16, 20}), {}));  // inner differs
+  EXPECT_FALSE(ops::gated_projection_applies(gu, w.to(DType::F16), {}));         // an f16 weight
+  ops::set_gated_projection(false);
+  EXPECT_FALSE(ops::gated_projection_applies(gu, w, Tensor()));
+}
+
+// A Llama's mixed-precision step (gate and up grouped into one product, the rule's default)
+// gives the same loss and gradients bit for bit with the f16 activation as without.
+TEST(GatedProjection, DecoderStepGivesTheSameBits) {
+  const EmulatedF16 f16;
+  const Restore restore;
+  const nlohmann::json c = {{"model_type", "llama"},    {"vocab_size", 50},
+                            {"hidden_size", 32},        {"intermediate_size", 40},
+                            {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+                            {"num_key_value_heads", 2}, {"max_position_embeddings", 64}};
+  Rng rng(12);
+  const std::vector<int32_t> ids = rng.ints(2 * 12, 0, 49);
+  const std::vector<int64_t> labels(ids.begin(), ids.end());
+  ASSERT_TRUE(ops::gated_projection_applies_to(24, 40, 32, false));
+  auto step = [&](bool gated) {
+    ops::set_gated_projection(gated);
+    models::DecoderModel model = test::random_decoder(c, 5, 0.2);
+    model.set_requires_grad(true);
+    const Tensor tids = Tensor::from_bytes(ids.data(), DType::I32, {2, 12});
+    autograd::Tape tape;
+    Tensor loss;
+    {
+      autograd::TapeScope scope(tape);
+      loss = train::causal_lm_loss(model.forward(tids, Tensor()), labels);
+    }
+    tape.backward(loss);
+    std::vector<Tensor> out{loss};
+    for (const auto& n : model.parameter_names()) out.push_back(model.param(n).grad().contiguous());
+    return out;
+  };
+  const std::vector<Tensor> without = step(false), with = step(true);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i)
+    test::expect_bitwise_equal(with[i], without[i],
+                               i == 0 ? "loss" : "gradient " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace vkf
