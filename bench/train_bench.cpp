@@ -17,6 +17,7 @@
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
 //               [--split-k 0] [--stream-k 0] [--separate-projections] [--no-gated-projection]
+//               [--no-gated-mlp]
 //               [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
 // Steps are recorded once and replayed (train/step_runner.h) unless --eager or --profile.
@@ -90,7 +91,7 @@ struct Args {
   int64_t split_k = 0;
   int64_t stream_k = 0;
   bool separate_projections = false;
-  bool no_gated_projection = false;
+  bool no_gated_projection = false, no_gated_mlp = false;
   std::string coopmat_operands = "f16";
   std::string tile = "auto";
   // Loss-curve mode.
@@ -383,6 +384,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-gated-projection", a.no_gated_projection,
                "mixed precision: the gated activation in f32, converted by the down products (the "
                "composed form), instead of stored in f16 for them (ops::gated_projection)");
+  app.add_flag("--no-gated-mlp", a.no_gated_mlp,
+               "mixed precision: grouped gate/up products and the gated projection as separate ops "
+               "(the gate/up gradient in f32) instead of one op (ops::gated_mlp)");
   app.add_option("--stream-k", a.stream_k,
                  "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers forced");
   app.add_option("--split-k", a.split_k, "K-splitting of products: 0 by heuristic, -1 never, N forced")
@@ -423,6 +427,7 @@ int main(int argc, char** argv) {
     ops::detail::set_stream_k(a.stream_k);
     models::DecoderModel::set_projection_grouping(!a.separate_projections);
     ops::set_gated_projection(!a.no_gated_projection);
+    ops::set_gated_mlp(!a.no_gated_mlp);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
     using ops::detail::TileChoice;
     ops::detail::set_tile_choice(a.tile == "medium"  ? TileChoice::Medium

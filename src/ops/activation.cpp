@@ -105,8 +105,12 @@ void run_gated_bwd(Activation kind, const Tensor& gate, const Tensor& up, const 
                        checked_u32(l.gate_stride, "row stride"), checked_u32(l.up_stride, "row stride")};
   const double dn = static_cast<double>(n);
   const bool vec4 = gated_vec4(l, {gate_addr, up_addr, dy.address(), d_gate_addr, d_up_addr});
-  launch(vec4 ? "gated_act_bwd4" : "gated_act_bwd", push, grid_1d(vec4 ? n / 4 : n, kLocal),
-         {&gate, &up, &dy}, {&d_gate, &d_up}, {code(kind)}, {dn * 30.0, dn * 20.0});
+  // f16 gradients (operands of tensor-core products, gated_act_fused_grad) store f16 bits.
+  const bool f16 = d_gate.dtype() == DType::F16;
+  const std::string module =
+      std::string(vec4 ? "gated_act_bwd4" : "gated_act_bwd") + (f16 ? "_h" : "");
+  launch(module, push, grid_1d(vec4 ? n / 4 : n, kLocal), {&gate, &up, &dy}, {&d_gate, &d_up},
+         {code(kind)}, {dn * 30.0, dn * (f16 ? 16.0 : 20.0)});
 }
 
 }  // namespace
@@ -224,13 +228,18 @@ Tensor gated_act_fused_value(const Tensor& gate_up, Activation kind, bool gate_f
 }
 
 Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_first,
-                            const Tensor& dy) {
+                            const Tensor& dy, DType out_dtype) {
+  VKF_REQUIRE(out_dtype == DType::F32 || out_dtype == DType::F16,
+              "gated_act_fused: internal: the gradient is f32 or f16, not {}",
+              dtype_name(out_dtype));
   const Tensor gu = contiguous_input(gate_up);
   const FusedHalves h = fused_halves(gu, gate_first);
   const Tensor dyc = contiguous_input(dy);
-  Tensor d_gu = Tensor::empty(gu.shape(), DType::F32);
+  Tensor d_gu = Tensor::empty(gu.shape(), out_dtype);
+  // The halves' byte offsets in d_gu: gu's, halved for f16.
+  const uint64_t per = out_dtype == DType::F16 ? 2 : 1;
   run_gated_bwd(kind, gu, gu, h.layout, gu.address() + h.gate_off, gu.address() + h.up_off, dyc,
-                d_gu, d_gu, d_gu.address() + h.gate_off, d_gu.address() + h.up_off);
+                d_gu, d_gu, d_gu.address() + h.gate_off / per, d_gu.address() + h.up_off / per);
   return d_gu;
 }
 

@@ -45,11 +45,11 @@ Tensor gated_act_fused(const Tensor& gate_up, Activation kind, bool gate_first =
 namespace detail {
 // gated_act_fused's two kernels without the tape: the output in `out_dtype` (f32, or f16: the
 // f32 values rounded as Tensor::to rounds them, for ops::gated_projection's tensor-core product),
-// and gate_up's gradient for the output's gradient dy.
+// and gate_up's gradient for the output's gradient dy (f32, or f16 likewise: ops::gated_mlp).
 Tensor gated_act_fused_value(const Tensor& gate_up, Activation kind, bool gate_first,
                              DType out_dtype);
 Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_first,
-                            const Tensor& dy);
+                            const Tensor& dy, DType out_dtype = DType::F32);
 }  // namespace detail
 
 }  // namespace vkf::ops

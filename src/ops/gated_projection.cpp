@@ -1,15 +1,24 @@
-// ops::gated_projection (see gated_projection.h): the gated activation stored in f16 and the down
-// projection's products on tensor cores reading it as their f16 operand.
+// ops::gated_projection and ops::gated_mlp (see gated_projection.h): the gated activation (and in
+// gated_mlp its gradient) stored in f16, and the products on tensor cores reading them as their
+// f16 operands.
 #include "ops/gated_projection.h"
 
+#include <optional>
+#include <vector>
+
 #include "core/autograd.h"
+#include "ops/linear_group.h"
 #include "ops/matmul_kernels.h"
 #include "vk/error.h"
 
 namespace vkf::ops {
 namespace {
-bool g_enabled = true;
+bool g_enabled = true, g_mlp_enabled = true;
 }  // namespace
+
+void set_gated_mlp(bool on) {
+  g_mlp_enabled = on;
+}
 
 void set_gated_projection(bool on) {
   g_enabled = on;
@@ -70,6 +79,66 @@ Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
                           autograd::NoGradScope no_grad;
                           ctx.add_grad(0, detail::gated_act_fused_grad(gu, kind, gate_first, dh));
                         }
+                      });
+  return y;
+}
+
+bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out) {
+  // dx = G [Wg; Wu] is rows x in, dW = G^T x 2 inner x in: both read the f16 gate/up gradient.
+  return g_mlp_enabled && gated_projection_applies_to(rows, inner, out, false) &&
+         detail::tensor_core_product(1, rows, in) && detail::tensor_core_product(1, 2 * inner, in);
+}
+
+bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down) {
+  for (const Tensor* t : {&x, &gate, &up, &down})
+    if (!t->defined() || t->dtype() != DType::F32) return false;
+  if (x.rank() < 1 || x.numel() == 0 || gate.rank() != 2 || up.shape() != gate.shape() ||
+      down.rank() != 2)
+    return false;
+  const int64_t in = x.dim(-1), inner = gate.dim(0);
+  if (gate.dim(1) != in || down.dim(1) != inner) return false;
+  return gated_mlp_applies_to(x.numel() / in, in, inner, down.dim(0));
+}
+
+Tensor gated_mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                 Activation kind) {
+  VKF_REQUIRE(gated_mlp_applies(x, gate, up, down),
+              "gated_mlp: internal: called where gated_mlp_applies() is false (x {}, gate {}, "
+              "down {})",
+              shape_str(x.shape()), shape_str(gate.shape()), shape_str(down.shape()));
+  const std::vector<Tensor> weights = {gate, up};
+  Shape y_shape = x.shape();
+  y_shape.back() = down.dim(0);
+  Tensor y = Tensor::empty(y_shape);
+  Tensor gu, h16;
+  {
+    autograd::NoGradScope no_grad;
+    gu = detail::group_product(x, weights, {}, 2 * gate.dim(0));
+    h16 = detail::gated_act_fused_value(gu, kind, true, DType::F16);
+    detail::gemm(detail::describe_rows(h16), detail::describe_readable(down).transposed(),
+                 detail::describe_rows(y), 1.0f, 0.0f);
+  }
+  // Inputs {x, gate, up, down}: linear_concat's {x, W_0, W_1} first, as group_backward reads them.
+  autograd::record_op("gated_mlp", {x, gate, up, down}, {y},
+                      [x, weights, down, gu, h16, kind](autograd::GradContext& ctx) {
+                        const Tensor& g = ctx.grad_output(0);
+                        if (!g.defined()) return;
+                        const bool want_gu =
+                            ctx.needs_grad(0) || ctx.needs_grad(1) || ctx.needs_grad(2);
+                        std::optional<autograd::GradTarget> dw;
+                        if (ctx.needs_grad(3)) dw = ctx.grad_target(3);
+                        Tensor dh;
+                        if (want_gu) dh = Tensor::empty(h16.shape(), DType::F32);
+                        detail::linear_grads(detail::describe_rows(g), h16, down, dh, 0.0f,
+                                             dw ? dw->tensor : Tensor(), dw ? dw->beta() : 0.0f);
+                        if (!want_gu) return;
+                        Tensor d_gu;
+                        {
+                          autograd::NoGradScope no_grad;
+                          d_gu = detail::gated_act_fused_grad(gu, kind, true, dh, DType::F16);
+                          dh = Tensor();  // freed before the gate/up products run
+                        }
+                        detail::group_backward(ctx, d_gu, x, weights, {});
                       });
   return y;
 }

@@ -1,12 +1,15 @@
-// The second half of a gated MLP (SwiGLU, GeGLU) as one differentiable op for mixed-precision
-// training on tensor cores: y = (act(gate) * up) W^T from the fused gate_up projection.
+// A gated MLP (SwiGLU, GeGLU) as differentiable ops for mixed-precision training on tensor cores:
+// gated_projection, y = (act(gate) * up) W^T from a fused gate_up projection, and gated_mlp, the
+// whole MLP from the gate and up weights (the product linear_concat makes of them) to y.
 //
 // Composed of gated_act_fused and linear, the f32 activation h = act(gate) * up is stored, kept
 // for the backward, and rounded to an f16 copy by each of the two products that read it (the
 // forward y = h W^T, and dW = G^T h). Here the activation kernel stores h in f16 straight away
 // (the same rounding, so the same bits) and both products read that: no f32 h, no conversions of
-// it, and the tape keeps half the bytes (1B shape: 128 MiB a layer instead of 256). The results
-// are bit for bit those of gated_act_fused followed by linear.
+// it, and the tape keeps half the bytes (1B shape: 128 MiB a layer instead of 256). gated_mlp
+// also writes the gate/up gradient in f16 for the two products that read it (the input and
+// weight gradients of gate and up), where the composed form writes it in f32 and they convert it.
+// The results are bit for bit those of the composed ops.
 #pragma once
 
 #include "core/tensor.h"
@@ -30,5 +33,18 @@ bool gated_projection_enabled();
 // [..., out]. Gradients for gate_up and weight.
 Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
                         const Tensor& weight);
+
+// Whether gated_mlp() takes x [..., in] with gate and up [I, in] and down [out, I] (f32, no
+// biases): gated_projection's rule, and both gate/up gradient products on tensor cores.
+// Off by set_gated_mlp(false) (tests, benchmarks: train_bench --no-gated-mlp) or with
+// gated_projection.
+bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down);
+bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out);
+void set_gated_mlp(bool on);  // on by default
+
+// down(act(x gate^T) * (x up^T)) where gated_mlp_applies(): the same as gated_projection(
+// linear_concat(x, {gate, up}), kind, true, down). Gradients for x and the three weights.
+Tensor gated_mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                 Activation kind);
 
 }  // namespace vkf::ops

@@ -66,7 +66,18 @@ int64_t check_group(const char* op, const Tensor& x, const std::vector<Tensor>& 
   return out_features;
 }
 
-// y = x [W_0; ...]^T + [b_0, ...] into a new [..., sum N_i] tensor, recording nothing.
+std::vector<Tensor> group_inputs(const Tensor& x, const std::vector<Tensor>& weights,
+                                 const std::vector<Tensor>& biases) {
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  inputs.insert(inputs.end(), biases.begin(), biases.end());
+  return inputs;
+}
+
+}  // namespace
+
+namespace detail {
+
 Tensor group_product(const Tensor& x, const std::vector<Tensor>& weights,
                      const std::vector<Tensor>& biases, int64_t out_features) {
   autograd::NoGradScope no_grad;
@@ -80,12 +91,13 @@ Tensor group_product(const Tensor& x, const std::vector<Tensor>& weights,
   return y;
 }
 
-// The backward of both ops for the gradient g of the whole output: inputs are {x, W_0, ...,
-// b_0, ...}. dx = g [W_0; ...] in one product (the weights stacked again), dW = g^T x in one
-// product whose rows are handed to each weight, db_i the column sums of g's columns of b_i.
+// dx = g [W_0; ...] in one product (the weights stacked again), dW = g^T x in one product whose
+// rows are handed to each weight, db_i the column sums of g's columns of b_i.
 void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
                     const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
   const size_t n = weights.size();
+  VKF_REQUIRE(g.dtype() == DType::F32 || biases.empty(),
+              "linear_concat: internal: an f16 output gradient with biases");
   bool any_weight = false;
   for (size_t i = 0; i < n; ++i) any_weight = any_weight || ctx.needs_grad(1 + i);
   // g as one [rows, sum N_i] matrix: the products' operand and the column sums' source.
@@ -117,24 +129,16 @@ void group_backward(GradContext& ctx, const Tensor& g, const Tensor& x,
   }
 }
 
-std::vector<Tensor> group_inputs(const Tensor& x, const std::vector<Tensor>& weights,
-                                 const std::vector<Tensor>& biases) {
-  std::vector<Tensor> inputs{x};
-  inputs.insert(inputs.end(), weights.begin(), weights.end());
-  inputs.insert(inputs.end(), biases.begin(), biases.end());
-  return inputs;
-}
-
-}  // namespace
+}  // namespace detail
 
 Tensor linear_concat(const Tensor& x, const std::vector<Tensor>& weights,
                      const std::vector<Tensor>& biases) {
   const int64_t out_features = check_group("linear_concat", x, weights, biases);
-  Tensor y = group_product(x, weights, biases, out_features);
+  Tensor y = detail::group_product(x, weights, biases, out_features);
   autograd::record_op("linear_concat", group_inputs(x, weights, biases), {y},
                       [x, weights, biases](GradContext& ctx) {
                         const Tensor& g = ctx.grad_output(0);
-                        if (g.defined()) group_backward(ctx, g, x, weights, biases);
+                        if (g.defined()) detail::group_backward(ctx, g, x, weights, biases);
                       });
   return y;
 }
@@ -144,7 +148,7 @@ std::vector<Tensor> linear_split(const Tensor& x, const std::vector<Tensor>& wei
   const int64_t out_features = check_group("linear_split", x, weights, biases);
   std::vector<Tensor> out;
   {
-    const Tensor y = group_product(x, weights, biases, out_features);
+    const Tensor y = detail::group_product(x, weights, biases, out_features);
     autograd::NoGradScope no_grad;
     int64_t at = 0;
     for (const Tensor& w : weights) {
@@ -174,7 +178,7 @@ std::vector<Tensor> linear_split(const Tensor& x, const std::vector<Tensor>& wei
                           }
                           at += weights[i].dim(0);
                         }
-                        group_backward(ctx, g, x, weights, biases);
+                        detail::group_backward(ctx, g, x, weights, biases);
                       });
   return out;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/tensor.h"
 
 namespace vkf::ops {
@@ -27,5 +28,16 @@ Tensor linear_concat(const Tensor& x, const std::vector<Tensor>& weights,
 // products.
 std::vector<Tensor> linear_split(const Tensor& x, const std::vector<Tensor>& weights,
                                  const std::vector<Tensor>& biases = {});
+
+namespace detail {
+// The ops' product and backward for an op built on them (ops::gated_mlp). group_product: y = x
+// [W_0; ...]^T + biases into a new [..., out_features] tensor, recording nothing. group_backward:
+// the gradients for the output's gradient g into ctx's inputs {x, W_0, ..., b_0, ...}; g may be
+// an f16 copy (no biases then), which the products read as it is.
+Tensor group_product(const Tensor& x, const std::vector<Tensor>& weights,
+                     const std::vector<Tensor>& biases, int64_t out_features);
+void group_backward(autograd::GradContext& ctx, const Tensor& g, const Tensor& x,
+                    const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
+}  // namespace detail
 
 }  // namespace vkf::ops

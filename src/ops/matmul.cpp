@@ -127,7 +127,9 @@ void linear_grads(const MatDesc& gd32, const Tensor& x, const Tensor& weight, co
   // x (ops::gated_projection's h) needs G in f16 beside it for dW to run on tensor cores.
   const bool shared_f16 =
       ((dx.defined() && dw.defined()) || x.dtype() == DType::F16) && f16_operands_active();
-  const MatDesc gd = shared_f16 ? describe_rows(gd32.t.to(DType::F16)) : gd32;
+  // A G that is f16 already (ops::gated_mlp's gate/up gradient) is read as it is.
+  const MatDesc gd =
+      shared_f16 && gd32.t.dtype() != DType::F16 ? describe_rows(gd32.t.to(DType::F16)) : gd32;
   if (dx.defined()) {  // dx = G W
     // The shared copy keeps G row-major, the fast layout for dW's G^T but the slow one for
     // dx's A: where the device prefers "tn" (matmul_relayout.h), dx gets its own transposed

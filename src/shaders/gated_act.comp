@@ -6,9 +6,10 @@
 // ACT (spec constant) picks the activation, see activation.glsl. The fwd4 / bwd4 builds take four
 // consecutive elements of a row per invocation with 16-byte loads and stores, where the host sees
 // inner and both row strides multiples of 4 and every operand 16-byte aligned: the same formula
-// per element. The fwd_h / fwd4_h builds store the output as f16 bits (f16_round.glsl's f16_bits:
-// the rounding of convert.comp and Tensor::to), for a tensor-core product that reads it as its f16
-// operand (ops::gated_projection): the bits that converting the f32 output would give.
+// per element. The fwd_h / fwd4_h builds store the output as f16 bits, and the bwd_h / bwd4_h
+// builds both gradients (f16_round.glsl's f16_bits: the rounding of convert.comp and Tensor::to),
+// for tensor-core products that read them as their f16 operands (ops::gated_projection,
+// ops::gated_mlp): the bits that converting the f32 results would give.
 //!novariant_base
 //!variant fwd -DBACKWARD=0
 //!variant bwd -DBACKWARD=1
@@ -16,6 +17,8 @@
 //!variant bwd4 -DBACKWARD=1 -DVEC4=1
 //!variant fwd_h -DBACKWARD=0 -DOUT_F16=1
 //!variant fwd4_h -DBACKWARD=0 -DVEC4=1 -DOUT_F16=1
+//!variant bwd_h -DBACKWARD=1 -DOUT_F16=1
+//!variant bwd4_h -DBACKWARD=1 -DVEC4=1 -DOUT_F16=1
 //!precise
 #version 460
 #include "common.glsl"
@@ -37,11 +40,12 @@ layout(push_constant, std430) uniform Push {
   F32Buf up;
   F32Buf dy;      // bwd: [rows, inner] contiguous
 #if OUT_F16
-  U16Buf out_;    // fwd_h: [rows, inner] contiguous f16
+  U16Buf out_;    // the same in f16 (_h builds)
+  U16Buf d_up;
 #else
   F32Buf out_;    // fwd: [rows, inner] contiguous;  bwd: d_gate (row stride gate_stride)
-#endif
   F32Buf d_up;    // bwd: row stride up_stride
+#endif
   uint n;
   uint inner;
   uint gate_stride;
@@ -68,8 +72,15 @@ void main() {
   const vec4 dy = Vec4Buf(uint64_t(p.dy)).v[i];
   vec4 dg, du;
   for (uint e = 0; e < 4u; ++e) gated_grads(dy[e], g[e], u[e], dg[e], du[e]);
+#if OUT_F16
+  U2Buf(uint64_t(p.out_)).v[ig] =
+      uvec2(f16_bits(dg.x) | (f16_bits(dg.y) << 16), f16_bits(dg.z) | (f16_bits(dg.w) << 16));
+  U2Buf(uint64_t(p.d_up)).v[iu] =
+      uvec2(f16_bits(du.x) | (f16_bits(du.y) << 16), f16_bits(du.z) | (f16_bits(du.w) << 16));
+#else
   Vec4Buf(uint64_t(p.out_)).v[ig] = dg;
   Vec4Buf(uint64_t(p.d_up)).v[iu] = du;
+#endif
 #else
   vec4 r;
   for (uint e = 0; e < 4u; ++e) r[e] = gated_value(g[e], u[e]);
@@ -91,8 +102,13 @@ void main() {
 #if BACKWARD
   float dg, du;
   gated_grads(p.dy.v[i], g, u, dg, du);
+#if OUT_F16
+  p.out_.v[ig] = uint16_t(f16_bits(dg));
+  p.d_up.v[iu] = uint16_t(f16_bits(du));
+#else
   p.out_.v[ig] = dg;
   p.d_up.v[iu] = du;
+#endif
 #elif OUT_F16
   p.out_.v[i] = uint16_t(f16_bits(gated_value(g, u)));
 #else

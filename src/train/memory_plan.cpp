@@ -42,8 +42,9 @@ struct Dims {
   // separate weights grouped (ops::linear_split / linear_concat, DecoderModel::groups_projections),
   // which stack the weights into a transient copy in the forward and again in the backward.
   bool qkv_one, gate_up_one, qkv_grouped, gate_up_grouped;
-  // The gated activation stored in f16 for the down products (ops::gated_projection).
-  bool gated_f16;
+  // The gated activation stored in f16 for the down products (ops::gated_projection), and with
+  // grouped gate/up the gate/up gradient too (ops::gated_mlp).
+  bool gated_f16, gated_grads_f16;
 };
 
 Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
@@ -69,6 +70,8 @@ Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
   d.gate_up_one = s.fused_gate_up || d.gate_up_grouped;
   d.gated_f16 =
       no_adapter && d.gate_up_one && ops::gated_projection_applies_to(d.N, d.I, d.H, s.mlp_bias);
+  d.gated_grads_f16 =
+      d.gated_f16 && d.gate_up_grouped && ops::gated_mlp_applies_to(d.N, d.H, d.I, d.H);
   return d;
 }
 
@@ -477,10 +480,17 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       //     output), beside the residual stream's gradient.
       const int64_t n = s.mlp == MlpKind::Plain ? 2 : 3;
       Moment m{"backward, first layer's MLP",
-               fmt::format("MLP gradients {} x {} f32", n, shape2(d.N, d.I)),
+               d.gated_grads_f16 ? fmt::format("MLP gradients {} f32 + 2 x {} f16",
+                                               shape2(d.N, d.I), shape2(d.N, d.I))
+                                 : fmt::format("MLP gradients {} x {} f32", n, shape2(d.N, d.I)),
                {},
                grads_then(all_grads - groups.missing_at_mlp)};
-      m.workspace.add(d.N * d.I, kF32, n);
+      if (d.gated_grads_f16) {  // ops::gated_mlp: the activation's gradient, gate/up's in f16
+        m.workspace.add(d.N * d.I);
+        m.workspace.add(d.N * d.I, 2, 2);
+      } else {
+        m.workspace.add(d.N * d.I, kF32, n);
+      }
       m.workspace.add(d.N * d.H, kF32, 2);
       // Grouped gate/up: the stacked weights and their gradient's [2I, H] rows, made at once.
       if (d.gate_up_grouped) m.workspace.add(2 * d.I * d.H, kF32, 2);
@@ -488,8 +498,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       const int64_t first = d.gate_up_one ? 2 * d.I : d.I;
       m.workspace += product_temporaries({{Pass::InputGrad, d.N, d.I, d.H},
                                           {Pass::WeightGrad, d.N, d.I, d.H, false, d.gated_f16},
-                                          {Pass::InputGrad, d.N, d.H, first},
-                                          {Pass::WeightGrad, d.N, d.H, first}});
+                                          {Pass::InputGrad, d.N, d.H, first, d.gated_grads_f16},
+                                          {Pass::WeightGrad, d.N, d.H, first, d.gated_grads_f16}});
       moments.push_back(m);
     }
     {

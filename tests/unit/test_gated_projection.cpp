@@ -15,6 +15,7 @@
 #include "models/decoder.h"
 #include "ops/activation.h"
 #include "ops/gated_projection.h"
+#include "ops/linear_group.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "test_models.h"
@@ -29,7 +30,10 @@ using test::EmulatedF16;
 using test::Rng;
 
 struct Restore {
-  ~Restore() { ops::set_gated_projection(true); }
+  ~Restore() {
+    ops::set_gated_projection(true);
+    ops::set_gated_mlp(true);
+  }
 };
 
 struct ProjectionRun {
@@ -139,6 +143,73 @@ TEST(GatedProjection, GivesTheBitsOfTheComposedOps) {
   }
 }
 
+// gated_mlp against linear_concat, gated_act_fused and linear: output and the gradients of x and
+// the three weights bit for bit, also accumulated over a second backward; and two conversions
+// fewer in the backward.
+TEST(GatedProjection, MlpGivesTheBitsOfTheComposedOps) {
+  const EmulatedF16 f16;
+  const Restore restore;
+  struct Case {
+    Shape lead;
+    int64_t in, inner, out;
+  };
+  const Case cases[] = {{{40}, 16, 24, 16}, {{2, 20}, 32, 24, 24}, {{37}, 24, 13, 16}};
+  Rng rng(98);
+  auto& stream = vk::Context::get().stream();
+  for (const Case& c : cases) {
+    const int64_t rows = shape_numel(c.lead);
+    SCOPED_TRACE(shape_str(c.lead) + " in " + std::to_string(c.in) + " inner " +
+                 std::to_string(c.inner));
+    Shape x_shape = c.lead, y_shape = c.lead;
+    x_shape.push_back(c.in);
+    y_shape.push_back(c.out);
+    std::vector<Tensor> in = {test::to_gpu(rng.normal(rows * c.in, 1.0), x_shape),
+                              test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
+                              test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
+                              test::to_gpu(rng.normal(c.out * c.inner, 0.3), {c.out, c.inner})};
+    const Tensor dy = test::to_gpu(rng.normal(rows * c.out, 1.0), y_shape);
+    ASSERT_TRUE(ops::gated_mlp_applies(in[0], in[1], in[2], in[3]));
+    auto run_mlp = [&](bool fused, std::vector<Tensor>& grads, std::vector<Tensor>& accumulated,
+                       uint64_t& backward_dispatches) {
+      for (Tensor& t : in) {
+        t.zero_grad();
+        t.set_requires_grad(true);
+      }
+      Tensor y;
+      for (int pass = 0; pass < 2; ++pass) {
+        autograd::Tape tape;
+        {
+          autograd::TapeScope scope(tape);
+          y = fused ? ops::gated_mlp(in[0], in[1], in[2], in[3], ops::Activation::SiLU)
+                    : ops::linear(ops::gated_act_fused(ops::linear_concat(in[0], {in[1], in[2]}),
+                                                       ops::Activation::SiLU),
+                                  in[3]);
+        }
+        const uint64_t before = stream.dispatch_count();
+        tape.backward(y, dy);
+        backward_dispatches = stream.dispatch_count() - before;
+        for (const Tensor& t : in)
+          (pass == 0 ? grads : accumulated).push_back(t.grad().contiguous());
+      }
+      for (Tensor& t : in) t.set_requires_grad(false);
+      return y;
+    };
+    std::vector<Tensor> g_composed, a_composed, g_fused, a_fused;
+    uint64_t d_composed = 0, d_fused = 0;
+    const Tensor y_composed = run_mlp(false, g_composed, a_composed, d_composed);
+    const Tensor y_fused = run_mlp(true, g_fused, a_fused, d_fused);
+    test::expect_bitwise_equal(y_fused, y_composed, "y");
+    const char* names[] = {"dx", "d gate", "d up", "d down"};
+    for (size_t i = 0; i < 4; ++i) {
+      test::expect_bitwise_equal(g_fused[i], g_composed[i], names[i]);
+      test::expect_bitwise_equal(a_fused[i], a_composed[i], std::string(names[i]) + " accumulated");
+    }
+    // The composed backward converts the f32 activation to f16 for the down weight's gradient,
+    // and the f32 gate/up gradient once for both of its products; gated_mlp has both in f16.
+    EXPECT_EQ(d_fused + 2, d_composed);
+  }
+}
+
 TEST(GatedProjection, AppliesOnlyWhereBothProductsReadF16Copies) {
   const Restore restore;
   const Tensor gu = Tensor::empty({40, 48}), w = Tensor::empty({16, 24}), b = Tensor::empty({16});
@@ -167,8 +238,11 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
   const std::vector<int32_t> ids = rng.ints(2 * 12, 0, 49);
   const std::vector<int64_t> labels(ids.begin(), ids.end());
   ASSERT_TRUE(ops::gated_projection_applies_to(24, 40, 32, false));
-  auto step = [&](bool gated) {
-    ops::set_gated_projection(gated);
+  ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32));
+  // 0: the composed ops; 1: gated_projection after linear_concat; 2: gated_mlp.
+  auto step = [&](int mode) {
+    ops::set_gated_projection(mode >= 1);
+    ops::set_gated_mlp(mode == 2);
     models::DecoderModel model = test::random_decoder(c, 5, 0.2);
     model.set_requires_grad(true);
     const Tensor tids = Tensor::from_bytes(ids.data(), DType::I32, {2, 12});
@@ -183,11 +257,15 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
     for (const auto& n : model.parameter_names()) out.push_back(model.param(n).grad().contiguous());
     return out;
   };
-  const std::vector<Tensor> without = step(false), with = step(true);
-  ASSERT_EQ(with.size(), without.size());
-  for (size_t i = 0; i < with.size(); ++i)
-    test::expect_bitwise_equal(with[i], without[i],
-                               i == 0 ? "loss" : "gradient " + std::to_string(i));
+  const std::vector<Tensor> composed = step(0);
+  for (int mode : {1, 2}) {
+    SCOPED_TRACE(mode == 1 ? "gated_projection" : "gated_mlp");
+    const std::vector<Tensor> with = step(mode);
+    ASSERT_EQ(with.size(), composed.size());
+    for (size_t i = 0; i < with.size(); ++i)
+      test::expect_bitwise_equal(with[i], composed[i],
+                                 i == 0 ? "loss" : "gradient " + std::to_string(i));
+  }
 }
 
 }  // namespace
