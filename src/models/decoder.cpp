@@ -315,17 +315,23 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
     // reads: each output the same sum and formula as the separate form below.
     const Tensor xn = normalized(), wg = P(n.gate + ".weight"), wu = P(n.up + ".weight");
     if (!residual && !nn::active_adapter() && !s.mlp_bias &&
-        ops::gated_mlp_applies(xn, wg, wu, P(n.down + ".weight"))) {
+        ops::gated_mlp_applies(xn, wg, wu, P(n.down + ".weight"), true)) {
       // Mixed precision on tensor cores: the whole MLP as one op, whose activation and gate/up
       // gradient are stored in f16 for the products that read them (the same bits).
-      out = ops::gated_mlp(xn, wg, wu, P(n.down + ".weight"), s.act);
+      out = ops::gated_mlp(xn, wg, wu, P(n.down + ".weight"), s.act, true);
     } else {
       std::vector<Tensor> b;
       if (s.mlp_bias) b = {P(n.gate + ".bias"), P(n.up + ".bias")};
       out = gated_down(ops::linear_concat(xn, {wg, wu}, b), bias(n.down));
     }
+  } else if (const Tensor h = normalized();
+             !residual && !nn::active_adapter() && !s.mlp_bias &&
+             ops::gated_mlp_applies(h, P(n.gate + ".weight"), P(n.up + ".weight"),
+                                    P(n.down + ".weight"), false)) {
+    // The same one op with gate and up as two products (the same bits as below).
+    out = ops::gated_mlp(h, P(n.gate + ".weight"), P(n.up + ".weight"), P(n.down + ".weight"),
+                         s.act, false);
   } else {
-    const Tensor h = normalized();
     Tensor g, u;
     {
       const ops::SharedF16Inputs shared_h;  // mixed precision: h converted to f16 once

@@ -4,6 +4,7 @@
 #include "ops/activation.h"
 
 #include <string>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/launch.h"
@@ -241,6 +242,24 @@ Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_fi
   run_gated_bwd(kind, gu, gu, h.layout, gu.address() + h.gate_off, gu.address() + h.up_off, dyc,
                 d_gu, d_gu, d_gu.address() + h.gate_off / per, d_gu.address() + h.up_off / per);
   return d_gu;
+}
+
+Tensor gated_act_value(const Tensor& gate, const Tensor& up, Activation kind, DType out_dtype) {
+  const Tensor gc = contiguous_input(gate), uc = contiguous_input(up);
+  const int64_t n = gc.numel();
+  Tensor out = Tensor::empty(gc.shape(), out_dtype);
+  run_gated_fwd(kind, gc, uc, GatedLayout{1, n, n, n}, gc.address(), uc.address(), out);
+  return out;
+}
+
+std::pair<Tensor, Tensor> gated_act_grads(const Tensor& gate, const Tensor& up, Activation kind,
+                                          const Tensor& dy, DType out_dtype) {
+  const Tensor gc = contiguous_input(gate), uc = contiguous_input(up), dyc = contiguous_input(dy);
+  const int64_t n = gc.numel();
+  Tensor d_gate = Tensor::empty(gc.shape(), out_dtype), d_up = Tensor::empty(uc.shape(), out_dtype);
+  run_gated_bwd(kind, gc, uc, GatedLayout{1, n, n, n}, gc.address(), uc.address(), dyc, d_gate,
+                d_up, d_gate.address(), d_up.address());
+  return {d_gate, d_up};
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -50,6 +51,10 @@ Tensor gated_act_fused_value(const Tensor& gate_up, Activation kind, bool gate_f
                              DType out_dtype);
 Tensor gated_act_fused_grad(const Tensor& gate_up, Activation kind, bool gate_first,
                             const Tensor& dy, DType out_dtype = DType::F32);
+// gated_act's kernels likewise, on separate gate and up tensors of one shape (ops::gated_mlp).
+Tensor gated_act_value(const Tensor& gate, const Tensor& up, Activation kind, DType out_dtype);
+std::pair<Tensor, Tensor> gated_act_grads(const Tensor& gate, const Tensor& up, Activation kind,
+                                          const Tensor& dy, DType out_dtype);
 }  // namespace detail
 
 }  // namespace vkf::ops

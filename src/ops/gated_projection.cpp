@@ -4,10 +4,12 @@
 #include "ops/gated_projection.h"
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "core/autograd.h"
 #include "ops/linear_group.h"
+#include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
 #include "vk/error.h"
 
@@ -83,13 +85,17 @@ Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
   return y;
 }
 
-bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out) {
-  // dx = G [Wg; Wu] is rows x in, dW = G^T x 2 inner x in: both read the f16 gate/up gradient.
+bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out, bool grouped) {
+  // dx = G W_gate (+ G W_up, or G [Wg; Wu]) is rows x in; dW = G^T x inner (2 inner) x in: both
+  // read the f16 gate/up gradient.
   return g_mlp_enabled && gated_projection_applies_to(rows, inner, out, false) &&
-         detail::tensor_core_product(1, rows, in) && detail::tensor_core_product(1, 2 * inner, in);
+         detail::tensor_core_product(1, rows, in) &&
+         detail::tensor_core_product(1, (grouped ? 2 : 1) * inner, in) &&
+         (grouped || detail::tensor_core_product(1, rows, inner));
 }
 
-bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down) {
+bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                       bool grouped) {
   for (const Tensor* t : {&x, &gate, &up, &down})
     if (!t->defined() || t->dtype() != DType::F32) return false;
   if (x.rank() < 1 || x.numel() == 0 || gate.rank() != 2 || up.shape() != gate.shape() ||
@@ -97,49 +103,90 @@ bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, co
     return false;
   const int64_t in = x.dim(-1), inner = gate.dim(0);
   if (gate.dim(1) != in || down.dim(1) != inner) return false;
-  return gated_mlp_applies_to(x.numel() / in, in, inner, down.dim(0));
+  return gated_mlp_applies_to(x.numel() / in, in, inner, down.dim(0), grouped);
 }
 
+namespace {
+
+// The separate form's backward from the f16 gradients of gate and up: the input and weight
+// gradients as two linear layers' backward give them, up's first (its layer ran last, so the
+// tape ran its backward first) and gate's added into the same dx.
+void separate_backward(autograd::GradContext& ctx, const Tensor& x, const Tensor& gate,
+                       const Tensor& up, const Tensor& d_gate, const Tensor& d_up) {
+  std::optional<autograd::GradTarget> dx, dwg, dwu;
+  if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
+  if (ctx.needs_grad(1)) dwg = ctx.grad_target(1);
+  if (ctx.needs_grad(2)) dwu = ctx.grad_target(2);
+  detail::linear_grads(detail::describe_rows(d_up), x, up, dx ? dx->tensor : Tensor(),
+                       dx ? dx->beta() : 0.0f, dwu ? dwu->tensor : Tensor(),
+                       dwu ? dwu->beta() : 0.0f);
+  detail::linear_grads(detail::describe_rows(d_gate), x, gate, dx ? dx->tensor : Tensor(), 1.0f,
+                       dwg ? dwg->tensor : Tensor(), dwg ? dwg->beta() : 0.0f);
+}
+
+}  // namespace
+
 Tensor gated_mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
-                 Activation kind) {
-  VKF_REQUIRE(gated_mlp_applies(x, gate, up, down),
+                 Activation kind, bool grouped) {
+  VKF_REQUIRE(gated_mlp_applies(x, gate, up, down, grouped),
               "gated_mlp: internal: called where gated_mlp_applies() is false (x {}, gate {}, "
               "down {})",
               shape_str(x.shape()), shape_str(gate.shape()), shape_str(down.shape()));
   const std::vector<Tensor> weights = {gate, up};
-  Shape y_shape = x.shape();
+  Shape y_shape = x.shape(), gate_shape = x.shape();
   y_shape.back() = down.dim(0);
+  gate_shape.back() = gate.dim(0);
   Tensor y = Tensor::empty(y_shape);
-  Tensor gu, h16;
+  Tensor gu, g, u, h16;  // gu grouped; g and u separate
   {
     autograd::NoGradScope no_grad;
-    gu = detail::group_product(x, weights, {}, 2 * gate.dim(0));
-    h16 = detail::gated_act_fused_value(gu, kind, true, DType::F16);
+    if (grouped) {
+      gu = detail::group_product(x, weights, {}, 2 * gate.dim(0));
+      h16 = detail::gated_act_fused_value(gu, kind, true, DType::F16);
+    } else {
+      // As two linear layers in a SharedF16Inputs scope: x converted once for both.
+      const SharedF16Inputs shared_x;
+      g = Tensor::empty(gate_shape);
+      u = Tensor::empty(gate_shape);
+      detail::gemm(detail::describe_rows(x), detail::describe_readable(gate).transposed(),
+                   detail::describe_rows(g), 1.0f, 0.0f);
+      detail::gemm(detail::describe_rows(x), detail::describe_readable(up).transposed(),
+                   detail::describe_rows(u), 1.0f, 0.0f);
+      h16 = detail::gated_act_value(g, u, kind, DType::F16);
+    }
     detail::gemm(detail::describe_rows(h16), detail::describe_readable(down).transposed(),
                  detail::describe_rows(y), 1.0f, 0.0f);
   }
   // Inputs {x, gate, up, down}: linear_concat's {x, W_0, W_1} first, as group_backward reads them.
-  autograd::record_op("gated_mlp", {x, gate, up, down}, {y},
-                      [x, weights, down, gu, h16, kind](autograd::GradContext& ctx) {
-                        const Tensor& g = ctx.grad_output(0);
-                        if (!g.defined()) return;
-                        const bool want_gu =
-                            ctx.needs_grad(0) || ctx.needs_grad(1) || ctx.needs_grad(2);
-                        std::optional<autograd::GradTarget> dw;
-                        if (ctx.needs_grad(3)) dw = ctx.grad_target(3);
-                        Tensor dh;
-                        if (want_gu) dh = Tensor::empty(h16.shape(), DType::F32);
-                        detail::linear_grads(detail::describe_rows(g), h16, down, dh, 0.0f,
-                                             dw ? dw->tensor : Tensor(), dw ? dw->beta() : 0.0f);
-                        if (!want_gu) return;
-                        Tensor d_gu;
-                        {
-                          autograd::NoGradScope no_grad;
-                          d_gu = detail::gated_act_fused_grad(gu, kind, true, dh, DType::F16);
-                          dh = Tensor();  // freed before the gate/up products run
-                        }
-                        detail::group_backward(ctx, d_gu, x, weights, {});
-                      });
+  autograd::record_op(
+      "gated_mlp", {x, gate, up, down}, {y},
+      [x, weights, down, gu, g, u, h16, kind, grouped](autograd::GradContext& ctx) {
+        const Tensor& dy = ctx.grad_output(0);
+        if (!dy.defined()) return;
+        const bool want_gu = ctx.needs_grad(0) || ctx.needs_grad(1) || ctx.needs_grad(2);
+        std::optional<autograd::GradTarget> dw;
+        if (ctx.needs_grad(3)) dw = ctx.grad_target(3);
+        Tensor dh;
+        if (want_gu) dh = Tensor::empty(h16.shape(), DType::F32);
+        detail::linear_grads(detail::describe_rows(dy), h16, down, dh, 0.0f,
+                             dw ? dw->tensor : Tensor(), dw ? dw->beta() : 0.0f);
+        if (!want_gu) return;
+        Tensor d_gu, d_gate, d_up;
+        {
+          autograd::NoGradScope no_grad;
+          if (grouped) {
+            d_gu = detail::gated_act_fused_grad(gu, kind, true, dh, DType::F16);
+          } else {
+            std::tie(d_gate, d_up) = detail::gated_act_grads(g, u, kind, dh, DType::F16);
+          }
+          dh = Tensor();  // freed before the gate/up products run
+        }
+        if (grouped) {
+          detail::group_backward(ctx, d_gu, x, weights, {});
+        } else {
+          separate_backward(ctx, x, weights[0], weights[1], d_gate, d_up);
+        }
+      });
   return y;
 }
 

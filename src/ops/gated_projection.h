@@ -35,16 +35,19 @@ Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
                         const Tensor& weight);
 
 // Whether gated_mlp() takes x [..., in] with gate and up [I, in] and down [out, I] (f32, no
-// biases): gated_projection's rule, and both gate/up gradient products on tensor cores.
-// Off by set_gated_mlp(false) (tests, benchmarks: train_bench --no-gated-mlp) or with
-// gated_projection.
-bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down);
-bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out);
+// biases): gated_projection's rule, and the gate/up gradient's products on tensor cores.
+// grouped: gate and up as one product (linear_concat's), else as two (two linear layers). Off by
+// set_gated_mlp(false) (tests, benchmarks: train_bench --no-gated-mlp) or with gated_projection.
+bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                       bool grouped);
+bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out, bool grouped);
 void set_gated_mlp(bool on);  // on by default
 
 // down(act(x gate^T) * (x up^T)) where gated_mlp_applies(): the same as gated_projection(
-// linear_concat(x, {gate, up}), kind, true, down). Gradients for x and the three weights.
+// linear_concat(x, {gate, up}), kind, true, down) (grouped), or as linear(gated_act(linear(x,
+// gate), linear(x, up), kind), down) with the two first products in a SharedF16Inputs scope.
+// Gradients for x and the three weights.
 Tensor gated_mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
-                 Activation kind);
+                 Activation kind, bool grouped);
 
 }  // namespace vkf::ops

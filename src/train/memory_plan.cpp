@@ -68,10 +68,19 @@ Dims dims_of(const ArchSpec& s, const MemoryPlanInput& in) {
                       DecoderModel::groups_projections_of(d.I);
   d.qkv_one = s.fused_qkv || d.qkv_grouped;
   d.gate_up_one = s.fused_gate_up || d.gate_up_grouped;
-  d.gated_f16 =
-      no_adapter && d.gate_up_one && ops::gated_projection_applies_to(d.N, d.I, d.H, s.mlp_bias);
-  d.gated_grads_f16 =
-      d.gated_f16 && d.gate_up_grouped && ops::gated_mlp_applies_to(d.N, d.H, d.I, d.H);
+  // DecoderModel::mlp_block's choice: gated_projection after a fused or grouped gate/up
+  // product, gated_mlp over grouped or separate gate and up (the gradient in f16 too).
+  const bool gated = no_adapter && s.mlp != MlpKind::Plain;
+  if (s.fused_gate_up) {
+    d.gated_f16 = gated && ops::gated_projection_applies_to(d.N, d.I, d.H, s.mlp_bias);
+    d.gated_grads_f16 = false;
+  } else {
+    d.gated_grads_f16 =
+        gated && !s.mlp_bias && ops::gated_mlp_applies_to(d.N, d.H, d.I, d.H, d.gate_up_grouped);
+    d.gated_f16 =
+        d.gated_grads_f16 ||
+        (gated && d.gate_up_grouped && ops::gated_projection_applies_to(d.N, d.I, d.H, s.mlp_bias));
+  }
   return d;
 }
 
@@ -176,7 +185,8 @@ TensorBytes mlp_activations(const ArchSpec& s, const Dims& d) {
     t.add(d.N * 2 * d.I);                      // gate_up output (fused or grouped)
     t.add(d.N * d.I, d.gated_f16 ? 2 : kF32);  // gated activation
   } else {
-    t.add(d.N * d.I, kF32, 3);  // gate, up, gated activation
+    t.add(d.N * d.I, kF32, 2);                 // gate, up
+    t.add(d.N * d.I, d.gated_f16 ? 2 : kF32);  // gated activation
   }
   t.add(d.N * d.H);  // down/proj output
   return t;

@@ -76,20 +76,18 @@ double f16_rounded(double x) {
   return static_cast<double>(f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(x))));
 }
 
-// A double-precision reference of the forward with both operands rounded to f16, as the
-// tensor-core product multiplies them: sum_i f16(silu(g_i) u_i) f16(W_oi).
-std::vector<double> reference_silu(const std::vector<double>& gu, const std::vector<double>& w,
-                                   int64_t rows, int64_t inner, int64_t out, bool gate_first) {
+// A double-precision reference of the product with both operands rounded to f16, as the tensor
+// cores multiply them: y = sum_i f16(h_i) f16(W_oi), for the activation h as the f32 kernel
+// computes it (its transcendental functions are the device's: a host-side h could round to
+// another f16 now and then).
+std::vector<double> reference_product(const std::vector<double>& h, const std::vector<double>& w,
+                                      int64_t rows, int64_t inner, int64_t out) {
   std::vector<double> y(static_cast<size_t>(rows * out), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
       double sum = 0;
-      for (int64_t i = 0; i < inner; ++i) {
-        const double g = gu[r * 2 * inner + (gate_first ? i : inner + i)];
-        const double u = gu[r * 2 * inner + (gate_first ? inner + i : i)];
-        const double h = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-        sum += f16_rounded(h) * f16_rounded(w[o * inner + i]);
-      }
+      for (int64_t i = 0; i < inner; ++i)
+        sum += f16_rounded(h[r * inner + i]) * f16_rounded(w[o * inner + i]);
       y[r * out + o] = sum;
     }
   }
@@ -134,12 +132,12 @@ TEST(GatedProjection, GivesTheBitsOfTheComposedOps) {
       test::expect_bitwise_equal(fused.grads_accumulated[i], composed.grads_accumulated[i],
                                  name + " accumulated");
     }
-    // The composed form converts the f32 activation to f16 for its product; the op does not.
-    EXPECT_EQ(fused.forward_dispatches + 1, composed.forward_dispatches);
-    if (c.act == ops::Activation::SiLU) {
-      const std::vector<double> want = reference_silu(gu, w, rows, c.inner, c.out, c.gate_first);
-      test::expect_close(fused.y.to_double(), want, 1e-4, 1e-4, "y against the reference");
-    }
+    // The composed form converts the f32 activation to f16 for its product (on NVIDIA, where
+    // the operands are relaid, perhaps more); the op does not.
+    EXPECT_GE(composed.forward_dispatches, fused.forward_dispatches + 1);
+    const std::vector<double> h = ops::gated_act_fused(tgu, c.act, c.gate_first).to_double();
+    test::expect_close(fused.y.to_double(), reference_product(h, w, rows, c.inner, c.out), 1e-4,
+                       1e-4, "y against the reference");
   }
 }
 
@@ -156,58 +154,73 @@ TEST(GatedProjection, MlpGivesTheBitsOfTheComposedOps) {
   const Case cases[] = {{{40}, 16, 24, 16}, {{2, 20}, 32, 24, 24}, {{37}, 24, 13, 16}};
   Rng rng(98);
   auto& stream = vk::Context::get().stream();
-  for (const Case& c : cases) {
-    const int64_t rows = shape_numel(c.lead);
-    SCOPED_TRACE(shape_str(c.lead) + " in " + std::to_string(c.in) + " inner " +
-                 std::to_string(c.inner));
-    Shape x_shape = c.lead, y_shape = c.lead;
-    x_shape.push_back(c.in);
-    y_shape.push_back(c.out);
-    std::vector<Tensor> in = {test::to_gpu(rng.normal(rows * c.in, 1.0), x_shape),
-                              test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
-                              test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
-                              test::to_gpu(rng.normal(c.out * c.inner, 0.3), {c.out, c.inner})};
-    const Tensor dy = test::to_gpu(rng.normal(rows * c.out, 1.0), y_shape);
-    ASSERT_TRUE(ops::gated_mlp_applies(in[0], in[1], in[2], in[3]));
-    auto run_mlp = [&](bool fused, std::vector<Tensor>& grads, std::vector<Tensor>& accumulated,
-                       uint64_t& backward_dispatches) {
-      for (Tensor& t : in) {
-        t.zero_grad();
-        t.set_requires_grad(true);
-      }
-      Tensor y;
-      for (int pass = 0; pass < 2; ++pass) {
-        autograd::Tape tape;
+  for (const bool grouped : {true, false})
+    for (const Case& c : cases) {
+      const int64_t rows = shape_numel(c.lead);
+      SCOPED_TRACE(shape_str(c.lead) + " in " + std::to_string(c.in) + " inner " +
+                   std::to_string(c.inner) + (grouped ? ", grouped" : ", separate"));
+      Shape x_shape = c.lead, y_shape = c.lead;
+      x_shape.push_back(c.in);
+      y_shape.push_back(c.out);
+      std::vector<Tensor> in = {test::to_gpu(rng.normal(rows * c.in, 1.0), x_shape),
+                                test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
+                                test::to_gpu(rng.normal(c.inner * c.in, 0.3), {c.inner, c.in}),
+                                test::to_gpu(rng.normal(c.out * c.inner, 0.3), {c.out, c.inner})};
+      const Tensor dy = test::to_gpu(rng.normal(rows * c.out, 1.0), y_shape);
+      ASSERT_TRUE(ops::gated_mlp_applies(in[0], in[1], in[2], in[3], grouped));
+      // The composed forms gated_mlp stands for.
+      auto composed = [&] {
+        const ops::Activation act = ops::Activation::SiLU;
+        if (grouped)
+          return ops::linear(ops::gated_act_fused(ops::linear_concat(in[0], {in[1], in[2]}), act),
+                             in[3]);
+        Tensor g, u;
         {
-          autograd::TapeScope scope(tape);
-          y = fused ? ops::gated_mlp(in[0], in[1], in[2], in[3], ops::Activation::SiLU)
-                    : ops::linear(ops::gated_act_fused(ops::linear_concat(in[0], {in[1], in[2]}),
-                                                       ops::Activation::SiLU),
-                                  in[3]);
+          const ops::SharedF16Inputs shared;
+          g = ops::linear(in[0], in[1]);
+          u = ops::linear(in[0], in[2]);
         }
-        const uint64_t before = stream.dispatch_count();
-        tape.backward(y, dy);
-        backward_dispatches = stream.dispatch_count() - before;
-        for (const Tensor& t : in)
-          (pass == 0 ? grads : accumulated).push_back(t.grad().contiguous());
+        return ops::linear(ops::gated_act(g, u, act), in[3]);
+      };
+      auto run_mlp = [&](bool fused, std::vector<Tensor>& grads, std::vector<Tensor>& accumulated,
+                         uint64_t& backward_dispatches) {
+        for (Tensor& t : in) {
+          t.zero_grad();
+          t.set_requires_grad(true);
+        }
+        Tensor y;
+        for (int pass = 0; pass < 2; ++pass) {
+          autograd::Tape tape;
+          {
+            autograd::TapeScope scope(tape);
+            y = fused ? ops::gated_mlp(in[0], in[1], in[2], in[3], ops::Activation::SiLU, grouped)
+                      : composed();
+          }
+          const uint64_t before = stream.dispatch_count();
+          tape.backward(y, dy);
+          backward_dispatches = stream.dispatch_count() - before;
+          for (const Tensor& t : in)
+            (pass == 0 ? grads : accumulated).push_back(t.grad().contiguous());
+        }
+        for (Tensor& t : in) t.set_requires_grad(false);
+        return y;
+      };
+      std::vector<Tensor> g_composed, a_composed, g_fused, a_fused;
+      uint64_t d_composed = 0, d_fused = 0;
+      const Tensor y_composed = run_mlp(false, g_composed, a_composed, d_composed);
+      const Tensor y_fused = run_mlp(true, g_fused, a_fused, d_fused);
+      test::expect_bitwise_equal(y_fused, y_composed, "y");
+      const char* names[] = {"dx", "d gate", "d up", "d down"};
+      for (size_t i = 0; i < 4; ++i) {
+        test::expect_bitwise_equal(g_fused[i], g_composed[i], names[i]);
+        test::expect_bitwise_equal(a_fused[i], a_composed[i],
+                                   std::string(names[i]) + " accumulated");
       }
-      for (Tensor& t : in) t.set_requires_grad(false);
-      return y;
-    };
-    std::vector<Tensor> g_composed, a_composed, g_fused, a_fused;
-    uint64_t d_composed = 0, d_fused = 0;
-    const Tensor y_composed = run_mlp(false, g_composed, a_composed, d_composed);
-    const Tensor y_fused = run_mlp(true, g_fused, a_fused, d_fused);
-    test::expect_bitwise_equal(y_fused, y_composed, "y");
-    const char* names[] = {"dx", "d gate", "d up", "d down"};
-    for (size_t i = 0; i < 4; ++i) {
-      test::expect_bitwise_equal(g_fused[i], g_composed[i], names[i]);
-      test::expect_bitwise_equal(a_fused[i], a_composed[i], std::string(names[i]) + " accumulated");
+      // The composed backward converts the f32 activation to f16 for the down weight's gradient,
+      // and the f32 gate/up gradient (each of gate's and up's) once for both of its products;
+      // gated_mlp has them in f16 (NVIDIA's relaid copies for the input gradients add more).
+      EXPECT_GE(d_composed, d_fused + (grouped ? 2 : 3));
     }
-    // The composed backward converts the f32 activation to f16 for the down weight's gradient,
-    // and the f32 gate/up gradient once for both of its products; gated_mlp has both in f16.
-    EXPECT_EQ(d_fused + 2, d_composed);
-  }
 }
 
 TEST(GatedProjection, AppliesOnlyWhereBothProductsReadF16Copies) {
@@ -238,8 +251,9 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
   const std::vector<int32_t> ids = rng.ints(2 * 12, 0, 49);
   const std::vector<int64_t> labels(ids.begin(), ids.end());
   ASSERT_TRUE(ops::gated_projection_applies_to(24, 40, 32, false));
-  ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32));
-  // 0: the composed ops; 1: gated_projection after linear_concat; 2: gated_mlp.
+  ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32, true));
+  ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32, false));
+  // 0: the composed ops; 1: gated_projection after linear_concat (grouped only); 2: gated_mlp.
   auto step = [&](int mode) {
     ops::set_gated_projection(mode >= 1);
     ops::set_gated_mlp(mode == 2);
@@ -257,14 +271,22 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
     for (const auto& n : model.parameter_names()) out.push_back(model.param(n).grad().contiguous());
     return out;
   };
-  const std::vector<Tensor> composed = step(0);
-  for (int mode : {1, 2}) {
-    SCOPED_TRACE(mode == 1 ? "gated_projection" : "gated_mlp");
-    const std::vector<Tensor> with = step(mode);
-    ASSERT_EQ(with.size(), composed.size());
-    for (size_t i = 0; i < with.size(); ++i)
-      test::expect_bitwise_equal(with[i], composed[i],
-                                 i == 0 ? "loss" : "gradient " + std::to_string(i));
+  struct Grouping {
+    ~Grouping() { models::DecoderModel::set_projection_grouping(true); }
+  } grouping;
+  for (const bool grouped : {true, false}) {
+    SCOPED_TRACE(grouped ? "gate and up grouped" : "gate and up separate");
+    models::DecoderModel::set_projection_grouping(grouped);
+    const std::vector<Tensor> composed = step(0);
+    for (int mode : {1, 2}) {
+      if (!grouped && mode == 1) continue;
+      SCOPED_TRACE(mode == 1 ? "gated_projection" : "gated_mlp");
+      const std::vector<Tensor> with = step(mode);
+      ASSERT_EQ(with.size(), composed.size());
+      for (size_t i = 0; i < with.size(); ++i)
+        test::expect_bitwise_equal(with[i], composed[i],
+                                   i == 0 ? "loss" : "gradient " + std::to_string(i));
+    }
   }
 }
 
