@@ -21,12 +21,13 @@ namespace vkf::ops {
 // bias: f32 operands, no bias, and both products of the op on tensor cores with f16 operand
 // copies under the current settings (ops::detail::tensor_core_product). Elsewhere the composed
 // form runs as before.
-// Off by set_gated_projection(false) (tests, benchmarks: train_bench --no-gated-projection).
+// Off by default: on with VKF_F16_ACTIVATIONS=1, set_gated_projection(true) or train_bench
+// --f16-activations (not yet run on real tensor cores: bench/RESULTS.md, thirty-second session).
 bool gated_projection_applies(const Tensor& gate_up, const Tensor& weight, const Tensor& bias);
 // The same rule by shapes (memory plans): a gate_up of `rows` rows of 2 * inner into an [out,
 // inner] f32 weight.
 bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias);
-void set_gated_projection(bool on);  // on by default
+void set_gated_projection(bool on);
 bool gated_projection_enabled();
 
 // linear(gated_act_fused(gate_up, kind, gate_first), weight) where gated_projection_applies():
@@ -36,12 +37,12 @@ Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
 
 // Whether gated_mlp() takes x [..., in] with gate and up [I, in] and down [out, I] (f32, no
 // biases): gated_projection's rule, and the gate/up gradient's products on tensor cores.
-// grouped: gate and up as one product (linear_concat's), else as two (two linear layers). Off by
-// set_gated_mlp(false) (tests, benchmarks: train_bench --no-gated-mlp) or with gated_projection.
+// grouped: gate and up as one product (linear_concat's), else as two (two linear layers). On and
+// off with gated_projection (VKF_F16_ACTIVATIONS), and off alone by set_gated_mlp(false).
 bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
                        bool grouped);
 bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out, bool grouped);
-void set_gated_mlp(bool on);  // on by default
+void set_gated_mlp(bool on);
 
 // down(act(x gate^T) * (x up^T)) where gated_mlp_applies(): the same as gated_projection(
 // linear_concat(x, {gate, up}), kind, true, down) (grouped), or as linear(gated_act(linear(x,

@@ -29,10 +29,15 @@ namespace {
 using test::EmulatedF16;
 using test::Rng;
 
+// Both ops switched on for a test (they are off by default), off again after.
 struct Restore {
-  ~Restore() {
+  Restore() {
     ops::set_gated_projection(true);
     ops::set_gated_mlp(true);
+  }
+  ~Restore() {
+    ops::set_gated_projection(false);
+    ops::set_gated_mlp(false);
   }
 };
 

@@ -24,6 +24,7 @@
 #include "core/autograd.h"
 #include "models/decoder.h"
 #include "models/registry.h"
+#include "ops/gated_projection.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
 #include "ops/matmul_coopmat.h"
@@ -180,19 +181,30 @@ TEST(MemoryPlan, TrainingEstimateBoundsTheMeasuredPeak) {
 // Mixed precision keeps every tensor f32 and adds the loss scaler's small check buffers after
 // backward; where products read f16 operand copies (tensor cores, or the cooperative-matrix
 // emulation that stands in for them here on devices without), also those copies and the fused
-// loss's f16 gradient group, which the plan counts at its moments. With clipping (the default),
-// with accumulation, and a large vocabulary (the fused loss's group at the peak).
+// loss's f16 gradient group, which the plan counts at its moments; and with f16 activations
+// (ops::gated_mlp, ops::gated_projection) their f16 tensors. With clipping (the default), with
+// accumulation, and a large vocabulary (the fused loss's group at the peak).
 TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinThePlan) {
   const auto cases = training_cases();
-  for (const bool emulate : {false, true}) {
-    ops::detail::set_coopmat_emulation(emulate);
+  struct Off {
+    ~Off() {
+      ops::set_gated_projection(false);
+      ops::set_gated_mlp(false);
+      ops::detail::set_coopmat_emulation(false);
+    }
+  } off;
+  for (const int mode : {0, 1, 2}) {  // plain f32; emulated tensor cores; and f16 activations
+    ops::detail::set_coopmat_emulation(mode >= 1);
+    ops::set_gated_projection(mode == 2);
+    ops::set_gated_mlp(mode == 2);
     for (const Case& c : {cases[0], cases[6], cases[1]}) {
-      SCOPED_TRACE(c.name + (emulate ? ", emulated cooperative matrices" : ""));
+      SCOPED_TRACE(c.name + (mode == 1   ? ", emulated cooperative matrices"
+                             : mode == 2 ? ", emulated, f16 activations"
+                                         : ""));
       const uint64_t measured = measure_training(c, MatmulPrecision::F16);
       expect_within_bound(c, plan_for(c, true, MatmulPrecision::F16), measured);
     }
   }
-  ops::detail::set_coopmat_emulation(false);
 }
 
 // A forward pass without gradients and the loss, as evaluation runs it (fused) or as a forward
