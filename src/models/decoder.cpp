@@ -313,12 +313,13 @@ Tensor DecoderModel::mlp_block(int64_t l, const Tensor& x, const Trace& trace,
   } else if (groups_projections(pre_norm, {P(n.gate + ".weight"), P(n.up + ".weight")})) {
     // One product for gate and up (ops::linear_concat), whose two halves the fused activation
     // reads: each output the same sum and formula as the separate form below.
-    const Tensor xn = normalized(), wg = P(n.gate + ".weight"), wu = P(n.up + ".weight");
+    const Tensor xn = normalized(), wg = P(n.gate + ".weight"), wu = P(n.up + ".weight"),
+                 wd = P(n.down + ".weight");
     if (!residual && !nn::active_adapter() && !s.mlp_bias &&
-        ops::gated_mlp_applies(xn, wg, wu, P(n.down + ".weight"), true)) {
+        ops::gated_mlp_applies(xn, wg, wu, wd, true)) {
       // Mixed precision on tensor cores: the whole MLP as one op, whose activation and gate/up
       // gradient are stored in f16 for the products that read them (the same bits).
-      out = ops::gated_mlp(xn, wg, wu, P(n.down + ".weight"), s.act, true);
+      out = ops::gated_mlp(xn, wg, wu, wd, s.act, true);
     } else {
       std::vector<Tensor> b;
       if (s.mlp_bias) b = {P(n.gate + ".bias"), P(n.up + ".bias")};

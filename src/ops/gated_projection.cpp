@@ -33,9 +33,24 @@ void set_gated_mlp(bool on) {
 void set_gated_projection(bool on) {
   g_enabled = on;
 }
-bool gated_projection_enabled() {
-  return g_enabled;
+
+namespace {
+
+// The down projection's backward for y's gradient dy, as linear's backward computes it for an f32
+// h (h16 is what its products would have converted h to): dW into input `down_input` of ctx,
+// and dh = dy W returned in f32 when `want_dh` (undefined otherwise).
+Tensor down_backward(autograd::GradContext& ctx, const Tensor& dy, const Tensor& h16,
+                     const Tensor& down, size_t down_input, bool want_dh) {
+  std::optional<autograd::GradTarget> dw;
+  if (ctx.needs_grad(down_input)) dw = ctx.grad_target(down_input);
+  Tensor dh;
+  if (want_dh) dh = Tensor::empty(h16.shape(), DType::F32);
+  detail::linear_grads(detail::describe_rows(dy), h16, down, dh, 0.0f, dw ? dw->tensor : Tensor(),
+                       dw ? dw->beta() : 0.0f);
+  return dh;
 }
+
+}  // namespace
 
 bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias) {
   // y = h W^T is rows x out and dW = G^T h out x inner: both read h16 (dh = G W takes gemm()'s
@@ -75,20 +90,11 @@ Tensor gated_projection(const Tensor& gate_up, Activation kind, bool gate_first,
                       [gu, h16, weight, kind, gate_first](autograd::GradContext& ctx) {
                         const Tensor& g = ctx.grad_output(0);
                         if (!g.defined()) return;
-                        const detail::MatDesc gd = detail::describe_rows(g);  // [rows, out]
                         const bool want_dgu = ctx.needs_grad(0);
-                        std::optional<autograd::GradTarget> dw;
-                        if (ctx.needs_grad(1)) dw = ctx.grad_target(1);
-                        // dh = G W and dW = G^T h16, as linear's backward computes them for an f32
-                        // h (h16 is what its products would have converted h to).
-                        Tensor dh;
-                        if (want_dgu) dh = Tensor::empty(h16.shape(), DType::F32);
-                        detail::linear_grads(gd, h16, weight, dh, 0.0f, dw ? dw->tensor : Tensor(),
-                                             dw ? dw->beta() : 0.0f);
-                        if (want_dgu) {
-                          autograd::NoGradScope no_grad;
-                          ctx.add_grad(0, detail::gated_act_fused_grad(gu, kind, gate_first, dh));
-                        }
+                        const Tensor dh = down_backward(ctx, g, h16, weight, 1, want_dgu);
+                        if (!want_dgu) return;
+                        autograd::NoGradScope no_grad;
+                        ctx.add_grad(0, detail::gated_act_fused_grad(gu, kind, gate_first, dh));
                       });
   return y;
 }
@@ -172,12 +178,7 @@ Tensor gated_mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Te
         const Tensor& dy = ctx.grad_output(0);
         if (!dy.defined()) return;
         const bool want_gu = ctx.needs_grad(0) || ctx.needs_grad(1) || ctx.needs_grad(2);
-        std::optional<autograd::GradTarget> dw;
-        if (ctx.needs_grad(3)) dw = ctx.grad_target(3);
-        Tensor dh;
-        if (want_gu) dh = Tensor::empty(h16.shape(), DType::F32);
-        detail::linear_grads(detail::describe_rows(dy), h16, down, dh, 0.0f,
-                             dw ? dw->tensor : Tensor(), dw ? dw->beta() : 0.0f);
+        Tensor dh = down_backward(ctx, dy, h16, down, 3, want_gu);
         if (!want_gu) return;
         Tensor d_gu, d_gate, d_up;
         {

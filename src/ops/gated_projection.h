@@ -28,7 +28,6 @@ bool gated_projection_applies(const Tensor& gate_up, const Tensor& weight, const
 // inner] f32 weight.
 bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias);
 void set_gated_projection(bool on);
-bool gated_projection_enabled();
 
 // linear(gated_act_fused(gate_up, kind, gate_first), weight) where gated_projection_applies():
 // [..., out]. Gradients for gate_up and weight.

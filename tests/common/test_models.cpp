@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.h"
 #include "models/registry.h"
 #include "test_util.h"
+#include "train/causal_lm.h"
 
 namespace vkf::test {
 
@@ -21,6 +23,22 @@ models::DecoderModel random_decoder(const nlohmann::json& config, uint64_t seed,
     params[name] = to_gpu(as_f32(v), shape);
   }
   return models::DecoderModel(std::move(spec), std::move(params));
+}
+
+std::vector<Tensor> loss_and_gradients(models::DecoderModel& model, const std::vector<int32_t>& ids,
+                                       int64_t batch, int64_t seq) {
+  const std::vector<int64_t> labels(ids.begin(), ids.end());
+  const Tensor tids = Tensor::from_bytes(ids.data(), DType::I32, {batch, seq});
+  autograd::Tape tape;
+  Tensor loss;
+  {
+    autograd::TapeScope scope(tape);
+    loss = train::causal_lm_loss(model.forward(tids, Tensor()), labels);
+  }
+  tape.backward(loss);
+  std::vector<Tensor> out{loss};
+  for (const auto& n : model.parameter_names()) out.push_back(model.param(n).grad().contiguous());
+  return out;
 }
 
 }  // namespace vkf::test

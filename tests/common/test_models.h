@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "models/decoder.h"
 
@@ -13,5 +14,11 @@ namespace vkf::test {
 // (names containing "norm") get 1 added, except where the architecture stores them as offsets
 // from 1 (norm_one_plus). The config is read as config.json would be.
 models::DecoderModel random_decoder(const nlohmann::json& config, uint64_t seed, double stddev);
+
+// One training step's causal-LM loss on ids [batch, seq] (labels: the ids) and then, in
+// parameter_names() order, the gradient of every parameter (contiguous), from a fresh tape. The
+// model's parameters must require gradients.
+std::vector<Tensor> loss_and_gradients(models::DecoderModel& model, const std::vector<int32_t>& ids,
+                                       int64_t batch, int64_t seq);
 
 }  // namespace vkf::test

@@ -4,7 +4,6 @@
 // a mixed-precision decoder step gives the same loss and gradients with it as without. On the
 // emulated tensor-core kernel where the device has none, so that lavapipe runs the path the H200
 // runs (there the same tests run on the real kernels).
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,7 +19,6 @@
 #include "ops/matmul_kernels.h"
 #include "test_models.h"
 #include "test_util.h"
-#include "train/causal_lm.h"
 #include "vk/context.h"
 
 namespace vkf {
@@ -254,7 +252,6 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
                             {"num_key_value_heads", 2}, {"max_position_embeddings", 64}};
   Rng rng(12);
   const std::vector<int32_t> ids = rng.ints(2 * 12, 0, 49);
-  const std::vector<int64_t> labels(ids.begin(), ids.end());
   ASSERT_TRUE(ops::gated_projection_applies_to(24, 40, 32, false));
   ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32, true));
   ASSERT_TRUE(ops::gated_mlp_applies_to(24, 32, 40, 32, false));
@@ -264,17 +261,7 @@ TEST(GatedProjection, DecoderStepGivesTheSameBits) {
     ops::set_gated_mlp(mode == 2);
     models::DecoderModel model = test::random_decoder(c, 5, 0.2);
     model.set_requires_grad(true);
-    const Tensor tids = Tensor::from_bytes(ids.data(), DType::I32, {2, 12});
-    autograd::Tape tape;
-    Tensor loss;
-    {
-      autograd::TapeScope scope(tape);
-      loss = train::causal_lm_loss(model.forward(tids, Tensor()), labels);
-    }
-    tape.backward(loss);
-    std::vector<Tensor> out{loss};
-    for (const auto& n : model.parameter_names()) out.push_back(model.param(n).grad().contiguous());
-    return out;
+    return test::loss_and_gradients(model, ids, 2, 12);
   };
   struct Grouping {
     ~Grouping() { models::DecoderModel::set_projection_grouping(true); }
