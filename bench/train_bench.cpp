@@ -16,7 +16,7 @@
 //               [--stage-profile [--profile-shapes]]
 //               [--top 20] [--peak-tflops 67]
 //               [--peak-tflops-f16 990] [--peak-gbps 4300] [--coopmat-tile auto]
-//               [--split-k 0] [--stream-k 0] [--separate-projections] [--no-gated-projection]
+//               [--split-k 0] [--stream-k 0] [--separate-projections] [--no-f16-activations]
 //               [--no-gated-mlp]
 //               [--coopmat-operands f16|f32] [--tile auto|medium|large]
 //               [--eager] [--device N]
@@ -91,7 +91,7 @@ struct Args {
   int64_t split_k = 0;
   int64_t stream_k = 0;
   bool separate_projections = false;
-  bool f16_activations = false, no_gated_mlp = false;
+  bool no_f16_activations = false, no_gated_mlp = false;
   std::string coopmat_operands = "f16";
   std::string tile = "auto";
   // Loss-curve mode.
@@ -381,13 +381,14 @@ int main(int argc, char** argv) {
   app.add_option("--peak-gbps", a.peak_gbps, "roofline: the device's memory bandwidth in GB/s")->capture_default_str();
   app.add_flag("--separate-projections", a.separate_projections,
                "q, k, v and gate, up as separate products (default: one product each)");
-  app.add_flag("--f16-activations", a.f16_activations,
-               "mixed precision: the gated MLP's activation (and its gate/up gradient) stored in "
-               "f16 for the products that read them (ops::gated_mlp, ops::gated_projection; "
-               "VKF_F16_ACTIVATIONS=1 does the same)");
+  app.add_flag("--no-f16-activations", a.no_f16_activations,
+               "mixed precision: the gated MLP's activation and gate/up gradient stored in f32 "
+               "and converted by each product that reads them, as the composed ops do (default: "
+               "in f16, by ops::gated_mlp and ops::gated_projection; the same bits; "
+               "VKF_F16_ACTIVATIONS=0 does the same)");
   app.add_flag("--no-gated-mlp", a.no_gated_mlp,
-               "with --f16-activations: the gated projection alone (ops::gated_projection after "
-               "grouped gate/up products; the gate/up gradient in f32), not ops::gated_mlp");
+               "the gated projection alone (ops::gated_projection after grouped gate/up "
+               "products; the gate/up gradient in f32), not ops::gated_mlp");
   app.add_option("--stream-k", a.stream_k,
                  "stream-K products of the fp32 tiled kernel: 0 by rule, -1 never, N workers forced");
   app.add_option("--split-k", a.split_k, "K-splitting of products: 0 by heuristic, -1 never, N forced")
@@ -427,10 +428,8 @@ int main(int argc, char** argv) {
     ops::detail::set_split_k(a.split_k);
     ops::detail::set_stream_k(a.stream_k);
     models::DecoderModel::set_projection_grouping(!a.separate_projections);
-    if (a.f16_activations) {
-      ops::set_gated_projection(true);
-      ops::set_gated_mlp(!a.no_gated_mlp);
-    }
+    if (a.no_f16_activations) ops::set_gated_projection(false);
+    if (a.no_f16_activations || a.no_gated_mlp) ops::set_gated_mlp(false);
     ops::detail::set_coopmat_f16_operands(a.coopmat_operands == "f16");
     using ops::detail::TileChoice;
     ops::detail::set_tile_choice(a.tile == "medium"  ? TileChoice::Medium

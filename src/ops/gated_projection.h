@@ -21,13 +21,14 @@ namespace vkf::ops {
 // bias: f32 operands, no bias, and both products of the op on tensor cores with f16 operand
 // copies under the current settings (ops::detail::tensor_core_product). Elsewhere the composed
 // form runs as before.
-// Off by default: on with VKF_F16_ACTIVATIONS=1, set_gated_projection(true) or train_bench
-// --f16-activations (not yet run on real tensor cores: bench/RESULTS.md, thirty-second session).
+// On by default: off with VKF_F16_ACTIVATIONS=0, set_gated_projection(false) or train_bench
+// --no-f16-activations (for A/B timing; the same bits either way).
 bool gated_projection_applies(const Tensor& gate_up, const Tensor& weight, const Tensor& bias);
 // The same rule by shapes (memory plans): a gate_up of `rows` rows of 2 * inner into an [out,
 // inner] f32 weight.
 bool gated_projection_applies_to(int64_t rows, int64_t inner, int64_t out, bool bias);
 void set_gated_projection(bool on);
+bool gated_projection_enabled();
 
 // linear(gated_act_fused(gate_up, kind, gate_first), weight) where gated_projection_applies():
 // [..., out]. Gradients for gate_up and weight.
@@ -42,6 +43,7 @@ bool gated_mlp_applies(const Tensor& x, const Tensor& gate, const Tensor& up, co
                        bool grouped);
 bool gated_mlp_applies_to(int64_t rows, int64_t in, int64_t inner, int64_t out, bool grouped);
 void set_gated_mlp(bool on);
+bool gated_mlp_enabled();
 
 // down(act(x gate^T) * (x up^T)) where gated_mlp_applies(): the same as gated_projection(
 // linear_concat(x, {gate, up}), kind, true, down) (grouped), or as linear(gated_act(linear(x,

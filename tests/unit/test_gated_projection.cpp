@@ -27,15 +27,16 @@ namespace {
 using test::EmulatedF16;
 using test::Rng;
 
-// Both ops switched on for a test (they are off by default), off again after.
+// Both ops switched on for a test (whatever VKF_F16_ACTIVATIONS says), as they were after.
 struct Restore {
+  const bool projection = ops::gated_projection_enabled(), mlp = ops::gated_mlp_enabled();
   Restore() {
     ops::set_gated_projection(true);
     ops::set_gated_mlp(true);
   }
   ~Restore() {
-    ops::set_gated_projection(false);
-    ops::set_gated_mlp(false);
+    ops::set_gated_projection(projection);
+    ops::set_gated_mlp(mlp);
   }
 };
 

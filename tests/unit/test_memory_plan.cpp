@@ -186,13 +186,14 @@ TEST(MemoryPlan, TrainingEstimateBoundsTheMeasuredPeak) {
 // accumulation, and a large vocabulary (the fused loss's group at the peak).
 TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinThePlan) {
   const auto cases = training_cases();
-  struct Off {
-    ~Off() {
-      ops::set_gated_projection(false);
-      ops::set_gated_mlp(false);
+  struct Restore {
+    const bool projection = ops::gated_projection_enabled(), mlp = ops::gated_mlp_enabled();
+    ~Restore() {
+      ops::set_gated_projection(projection);
+      ops::set_gated_mlp(mlp);
       ops::detail::set_coopmat_emulation(false);
     }
-  } off;
+  } restore;
   for (const int mode : {0, 1, 2}) {  // plain f32; emulated tensor cores; and f16 activations
     ops::detail::set_coopmat_emulation(mode >= 1);
     ops::set_gated_projection(mode == 2);
