@@ -133,9 +133,11 @@ namespace {
 
 // The separate form's backward from the f16 gradients of gate and up: the input and weight
 // gradients as two linear layers' backward give them, up's first (its layer ran last, so the
-// tape ran its backward first) and gate's added into the same dx.
+// tape ran its backward first) and gate's added into the same dx. Both weight gradients read x's
+// f16 copy (transposed into the kernel's faster layout), made once for the two.
 void separate_backward(autograd::GradContext& ctx, const Tensor& x, const Tensor& gate,
                        const Tensor& up, const Tensor& d_gate, const Tensor& d_up) {
+  const SharedF16Inputs shared_x;
   std::optional<autograd::GradTarget> dx, dwg, dwu;
   if (ctx.needs_grad(0)) dx = ctx.grad_target(0);
   if (ctx.needs_grad(1)) dwg = ctx.grad_target(1);
