@@ -28,15 +28,10 @@ using test::EmulatedF16;
 using test::Rng;
 
 // Both ops switched on for a test (whatever VKF_F16_ACTIVATIONS says), as they were after.
-struct Restore {
-  const bool projection = ops::gated_projection_enabled(), mlp = ops::gated_mlp_enabled();
+struct Restore : test::F16ActivationSwitchesRestored {
   Restore() {
     ops::set_gated_projection(true);
     ops::set_gated_mlp(true);
-  }
-  ~Restore() {
-    ops::set_gated_projection(projection);
-    ops::set_gated_mlp(mlp);
   }
 };
 

@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "emulated_f16.h"
 #include "models/decoder.h"
 #include "models/registry.h"
 #include "ops/gated_projection.h"
@@ -186,14 +187,10 @@ TEST(MemoryPlan, TrainingEstimateBoundsTheMeasuredPeak) {
 // accumulation, and a large vocabulary (the fused loss's group at the peak).
 TEST(MemoryPlan, MixedPrecisionTrainingStaysWithinThePlan) {
   const auto cases = training_cases();
-  struct Restore {
-    const bool projection = ops::gated_projection_enabled(), mlp = ops::gated_mlp_enabled();
-    ~Restore() {
-      ops::set_gated_projection(projection);
-      ops::set_gated_mlp(mlp);
-      ops::detail::set_coopmat_emulation(false);
-    }
-  } restore;
+  const test::F16ActivationSwitchesRestored switches;
+  struct EmulationOff {
+    ~EmulationOff() { ops::detail::set_coopmat_emulation(false); }
+  } emulation_off;
   for (const int mode : {0, 1, 2}) {  // plain f32; emulated tensor cores; and f16 activations
     ops::detail::set_coopmat_emulation(mode >= 1);
     ops::set_gated_projection(mode == 2);
