@@ -172,6 +172,11 @@ void main() {
       const int pos_first = i0 + p.a.q_offset;
       const bool sees_tile = sg_keys > 0 && block_visible(p.a, pos_first, pos_first + int(q_rows) - 1,
                                                           sg_k_first, sg_k_first + sg_keys - 1);
+      // Every query of the tile sees every key of the subgroup (away from the causal diagonal and
+      // a window's edge, no padding, a whole tile): the common case skips the per-score tests.
+      const bool tile_full = q_rows == uint(BQT) && (p.flags & FLAG_MASK) == 0u && sg_keys == 16 &&
+                             position_visible(p.a, pos_first, sg_k_first + 15) &&
+                             position_visible(p.a, pos_first + BQT - 1, sg_k_first);
 
       FRAG_H p_h[QT], ds_h[QT];
       UNROLL for (uint qt = 0; qt < QT; ++qt) {
@@ -188,8 +193,8 @@ void main() {
             const uint kr = sg_key0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
             const uint qr = qt * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
             float pr = 0.0, g = 0.0;
-            if (qr < q_rows && sKeyOk[kr] != 0u &&
-                position_visible(p.a, pos_first + int(qr), int(k0 + kr))) {
+            if (tile_full || (qr < q_rows && sKeyOk[kr] != 0u &&
+                              position_visible(p.a, pos_first + int(qr), int(k0 + kr)))) {
               const float x = COMP(st, t);
               pr = exp(transform_score(p.a, x) - sLse[qr]);
               g = pr * (COMP(dpt, t) - sDelta[qr]) * softcap_grad(p.a, x);

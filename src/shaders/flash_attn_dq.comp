@@ -150,6 +150,11 @@ void main() {
     barrier();
     const bool sees_tile =
         sg_rows > 0 && block_visible(p.a, sg_pos_first, sg_pos_first + sg_rows - 1, j0, j0 + BKV - 1);
+    // Every key of the tile visible to every row of the subgroup (away from the causal diagonal
+    // and a window's edge, no padding, a whole tile): the common case skips the per-score tests.
+    const bool tile_full = kv_rows == uint(BKV) && (p.flags & FLAG_MASK) == 0u && sg_rows == 16 &&
+                           position_visible(p.a, sg_pos_first, j0 + BKV - 1) &&
+                           position_visible(p.a, sg_pos_first + 15, j0);
 
     FRAG_H ds_h[KF];
     UNROLL for (uint kf = 0; kf < KF; ++kf) {
@@ -166,8 +171,8 @@ void main() {
           const uint r = sg_row0 + COMP_ROW(QUAD_LAYOUT, row_of, t);
           const uint c = kf * 16u + COMP_COL(QUAD_LAYOUT, col_of, t);
           float g = 0.0;
-          if (r < q_rows && sKeyOk[c] != 0u &&
-              position_visible(p.a, pos_first + int(r), j0 + int(c))) {
+          if (tile_full || (r < q_rows && sKeyOk[c] != 0u &&
+                            position_visible(p.a, pos_first + int(r), j0 + int(c)))) {
             const float x = COMP(s, t);
             const float pr = exp(transform_score(p.a, x) - sLse[r]);
             g = pr * (COMP(dp, t) - sDelta[r]) * softcap_grad(p.a, x);
