@@ -268,7 +268,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                      delta.address(), checked_u32(delta.numel(), "attention: delta rows"),
                      s.params.tq,     s.params.hq,
                      s.params.d,      vec4_flag(dims.d, {&dout, &s.out}) != 0 ? 1u : 0u};
-  launch("attention_bwd_delta", dp, grid_1d(delta.numel(), 128), {&dout, &s.out}, {&delta}, {},
+  // 16 invocations per row of delta (attention_bwd_delta.comp).
+  launch("attention_bwd_delta", dp, grid_1d(delta.numel() * 16, 128), {&dout, &s.out}, {&delta}, {},
          {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   if (ctx.needs_grad(0)) {
