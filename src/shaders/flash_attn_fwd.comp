@@ -6,7 +6,8 @@
 // A workgroup of NUM_SG subgroups takes BQ = NUM_SG * ROWS_SG query rows of one head; subgroup s
 // owns rows s * ROWS_SG .. + ROWS_SG - 1, holding their q as f16 fragments and their output as
 // f32 accumulators in registers. Keys advance in tiles of BKV, staged as f16 rows in shared
-// memory by the whole workgroup from f16 copies of k and v that the host makes (stage_tile). Per
+// memory by the whole workgroup from f16 copies of k and v that the host makes (fetch_tile and
+// store_tile, pipelined: see the tile loop). Per
 // tile each subgroup, on registers (each component's row and column known from the lane or the
 // index matrix, see flash_frag.glsl's COMP_ROW):
 //   1. S = q k^T into accumulators; each component masked and transformed;
@@ -215,18 +216,31 @@ void main() {
     alpha[i][0] = alpha[i][1] = 1.0;
   }
 
+  // The tiles are software-pipelined in registers, one operand at a time: a tile's V is fetched
+  // when its K is stored and written to shared memory after the scores and probabilities; the next
+  // tile's K is fetched after that and stored at the start of the next iteration. So both loads
+  // are in flight during work, while at most one operand's TILE_CHUNKS are held, and two
+  // barriers per tile still suffice: every subgroup is done with K and the key flags when it
+  // reaches the second (after its scores), and with V when it reaches the first of the next tile
+  // (after its P V).
+  const uint kv_ld = p.a.hkv * D;
+  barrier();  // the q staging (which the tiles alias) is consumed
+  uvec4 k_regs[TILE_CHUNKS];
+  if (j_lo < j_hi)
+    fetch_tile(uint64_t(p.k), tiles_vec8, ((b * p.a.tk + uint(j_lo)) * p.a.hkv + hk) * D, kv_ld,
+               min(uint(BKV), p.a.tk - uint(j_lo)), D, k_regs);
   for (int j0 = j_lo; j0 < j_hi; j0 += BKV) {
-    barrier();  // the previous tile (and, the first time, the q staging) is consumed
     const uint kv_rows = min(uint(BKV), p.a.tk - uint(j0));
     const uint kv_base = ((b * p.a.tk + uint(j0)) * p.a.hkv + hk) * D;
-    stage_tile(uint64_t(p.k), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, 0u);
-    stage_tile(uint64_t(p.v), tiles_vec8, kv_base, p.a.hkv * D, kv_rows, D, KV_VEC);
+    store_tile(k_regs, 0u);
+    uvec4 v_regs[TILE_CHUNKS];
+    fetch_tile(uint64_t(p.v), tiles_vec8, kv_base, kv_ld, kv_rows, D, v_regs);
     for (uint c = tid; c < BKV; c += LOCAL_SIZE) {
       bool ok = c < kv_rows;
       if (ok && (p.flags & FLAG_MASK) != 0u) ok = p.mask.v[b * p.a.tk + uint(j0) + c] != 0;
       sKeyOk[c] = ok ? 1u : 0u;
     }
-    barrier();
+    barrier();  // K and the key flags are staged; every subgroup is done with the previous V
     const bool sees_tile =
         sg_rows > 0 && block_visible(p.a, sg_pos_first, sg_pos_first + sg_rows - 1, j0, j0 + BKV - 1);
 
@@ -329,7 +343,11 @@ void main() {
     UNROLL for (uint i = 0; i < QF; ++i)
       UNROLL for (uint kf = 0; kf < KF; ++kf)
         TO_H(pa[i][kf], s[i][kf], sees_tile, scratch + (i * 16u * SP + kf * 16u) / 4u, SP / 4u);
-    EMU_SYNC();
+    store_tile(v_regs, KV_VEC);
+    barrier();  // V is staged (and, emulated, the probabilities); every subgroup is done with K
+    if (j0 + BKV < j_hi)
+      fetch_tile(uint64_t(p.k), tiles_vec8, kv_base + BKV * kv_ld, kv_ld,
+                 min(uint(BKV), p.a.tk - uint(j0 + BKV)), D, k_regs);
     if (sees_tile) {
       UNROLL for (uint i = 0; i < QF; ++i) {
         UNROLL for (uint kf = 0; kf < KF; ++kf) {

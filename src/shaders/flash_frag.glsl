@@ -269,8 +269,11 @@ uvec4 read_chunk8_f16(uint64_t addr, bool vec8_ok, uint at, uint d, uint D) {
 // tile in registers through the current one's work (the kernels' earlier prefetch) took 13-46
 // registers per invocation, which cost a workgroup per multiprocessor, and that cost more time
 // than the hidden load latency saved (H200: bench/RESULTS.md, seventeenth session).
-void stage_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D, uint element) {
-  uvec4 h[TILE_CHUNKS];
+// The two halves of stage_tile: fetch_tile reads this invocation's chunks of the tile into
+// registers, store_tile writes them to shared memory (a kernel that fetches a tile early, so that
+// its loads are in flight during other work, holds TILE_CHUNKS uvec4 meanwhile).
+void fetch_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D,
+                out uvec4 h[TILE_CHUNKS]) {
   UNROLL for (uint l = 0; l < TILE_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
@@ -278,11 +281,20 @@ void stage_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint
     if (chunk < TILE_ROWS * (DMAX / 8u) && r < rows)
       h[l] = read_chunk8_f16(addr, vec8_ok, base + r * ld + d, d, D);
   }
+}
+
+void store_tile(uvec4 h[TILE_CHUNKS], uint element) {
   UNROLL for (uint l = 0; l < TILE_CHUNKS; ++l) {
     const uint chunk = l * LOCAL_SIZE + gl_LocalInvocationIndex;
     const uint r = chunk / (DMAX / 8u), d = (chunk % (DMAX / 8u)) * 8u;
     if (chunk < TILE_ROWS * (DMAX / 8u)) smem[element + (r * PITCH + d) / 8u] = h[l];
   }
+}
+
+void stage_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D, uint element) {
+  uvec4 h[TILE_CHUNKS];
+  fetch_tile(addr, vec8_ok, base, ld, rows, D, h);
+  store_tile(h, element);
 }
 #endif
 
