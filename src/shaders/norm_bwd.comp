@@ -8,6 +8,7 @@
 //!variant layer -DNORM_LAYER=1
 //!precise
 #version 460
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "precise_math.glsl"
 #define LOCAL_SIZE 256
@@ -17,6 +18,7 @@ layout(local_size_x = LOCAL_SIZE) in;
 #define HAS_WEIGHT 1u
 #define ONE_PLUS 2u
 #define ACCUMULATE 4u
+#define HOLD 8u  // elements per thread an RMSNorm row keeps in registers
 
 layout(push_constant, std430) uniform Push {
   F32Buf x;     // [rows, H]
@@ -31,11 +33,16 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-VACC scaled_grad(uint base, uint i) {
-  VACC g = VACC(p.dy.v[base + i]);
+// dy * w' for element i of a row whose dy value is `dy`.
+VACC weighted(float dy, uint i) {
+  VACC g = VACC(dy);
   if ((p.flags & HAS_WEIGHT) != 0u)
     g *= (p.flags & ONE_PLUS) != 0u ? VACC(1.0) + VACC(p.w.v[i]) : VACC(p.w.v[i]);
   return g;
+}
+
+VACC scaled_grad(uint base, uint i) {
+  return weighted(p.dy.v[base + i], i);
 }
 
 void main() {
@@ -65,10 +72,36 @@ void main() {
     p.dx.v[base + i] = float(acc ? VACC(p.dx.v[base + i]) + v : v);
   }
 #else
+  // Rows of up to HOLD elements per thread keep x and dy in registers between the two loops (as
+  // norm_fwd.comp does): the same elements in the same order, so the same bits.
+  const bool held = n <= HOLD * tpr;
+  float xh[HOLD], dyh[HOLD];
+  [[unroll]] for (uint k = 0; k < HOLD; ++k) {
+    const uint i = lane + k * tpr;
+    const bool ok = held && i < n;
+    xh[k] = ok ? p.x.v[base + i] : 0.0;
+    dyh[k] = ok ? p.dy.v[base + i] : 0.0;
+  }
   VACC s = VACC(0.0);
-  for (uint i = lane; i < n; i += tpr) s += scaled_grad(base, i) * VACC(p.x.v[base + i]);
+  if (held) {
+    [[unroll]] for (uint k = 0; k < HOLD; ++k) {
+      const uint i = lane + k * tpr;
+      if (i < n) s += weighted(dyh[k], i) * VACC(xh[k]);
+    }
+  } else {
+    for (uint i = lane; i < n; i += tpr) s += scaled_grad(base, i) * VACC(p.x.v[base + i]);
+  }
   const VACC c = row_sum(s, lane, tpr) * inv_h * r * r;
   if (!in_range) return;
+  if (held) {
+    [[unroll]] for (uint k = 0; k < HOLD; ++k) {
+      const uint i = lane + k * tpr;
+      if (i >= n) break;
+      const VACC v = r * (weighted(dyh[k], i) - VACC(xh[k]) * c);
+      p.dx.v[base + i] = float(acc ? VACC(p.dx.v[base + i]) + v : v);
+    }
+    return;
+  }
   for (uint i = lane; i < n; i += tpr) {
     const VACC v = r * (scaled_grad(base, i) - VACC(p.x.v[base + i]) * c);
     p.dx.v[base + i] = float(acc ? VACC(p.dx.v[base + i]) + v : v);
