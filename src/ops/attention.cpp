@@ -268,9 +268,9 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
                      delta.address(), checked_u32(delta.numel(), "attention: delta rows"),
                      s.params.tq,     s.params.hq,
                      s.params.d,      vec4_flag(dims.d, {&dout, &s.out}) != 0 ? 1u : 0u};
-  // 16 invocations per row of delta (attention_bwd_delta.comp).
-  launch("attention_bwd_delta", dp, grid_1d(delta.numel() * 16, 128), {&dout, &s.out}, {&delta}, {},
-         {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
+  constexpr int64_t kDeltaLanes = 16;  // invocations per row (LANES in attention_bwd_delta.comp)
+  launch("attention_bwd_delta", dp, grid_1d(delta.numel() * kDeltaLanes, 128), {&dout, &s.out},
+         {&delta}, {}, {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   if (ctx.needs_grad(0)) {
     const TileOperands kv = tile_operands(s, s.k, s.v);

@@ -175,8 +175,8 @@ void main() {
       // Every query of the tile sees every key of the subgroup (away from the causal diagonal and
       // a window's edge, no padding, a whole tile): the common case skips the per-score tests.
       const bool tile_full = q_rows == uint(BQT) && (p.flags & FLAG_MASK) == 0u && sg_keys == 16 &&
-                             position_visible(p.a, pos_first, sg_k_first + 15) &&
-                             position_visible(p.a, pos_first + BQT - 1, sg_k_first);
+                             block_fully_visible(p.a, pos_first, pos_first + BQT - 1, sg_k_first,
+                                                 sg_k_first + 15);
 
       FRAG_H p_h[QT], ds_h[QT];
       UNROLL for (uint qt = 0; qt < QT; ++qt) {

@@ -153,8 +153,8 @@ void main() {
     // Every key of the tile visible to every row of the subgroup (away from the causal diagonal
     // and a window's edge, no padding, a whole tile): the common case skips the per-score tests.
     const bool tile_full = kv_rows == uint(BKV) && (p.flags & FLAG_MASK) == 0u && sg_rows == 16 &&
-                           position_visible(p.a, sg_pos_first, j0 + BKV - 1) &&
-                           position_visible(p.a, sg_pos_first + 15, j0);
+                           block_fully_visible(p.a, sg_pos_first, sg_pos_first + 15, j0,
+                                               j0 + BKV - 1);
 
     FRAG_H ds_h[KF];
     UNROLL for (uint kf = 0; kf < KF; ++kf) {

@@ -249,8 +249,8 @@ void main() {
     // which skips the per-score tests (the arithmetic is the same).
     const bool tile_full = kv_rows == uint(BKV) && (p.flags & FLAG_MASK) == 0u &&
                            sg_rows == ROWS_SG &&
-                           position_visible(p.a, sg_pos_first, j0 + BKV - 1) &&
-                           position_visible(p.a, sg_pos_first + ROWS_SG - 1, j0);
+                           block_fully_visible(p.a, sg_pos_first, sg_pos_first + ROWS_SG - 1, j0,
+                                               j0 + BKV - 1);
 
     // 1. Scores of this subgroup's rows against the tile's keys, masked and transformed, and
     // 2a. their maximum over the tile's fragments per component (then, with ROW_SHUFFLE, over

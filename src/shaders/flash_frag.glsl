@@ -262,16 +262,16 @@ uvec4 read_chunk8_f16(uint64_t addr, bool vec8_ok, uint at, uint d, uint D) {
   return uvec4(x[0] | (x[1] << 16), x[2] | (x[3] << 16), x[4] | (x[5] << 16), x[6] | (x[7] << 16));
 }
 
-// Stages a tile: rows 0..rows-1 of the f16 copy at addr (row r at half base + r * ld, D elements)
-// as f16 rows PITCH halves apart at smem `element`, zeros past D and past `rows`. The whole
-// workgroup takes part, each invocation issuing all its reads before its stores. The tile loops
-// stage each tile after the barrier that frees the previous one and wait for it: holding the next
-// tile in registers through the current one's work (the kernels' earlier prefetch) took 13-46
-// registers per invocation, which cost a workgroup per multiprocessor, and that cost more time
-// than the hidden load latency saved (H200: bench/RESULTS.md, seventeenth session).
-// The two halves of stage_tile: fetch_tile reads this invocation's chunks of the tile into
-// registers, store_tile writes them to shared memory (a kernel that fetches a tile early, so that
-// its loads are in flight during other work, holds TILE_CHUNKS uvec4 meanwhile).
+// Staging a tile: rows 0..rows-1 of the f16 copy at addr (row r at half base + r * ld, D
+// elements) as f16 rows PITCH halves apart at smem `element`, zeros past D and past `rows`. The
+// whole workgroup takes part. fetch_tile reads this invocation's chunks into registers and
+// store_tile writes them to shared memory; stage_tile does both, each invocation issuing all its
+// reads before its stores. The dq and dk/dv loops stage each tile after the barrier that frees the
+// previous one and wait for it: holding the next tiles in registers through the current one's
+// work (the kernels' earlier prefetch) took 13-46 registers per invocation, which cost a workgroup
+// per multiprocessor, and that cost more time than the hidden load latency saved (H200,
+// seventeenth session). The forward fetches early but holds one operand's TILE_CHUNKS at a time,
+// which keeps its workgroups per multiprocessor (H100, thirty-fourth session; bench/RESULTS.md).
 void fetch_tile(uint64_t addr, bool vec8_ok, uint base, uint ld, uint rows, uint D,
                 out uvec4 h[TILE_CHUNKS]) {
   UNROLL for (uint l = 0; l < TILE_CHUNKS; ++l) {
@@ -328,4 +328,11 @@ bool block_visible(AttnParams a, int pos_first, int pos_last, int j_first, int j
   if (a.causal != 0 && j_first > pos_last) return false;
   if (a.window != 0 && j_last < pos_first - int(a.window) + 1) return false;
   return true;
+}
+
+// Whether every key in [j_first, j_last] is visible from every query position in
+// [pos_first, pos_last] under the causal and window rules (padding aside): the earliest position
+// sees the last key, and the latest the first. Tiles for which it holds skip the per-score tests.
+bool block_fully_visible(AttnParams a, int pos_first, int pos_last, int j_first, int j_last) {
+  return position_visible(a, pos_first, j_last) && position_visible(a, pos_last, j_first);
 }
