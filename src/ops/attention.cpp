@@ -1,8 +1,10 @@
 // Fused attention (see attention.h): input validation, the forward dispatch, and the backward as
 // three kernels (delta = rowsum(do * o), dq over key tiles, dk/dv over query tiles and the heads
 // of each GQA group; the fast family takes one query head per workgroup and adds the heads'
-// partials in a fourth pass), each from one of three families chosen by ops/attention_coopmat.h:
-// plain, fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile sizes live in the shaders'
+// partials in a fourth pass, and by default runs dk/dv first, storing the score gradients that
+// its dq kernel then only multiplies by k), each from one of three families chosen by
+// ops/attention_coopmat.h: plain, fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile
+// sizes live in the shaders'
 // //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
 // ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
 // Attention dropout's parameters travel in a six-word buffer (the push constants have no room
@@ -43,11 +45,21 @@ struct DqPush {
   uint32_t flags;
 };
 
+// The register-tiled dk/dv kernel runs without dropout; its tenth address is instead the buffer
+// for the score gradients it can store (0: none), in the same place.
 struct DkvPush {
-  uint64_t q, k, v, mask, dout, lse, delta, dk, dv, dropout;
+  uint64_t q, k, v, mask, dout, lse, delta, dk, dv, dropout_or_ds;
   AttnParams a;
   uint32_t flags;
 };
+
+// attention_fast_bwd_dq_ds.comp: dq from the score gradients the dk/dv kernel stored.
+struct DqFromDsPush {
+  uint64_t k, mask, ds, dq;
+  AttnParams a;
+  uint32_t flags;
+};
+constexpr int64_t kDqFromDsRows = 64;  // queries per workgroup (BQ in the shader)
 
 // attention_fast_bwd_dkv_group_sum.comp: per-query-head partials of dk and dv summed over groups.
 struct GroupSumPush {
@@ -244,6 +256,10 @@ TileOperands tile_operands(const SavedForward& s, const Tensor& a, const Tensor&
   return t;
 }
 
+uint64_t stored_ds_bytes(int64_t elements) {
+  return static_cast<uint64_t>(elements) * sizeof(float);
+}
+
 void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor& grad = ctx.grad_output(0);
   if (!grad.defined()) return;
@@ -272,7 +288,28 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   launch("attention_bwd_delta", dp, grid_1d(delta.numel() * kDeltaLanes, 128), {&dout, &s.out},
          {&delta}, {}, {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
-  if (ctx.needs_grad(0)) {
+  // The fp32 register-tiled family can take dq from the score gradients its dk/dv kernel stores
+  // (detail::fast_dq_from_stored_ds): then dk/dv run first and dq reads them.
+  const bool need_dq = ctx.needs_grad(0), need_dkv = ctx.needs_grad(1) || ctx.needs_grad(2);
+  const int64_t ds_elements = dims.b * dims.hq * dims.tk * dims.tq;
+  const bool stored_ds = s.fast() && need_dq && need_dkv &&
+                         detail::fast_dq_from_stored_ds(stored_ds_bytes(ds_elements));
+  if (stored_ds) (void)checked_u32(ds_elements, "attention: stored score gradients");
+  const Tensor ds =
+      stored_ds ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq}, DType::F32) : Tensor();
+  const uint32_t ds_flags = stored_ds && dims.tq % 4 == 0 ? detail::kFastFlagDsVec4 : 0u;
+
+  const auto run_dq = [&] {
+    if (stored_ds) {
+      const DqFromDsPush push{s.k.address(), s.mask_address(), ds.address(),
+                              dq.address(),  s.params,         flags | ds_flags};
+      const int64_t blocks = (dims.tq + kDqFromDsRows - 1) / kDqFromDsRows;
+      check_grid(blocks, "the dq query blocks");
+      launch("attention_fast_bwd_dq_ds", push, block_grid(s.kernels, blocks, dims.hq, dims.b),
+             {&s.k, &s.mask, &ds}, {&dq}, {},
+             pair_cost(dims, 1, 2.0 * qbytes + static_cast<double>(ds.nbytes()) / 2));
+      return;
+    }
     const TileOperands kv = tile_operands(s, s.k, s.v);
     const DqPush push{s.q.address(),       kv.a.address(),  kv.b.address(),  s.mask_address(),
                       dout.address(),      s.lse.address(), delta.address(), dq.address(),
@@ -288,9 +325,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
            push, block_grid(s.kernels, blocks, dims.hq, dims.b),
            {&s.q, &kv.a, &kv.b, &s.mask, &dout, &s.lse, &delta, &s.dropout}, {&dq}, quad_spec(s),
            pair_cost(dims, 3, 3 * qbytes));
-    ctx.add_grad(0, dq);
-  }
-  if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
+  };
+  const auto run_dkv = [&] {
     // The register-tiled dk/dv kernel runs one workgroup per query head, and so does the
     // tensor-core one by default (flash_dkv_per_head); under GQA they write per-head partials
     // ([B, Tk, Hq, D], 16-byte aligned like every fresh tensor) that a second pass adds over each
@@ -302,32 +338,33 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     const Tensor dv_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
     const TileOperands qdo = tile_operands(s, s.q, dout);
-    const DkvPush push{
-        qdo.a.address(),
-        s.k.address(),
-        s.v.address(),
-        s.mask_address(),
-        qdo.b.address(),
-        s.lse.address(),
-        delta.address(),
-        dk_out.address(),
-        dv_out.address(),
-        s.dropout_address(),
-        s.params,
-        flags | qdo.flags | (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
+    const DkvPush push{qdo.a.address(),
+                       s.k.address(),
+                       s.v.address(),
+                       s.mask_address(),
+                       qdo.b.address(),
+                       s.lse.address(),
+                       delta.address(),
+                       dk_out.address(),
+                       dv_out.address(),
+                       stored_ds ? ds.address() : s.dropout_address(),
+                       s.params,
+                       flags | qdo.flags | ds_flags |
+                           (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
-    launch(
-        s.coopmat() ? detail::flash_module("dkv")
-        : s.fast()  ? s.fast_modules.dkv
-                    : variant_name("attention_bwd_dkv", vi),
-        push, block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b),
-        {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout}, {&dk_out, &dv_out},
-        quad_spec(s),
-        pair_cost(dims, 4, 2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes())));
+    launch(s.coopmat() ? detail::flash_module("dkv")
+           : s.fast()  ? s.fast_modules.dkv
+                       : variant_name("attention_bwd_dkv", vi),
+           push, block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b),
+           {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout},
+           {&dk_out, &dv_out, &ds}, quad_spec(s),
+           pair_cost(dims, 4,
+                     2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes()) +
+                         (stored_ds ? static_cast<double>(ds.nbytes()) / 2 : 0.0)));
     if (partials) {
       const GroupSumPush sum{dk_out.address(),
                              dv_out.address(),
@@ -341,12 +378,30 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
              {2.0 * static_cast<double>(dk_out.numel()),
               2.0 * static_cast<double>(dk_out.nbytes() + dk.nbytes())});
     }
+  };
+
+  if (stored_ds) {
+    run_dkv();
+    run_dq();
+  } else {
+    if (need_dq) run_dq();
+    if (need_dkv) run_dkv();
+  }
+  if (need_dq) ctx.add_grad(0, dq);
+  if (need_dkv) {
     ctx.add_grad(1, dk);
     ctx.add_grad(2, dv);
   }
 }
 
 }  // namespace
+
+uint64_t attention_backward_stored_ds_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
+                                            int64_t head_dim, float dropout_p) {
+  if (detail::attention_kernels(head_dim, dropout_p) != AttentionKernels::Fast) return 0;
+  const uint64_t bytes = stored_ds_bytes(batch * hq * tk * tq);
+  return detail::fast_dq_from_stored_ds(bytes) ? bytes : 0;
+}
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                  const AttentionOptions& opts) {

@@ -225,6 +225,37 @@ void set_flash_dkv_per_head(bool on) {
   g_dkv_per_head = on;
 }
 
+namespace {
+std::optional<FastDqSource> g_fast_dq_source;  // unset: VKF_ATTENTION_DQ, else Auto
+}  // namespace
+
+void set_fast_dq_source(FastDqSource source) {
+  g_fast_dq_source = source;
+}
+
+bool fast_dq_from_stored_ds(uint64_t ds_bytes) {
+  if (!g_fast_dq_source) {
+    const char* env = std::getenv("VKF_ATTENTION_DQ");
+    const std::string v = env ? env : "";
+    VKF_REQUIRE(v.empty() || v == "stored" || v == "recompute",
+                "VKF_ATTENTION_DQ='{}': use stored (dq from the dk/dv kernel's score gradients) "
+                "or recompute",
+                v);
+    g_fast_dq_source = v == "stored"      ? FastDqSource::Stored
+                       : v == "recompute" ? FastDqSource::Recompute
+                                          : FastDqSource::Auto;
+  }
+  switch (*g_fast_dq_source) {
+    case FastDqSource::Stored:
+      return true;
+    case FastDqSource::Recompute:
+      return false;
+    case FastDqSource::Auto:
+      break;
+  }
+  return ds_bytes <= kFastStoredDsMaxBytes;
+}
+
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   if (matmul_precision() != MatmulPrecision::F16) return "matmul precision is fp32";
   if (math_mode() != MathMode::Fast) return "math mode is precise";

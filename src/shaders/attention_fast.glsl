@@ -51,6 +51,10 @@ const float LN2 = 0.6931471805599453;
 // every operand starts 16-byte aligned, so rows are read and written as vec4 (kFlashFlagVec4 on
 // the host, the same bit the tensor-core kernels use).
 const uint FLAG_ROWS_VEC4 = 4u;
+// And: Tq is a multiple of 4, so rows of the score-gradient buffer ds^T ([B, Hq, Tk, Tq], written by
+// attention_fast_bwd_dkv, read by attention_fast_bwd_dq_ds) are written and read as vec4 where a
+// chunk starts at a multiple of 4 (kFastFlagDsVec4 on the host).
+const uint FLAG_DS_VEC4 = 32u;
 
 // acc + a . b, summed in order x, y, z, w (each step one fused multiply-add).
 float fma4(vec4 a, vec4 b, float acc) {

@@ -28,6 +28,11 @@
 // sums in a fixed order (deterministic, no atomics; the same values and sums as before the
 // split). Scores in log2 units as in the forward.
 //
+// Where the host passes a ds buffer (ds^T, [B, Hq, Tk, Tq]), the kernel also stores each tile's ds
+// there after the exchange barrier, for attention_fast_bwd_dq_ds.comp, which then forms dq from
+// them instead of recomputing q.k and do.v (hidden pairs are stored as the zeros used here; pairs
+// of query tiles the block never visits are not written).
+//
 // Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB) and q16 (31.1
 // KiB, lavapipe's 32 KiB). The kernel synchronises through workgroup barriers only, so it needs
 // no subgroup operations (ROW_SHUFFLE 0) and one build of each serves every device, the
@@ -61,7 +66,7 @@ layout(push_constant, std430) uniform Push {
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dk;     // [B, Tk, Hq, D]: dk itself when Hq = Hkv, else head h's partial
   F32Buf dv;     // [B, Tk, Hq, D]
-  AttnDropoutBuf dropout;  // unused: the fast kernels run without dropout
+  F32Buf ds;     // 0, or ds^T [B, Hq, Tk, Tq] for attention_fast_bwd_dq_ds.comp (see below)
   AttnParams a;
   uint flags;
 } p;
@@ -238,6 +243,25 @@ void main() {
       }
     }
     barrier();  // both halves' p and ds reach every row group
+
+    // With a ds^T buffer, the tile's ds (keys of the block x queries i0 ..) goes to it for the dq
+    // kernel that reads them instead of recomputing them: key rows of BQ queries, vec4 where the
+    // rows allow (FLAG_DS_VEC4 and i0 a multiple of 4), only queries that exist.
+    if (uint64_t(p.ds) != 0ul) {
+      const bool ds_vec4 = (p.flags & FLAG_DS_VEC4) != 0u && i0 % 4 == 0;
+      [[unroll]] for (uint n = 0; n < (BK * BQ / 4 + NT - 1) / NT; ++n) {
+        const uint e = t + n * NT, jj = e / (BQ / 4), i4 = (e % (BQ / 4)) * 4u;
+        if (jj >= k_rows || i4 >= q_rows) continue;
+        const vec4 x = sG[(jj % NRG) * XG4 + (jj / NRG) * XP4 + i4 / 4u];
+        const uint at = ((b * p.a.hq + h) * p.a.tk + k0 + jj) * p.a.tq + uint(i0) + i4;
+        if (ds_vec4 && i4 + 4u <= q_rows) {
+          Vec4Buf(uint64_t(p.ds)).v[at / 4u] = x;
+        } else {
+          [[unroll]] for (uint u = 0; u < 4u; ++u)
+            if (i4 + u < q_rows) p.ds.v[at + u] = x[u];
+        }
+      }
+    }
 
     // dv[r] += sum_i p[r][i] dO[i] (half 0) or dk[r] += sum_i ds[r][i] Q[i] (half 1) over the
     // tile's queries, in order (one loop per half: a selection between two shared arrays would

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/decoder.h"
+#include "ops/attention.h"
 #include "ops/gated_projection.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/matmul_kernels.h"
@@ -526,6 +527,10 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.N * d.qd, kF32, q_like);
       m.workspace.add(d.N * d.kvd, kF32, 2);
       m.workspace.add(d.B * d.Hq * d.T);
+      // The score gradients the fp32 register-tiled dk/dv kernel stores for dq, [B, Hq, T, T].
+      const uint64_t stored_ds = ops::attention_backward_stored_ds_bytes(
+          d.B, d.T, d.T, d.Hq, d.D, static_cast<float>(s.attention_dropout));
+      if (stored_ds > 0) m.workspace.add(static_cast<int64_t>(stored_ds), 1);
       m.workspace.add(d.N * d.H, kF32, 2);
       // The products' input and weight gradients: o's, then q's, k's and v's (or the fused one's).
       const int64_t qkv = d.qkv_one ? d.qd + 2 * d.kvd : d.qd;

@@ -150,6 +150,41 @@ TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
   }
 }
 
+// The fp32 register-tiled backward takes dq from the score gradients its dk/dv kernel stores
+// (attention_fast_bwd_dq_ds.comp; Auto does so for every case above) or recomputes them
+// (attention_fast_bwd_dq.comp): both must give the same bits, and dk, dv and the output must not
+// change either. Over every small-head case (padding, windows, soft-caps, GQA, Tq != Tk, tile
+// edges, head dims off the vec4 chunks), and with the workgroup-barrier builds (16-query dk/dv
+// tiles).
+TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
+  using ops::detail::FastDqSource;
+  struct ResetSource {
+    ~ResetSource() {
+      ops::detail::set_fast_dq_source(FastDqSource::Auto);
+      ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto);
+    }
+  } reset;
+  uint64_t seed = 900;
+  for (const auto builds : {ops::detail::FastAttentionBuilds::Auto,
+                            ops::detail::FastAttentionBuilds::WorkgroupBarriers}) {
+    ops::detail::set_fast_attention_builds(builds);
+    for (const Case& c : kCases) {
+      if (c.d > 64) continue;
+      SCOPED_TRACE(c.name);
+      expect_deterministic(make_inputs(c, ++seed), [](int run) {
+        ops::detail::set_fast_dq_source(run == 0 ? FastDqSource::Recompute : FastDqSource::Stored);
+      });
+    }
+  }
+}
+
+// Auto stores the score gradients up to kFastStoredDsMaxBytes and recomputes beyond.
+TEST(Attention, FastDqSourceAutoFollowsTheBufferSize) {
+  ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
+  EXPECT_TRUE(ops::detail::fast_dq_from_stored_ds(ops::detail::kFastStoredDsMaxBytes));
+  EXPECT_FALSE(ops::detail::fast_dq_from_stored_ds(ops::detail::kFastStoredDsMaxBytes + 1));
+}
+
 // The reference backward against central differences of the reference forward, on tiny sizes.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   const Case tiny[] = {

@@ -25,6 +25,8 @@
 #include "emulated_f16.h"
 #include "models/decoder.h"
 #include "models/registry.h"
+#include "ops/attention.h"
+#include "ops/attention_coopmat.h"
 #include "ops/gated_projection.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/loss.h"
@@ -247,6 +249,9 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
   train::MemoryPlanInput in;
   in.batch_size = 8;
   in.seq_len = 1024;
+  // The moments below are those of the backward that recomputes its score gradients; storing
+  // them (the fp32 register-tiled default at this size) is checked at the end.
+  ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Recompute);
   const auto p = train::plan_memory(models::spec_from_config(c, "config.json"), in);
   EXPECT_EQ(p.parameter_count, 1235814400);
   EXPECT_NEAR(static_cast<double>(p.parameters.bytes), 4.0 * 1235814400, 4096.0 * 200);
@@ -273,6 +278,21 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
   EXPECT_EQ(unfused.peak_moment, "backward, first layer's MLP");
   const uint64_t lse = 8192 * 4, hidden_grad = uint64_t{8192} * 2048 * 4;
   EXPECT_EQ(unfused.total() - p.total(), logits + lse - hidden_grad);
+  // With the score gradients stored ([8, 32, 1024, 1024] f32, 1 GiB, where the attention runs
+  // the fp32 register-tiled kernels) the first layer's attention backward becomes the peak, by
+  // less than that buffer.
+  ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
+  const uint64_t ds = ops::attention_backward_stored_ds_bytes(8, 1024, 1024, 32, 64, 0);
+  in.fused_loss = true;
+  const auto stored = train::plan_memory(models::spec_from_config(c, "config.json"), in);
+  if (ds > 0) {
+    EXPECT_EQ(ds, uint64_t{1} << 30);
+    EXPECT_EQ(stored.peak_moment, "backward, first layer's attention");
+    EXPECT_GT(stored.total(), p.total());
+    EXPECT_LE(stored.total(), p.total() + ds);
+  } else {
+    EXPECT_EQ(stored.total(), p.total());
+  }
 }
 
 // The fused head loss against the unfused one in real training steps of a model whose logits
