@@ -233,6 +233,13 @@ void set_fast_dq_source(FastDqSource source) {
   g_fast_dq_source = source;
 }
 
+uint64_t fast_stored_ds_max_bytes() {
+  uint64_t heap = 0;
+  for (const auto& h : vk::Context::get().info().heaps)
+    if (h.device_local) heap = std::max<uint64_t>(heap, h.size);
+  return std::min(kFastStoredDsMaxBytes, heap / 32);
+}
+
 bool fast_dq_from_stored_ds(uint64_t ds_bytes) {
   if (!g_fast_dq_source) {
     const char* env = std::getenv("VKF_ATTENTION_DQ");
@@ -253,7 +260,7 @@ bool fast_dq_from_stored_ds(uint64_t ds_bytes) {
     case FastDqSource::Auto:
       break;
   }
-  return ds_bytes <= kFastStoredDsMaxBytes;
+  return ds_bytes <= fast_stored_ds_max_bytes();
 }
 
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {

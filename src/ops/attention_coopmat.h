@@ -91,12 +91,15 @@ void set_flash_dkv_per_head(bool on);
 // every visible score gradient ds anyway, also writes them ([B, Hq, Tk, Tq] floats) and
 // attention_fast_bwd_dq_ds.comp sums ds k from them (one product instead of three; the same bits);
 // Recompute: attention_fast_bwd_dq.comp forms q.k and do.v again. Auto stores where the buffer
-// takes at most kFastStoredDsMaxBytes (1B Llama at 8 x 1024 tokens: exactly 1 GiB), recomputes
-// beyond. The env VKF_ATTENTION_DQ=stored|recompute (read once) and set_fast_dq_source override
-// Auto (A/B timing, tests).
+// takes at most fast_stored_ds_max_bytes(): kFastStoredDsMaxBytes (1B Llama at 8 x 1024 tokens:
+// exactly 1 GiB), or a 32nd of the largest device-local heap where that is less (so that a small
+// GPU does not give up a large share of its memory to save time); recomputes beyond. The env
+// VKF_ATTENTION_DQ=stored|recompute (read once) and set_fast_dq_source override Auto (A/B
+// timing, tests).
 enum class FastDqSource { Auto, Stored, Recompute };
 void set_fast_dq_source(FastDqSource source);
 constexpr uint64_t kFastStoredDsMaxBytes = uint64_t{1} << 30;
+uint64_t fast_stored_ds_max_bytes();
 bool fast_dq_from_stored_ds(uint64_t ds_bytes);
 // Bit of the fast kernels' `flags` (FLAG_DS_VEC4 in attention_fast.glsl): Tq is a multiple of 4,
 // so the rows of the stored ds are written and read as vec4.

@@ -178,11 +178,15 @@ TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
   }
 }
 
-// Auto stores the score gradients up to kFastStoredDsMaxBytes and recomputes beyond.
+// Auto stores the score gradients up to fast_stored_ds_max_bytes() (1 GiB, or a 32nd of the
+// device's memory where that is less) and recomputes beyond.
 TEST(Attention, FastDqSourceAutoFollowsTheBufferSize) {
   ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
-  EXPECT_TRUE(ops::detail::fast_dq_from_stored_ds(ops::detail::kFastStoredDsMaxBytes));
-  EXPECT_FALSE(ops::detail::fast_dq_from_stored_ds(ops::detail::kFastStoredDsMaxBytes + 1));
+  const uint64_t cap = ops::detail::fast_stored_ds_max_bytes();
+  EXPECT_LE(cap, ops::detail::kFastStoredDsMaxBytes);
+  EXPECT_GE(cap, uint64_t{1} << 20);  // every device we test on has more than 32 MiB
+  EXPECT_TRUE(ops::detail::fast_dq_from_stored_ds(cap));
+  EXPECT_FALSE(ops::detail::fast_dq_from_stored_ds(cap + 1));
 }
 
 // The reference backward against central differences of the reference forward, on tiny sizes.
