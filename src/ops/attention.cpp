@@ -250,15 +250,33 @@ struct TileOperands {
 };
 TileOperands tile_operands(const SavedForward& s, const Tensor& a, const Tensor& b) {
   if (!s.coopmat()) return {a, b, 0};
-  TileOperands t{a.to(DType::F16), b.to(DType::F16), 0};
-  if (s.dims.d % 8 == 0 && t.a.address() % 16 == 0 && t.b.address() % 16 == 0)
+  TileOperands t{a.to(DType::F16), b.defined() ? b.to(DType::F16) : Tensor(), 0};
+  if (s.dims.d % 8 == 0 && t.a.address() % 16 == 0 && (!b.defined() || t.b.address() % 16 == 0))
     t.flags = detail::kFlashFlagTilesVec8;
   return t;
 }
 
-uint64_t stored_ds_bytes(int64_t elements) {
-  return static_cast<uint64_t>(elements) * sizeof(float);
+// The families whose dk/dv kernel can store the score gradients for dq: the fp32 register-tiled
+// one, and the tensor-core one where its dq_ds kernel is built.
+bool stores_ds(AttentionKernels kernels) {
+  return kernels == AttentionKernels::Fast ||
+         (kernels == AttentionKernels::Coopmat && detail::flash_dq_from_stored_ds_available());
 }
+
+bool stores_by_default(AttentionKernels kernels) {
+  return kernels != AttentionKernels::Coopmat || detail::kFlashStoresDsByDefault;
+}
+
+uint64_t stored_ds_bytes(AttentionKernels kernels, int64_t elements) {
+  return static_cast<uint64_t>(elements) * (kernels == AttentionKernels::Coopmat ? 2 : 4);
+}
+
+// flash_attn_dq_ds.comp: dq from the stored f16 score gradients.
+struct FlashDqFromDsPush {
+  uint64_t k, ds, dq;
+  AttnParams a;
+  uint32_t flags;
+};
 
 void backward(const SavedForward& s, autograd::GradContext& ctx) {
   const Tensor& grad = ctx.grad_output(0);
@@ -292,14 +310,30 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   // (detail::fast_dq_from_stored_ds): then dk/dv run first and dq reads them.
   const bool need_dq = ctx.needs_grad(0), need_dkv = ctx.needs_grad(1) || ctx.needs_grad(2);
   const int64_t ds_elements = dims.b * dims.hq * dims.tk * dims.tq;
-  const bool stored_ds = s.fast() && need_dq && need_dkv &&
-                         detail::fast_dq_from_stored_ds(stored_ds_bytes(ds_elements));
+  const bool stored_ds = stores_ds(s.kernels) && need_dq && need_dkv &&
+                         detail::fast_dq_from_stored_ds(stored_ds_bytes(s.kernels, ds_elements),
+                                                        stores_by_default(s.kernels));
   if (stored_ds) (void)checked_u32(ds_elements, "attention: stored score gradients");
-  const Tensor ds =
-      stored_ds ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq}, DType::F32) : Tensor();
-  const uint32_t ds_flags = stored_ds && dims.tq % 4 == 0 ? detail::kFastFlagDsVec4 : 0u;
+  const Tensor ds = stored_ds ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq},
+                                              s.coopmat() ? DType::F16 : DType::F32)
+                              : Tensor();
+  // 16-byte rows of the stored ds: chunks of 4 floats, or of 8 halves.
+  const uint32_t ds_flags =
+      stored_ds && dims.tq % (s.coopmat() ? 8 : 4) == 0 ? detail::kFastFlagDsVec4 : 0u;
 
   const auto run_dq = [&] {
+    if (stored_ds && s.coopmat()) {
+      const TileOperands kv = tile_operands(s, s.k, Tensor());  // k alone
+      const FlashDqFromDsPush push{kv.a.address(), ds.address(), dq.address(), s.params,
+                                   flags | kv.flags | ds_flags};
+      const int64_t rows = detail::flash_rows("dq_ds");
+      const int64_t blocks = (dims.tq + rows - 1) / rows;
+      check_grid(blocks, "the dq query blocks");
+      launch(detail::flash_module("dq_ds"), push, block_grid(s.kernels, blocks, dims.hq, dims.b),
+             {&kv.a, &ds}, {&dq}, quad_spec(s),
+             pair_cost(dims, 1, qbytes / 2 + static_cast<double>(ds.nbytes()) / 2));
+      return;
+    }
     if (stored_ds) {
       const DqFromDsPush push{s.k.address(), s.mask_address(), ds.address(),
                               dq.address(),  s.params,         flags | ds_flags};
@@ -398,9 +432,10 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
 
 uint64_t attention_backward_stored_ds_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
                                             int64_t head_dim, float dropout_p) {
-  if (detail::attention_kernels(head_dim, dropout_p) != AttentionKernels::Fast) return 0;
-  const uint64_t bytes = stored_ds_bytes(batch * hq * tk * tq);
-  return detail::fast_dq_from_stored_ds(bytes) ? bytes : 0;
+  const AttentionKernels kernels = detail::attention_kernels(head_dim, dropout_p);
+  if (!stores_ds(kernels)) return 0;
+  const uint64_t bytes = stored_ds_bytes(kernels, batch * hq * tk * tq);
+  return detail::fast_dq_from_stored_ds(bytes, stores_by_default(kernels)) ? bytes : 0;
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,

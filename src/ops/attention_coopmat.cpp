@@ -76,6 +76,10 @@ uint32_t shared_bytes(const std::string& kernel) {
     const uint32_t vec = emulated ? tiles + q : std::max(tiles, q);
     return vec * kVec + 3 * rows * 4 + keys * 4;
   }
+  if (kernel == "dq_ds") {  // the k tile and the ds^T tile (32 keys of rows + 8 halves)
+    constexpr uint32_t keys = 32;
+    return (keys * kRowVec + keys * (rows + 8) / 8) * kVec;
+  }
   if (kernel == "dq") {
     constexpr uint32_t keys = 32, index_vec = 64;
     const uint32_t tiles = 2 * keys * kRowVec;
@@ -174,6 +178,7 @@ const char* attention_kernels_name(AttentionKernels kernels) {
 std::string flash_module(const std::string& kernel) {
   const std::string base = "flash_attn_" + kernel + "_d64";
   if (coopmat_emulation()) return base + "_emulated";
+  if (kernel == "dq_ds") return base;  // converts nothing: one hardware build
   if (kernel == "fwd" && flash_fwd_fragments() == 2) return base + "_hwcvt_q2";
   return flash_hardware_convert(base) ? base + "_hwcvt" : base;
 }
@@ -233,6 +238,12 @@ void set_fast_dq_source(FastDqSource source) {
   g_fast_dq_source = source;
 }
 
+bool flash_dq_from_stored_ds_available() {
+  const std::string module = flash_module("dq_ds");
+  return vk::Pipelines::has_module(module) &&
+         shared_bytes("dq_ds") <= vk::Context::get().info().max_shared_memory;
+}
+
 uint64_t fast_stored_ds_max_bytes() {
   uint64_t heap = 0;
   for (const auto& h : vk::Context::get().info().heaps)
@@ -240,7 +251,7 @@ uint64_t fast_stored_ds_max_bytes() {
   return std::min(kFastStoredDsMaxBytes, heap / 32);
 }
 
-bool fast_dq_from_stored_ds(uint64_t ds_bytes) {
+bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores) {
   if (!g_fast_dq_source) {
     const char* env = std::getenv("VKF_ATTENTION_DQ");
     const std::string v = env ? env : "";
@@ -260,7 +271,7 @@ bool fast_dq_from_stored_ds(uint64_t ds_bytes) {
     case FastDqSource::Auto:
       break;
   }
-  return ds_bytes <= fast_stored_ds_max_bytes();
+  return auto_stores && ds_bytes <= fast_stored_ds_max_bytes();
 }
 
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {

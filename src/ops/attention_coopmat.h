@@ -87,20 +87,30 @@ constexpr uint32_t kFlashFlagTilesVec8 = 16;
 bool flash_dkv_per_head();
 void set_flash_dkv_per_head(bool on);
 
-// Where the fp32 register-tiled backward takes dq from. Stored: the dk/dv kernel, which forms
-// every visible score gradient ds anyway, also writes them ([B, Hq, Tk, Tq] floats) and
-// attention_fast_bwd_dq_ds.comp sums ds k from them (one product instead of three; the same bits);
-// Recompute: attention_fast_bwd_dq.comp forms q.k and do.v again. Auto stores where the buffer
-// takes at most fast_stored_ds_max_bytes(): kFastStoredDsMaxBytes (1B Llama at 8 x 1024 tokens:
-// exactly 1 GiB), or a 32nd of the largest device-local heap where that is less (so that a small
-// GPU does not give up a large share of its memory to save time); recomputes beyond. The env
+// Where the fp32 register-tiled and the tensor-core backward take dq from. Stored: the dk/dv
+// kernel, which forms every visible score gradient ds anyway, also writes them ([B, Hq, Tk, Tq]
+// floats, or halves for the tensor-core kernels) and attention_fast_bwd_dq_ds.comp
+// (flash_attn_dq_ds.comp) sums ds k from them: one product instead of three, with the same bits
+// in fp32 (the tensor cores' sums may be ordered otherwise). Recompute:
+// attention_fast_bwd_dq.comp (flash_attn_dq.comp) forms q.k and do.v again. Auto stores where the
+// buffer takes at most fast_stored_ds_max_bytes(): kFastStoredDsMaxBytes (1B Llama at 8 x 1024
+// tokens: exactly 1 GiB), or a 32nd of the largest device-local heap where that is less (so that a
+// small GPU does not give up a large share of its memory to save time); recomputes beyond. The env
 // VKF_ATTENTION_DQ=stored|recompute (read once) and set_fast_dq_source override Auto (A/B
 // timing, tests).
 enum class FastDqSource { Auto, Stored, Recompute };
 void set_fast_dq_source(FastDqSource source);
 constexpr uint64_t kFastStoredDsMaxBytes = uint64_t{1} << 30;
 uint64_t fast_stored_ds_max_bytes();
-bool fast_dq_from_stored_ds(uint64_t ds_bytes);
+// `auto_stores`: whether Auto stores at all for this family (kFlashStoresDsByDefault for the
+// tensor-core kernels).
+bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores = true);
+// Whether this build and device have the tensor-core dq kernel that reads stored score gradients.
+bool flash_dq_from_stored_ds_available();
+// Auto's choice for the tensor-core kernels: recompute until the stored path is timed on a GPU
+// (built and tested in the thirty-fifth session, when no GPU could be had for it;
+// bench/RESULTS.md).
+constexpr bool kFlashStoresDsByDefault = false;
 // Bit of the fast kernels' `flags` (FLAG_DS_VEC4 in attention_fast.glsl): Tq is a multiple of 4,
 // so the rows of the stored ds are written and read as vec4.
 constexpr uint32_t kFastFlagDsVec4 = 32;

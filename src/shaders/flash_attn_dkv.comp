@@ -13,6 +13,11 @@
 // Llama) the grid of one workgroup per key/value head fills less than one wave of the GPU, and
 // under a causal mask the workgroups of the first key blocks run long after the others are done.
 //
+// Where the host passes a ds buffer (f16 ds^T, [B, Hq, Tk, Tq]), every ds the kernel forms on a
+// tile its subgroup sees is also stored there, rounded as for dk's product, for
+// flash_attn_dq_ds.comp, which then forms dq without recomputing q.k and do.v (hidden pairs and
+// padding keys as the zeros used here; pairs of tiles a subgroup skips are not written).
+//
 // A workgroup of NUM_SG subgroups takes BK = NUM_SG * 16 keys; each subgroup holds its 16 keys'
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the
 // transposed products s^T = k q^T and dp^T = v do^T, so that p^T and ds^T are ready as left
@@ -86,7 +91,7 @@ layout(push_constant, std430) uniform Push {
   F32Buf delta;  // [B, Hq, Tq]
   F32Buf dk;     // [B, Tk, Hkv, D], or [B, Tk, Hq, D] partials (FLAG_HEAD_PARTIALS)
   F32Buf dv;     // [B, Tk, Hkv, D], or [B, Tk, Hq, D] partials
-  AttnDropoutBuf dropout;  // unused: these kernels run without dropout
+  uint64_t ds;   // 0, or f16 ds^T [B, Hq, Tk, Tq] for flash_attn_dq_ds.comp (see below)
   AttnParams a;
   uint flags;
 } p;
@@ -201,6 +206,9 @@ void main() {
             }
             COMP(st, t) = pr;
             COMP(dpt, t) = g;
+            if (p.ds != 0ul && kr < k_rows && qr < q_rows)
+              U16Buf(p.ds).v[((b * p.a.hq + h) * p.a.tk + k0 + kr) * p.a.tq + uint(i0) + qr] =
+                  uint16_t(pack2(g, 0.0) & 0xffffu);
           }
         }
         TO_H(p_h[qt], st, sees_tile, conv + qt * 2u, BQT / 8u);

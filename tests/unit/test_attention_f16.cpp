@@ -348,6 +348,34 @@ TEST(AttentionF16, MatchesRoundedReference) {
   }
 }
 
+// dq from the score gradients the dk/dv kernel stores (flash_attn_dq_ds.comp; opt-in for now,
+// kFlashStoresDsByDefault) and from recomputed ones (flash_attn_dq.comp): both within the bounds on
+// every case, and close to each other (they differ only in how the tensor cores order the f32 sums
+// of s and dp: k q^T in dk/dv, q k^T in the recomputing kernel).
+TEST(AttentionF16, DqFromStoredOrRecomputedScoreGradients) {
+  using ops::detail::FastDqSource;
+  CoopmatScope scope;
+  struct Restore {
+    ~Restore() { ops::detail::set_fast_dq_source(FastDqSource::Auto); }
+  } restore;
+  ASSERT_TRUE(ops::detail::flash_dq_from_stored_ds_available());
+  uint64_t seed = 1700;
+  for (const Case& c : kCases) {
+    const Inputs in = make_inputs(c, ++seed);
+    Results got[2];
+    for (int i = 0; i < 2; ++i) {
+      ops::detail::set_fast_dq_source(i == 0 ? FastDqSource::Stored : FastDqSource::Recompute);
+      check_case(c, seed);
+      got[i] = run(in);
+    }
+    SCOPED_TRACE(c.name);
+    // dk, dv and the output come from the same kernels either way.
+    EXPECT_EQ(got[0].grads[1], got[1].grads[1]) << "dk";
+    EXPECT_EQ(got[0].grads[2], got[1].grads[2]) << "dv";
+    test::expect_close(got[0].grads[0], got[1].grads[0], 2e-3, 2e-3, "dq stored vs recomputed");
+  }
+}
+
 // The dk/dv kernel's two ways through a GQA group -- one workgroup per query head writing
 // partials that a second pass adds (the default), and one per key/value head walking the group --
 // both within the bounds, on every GQA case.
