@@ -4,12 +4,11 @@
 // partials in a fourth pass, and by default runs dk/dv first, storing the score gradients that
 // its dq kernel then only multiplies by k), each from one of three families chosen by
 // ops/attention_coopmat.h: plain, fp32 register-tiled (fast) or f16 tensor cores (coopmat). Tile
-// sizes live in the shaders'
-// //!variant lines and defines; the tables here (and, for the fast and coopmat kernels, in
-// ops/attention_coopmat.cpp beside their choice) mirror them so the host can size the grids.
-// Attention dropout's parameters travel in a six-word buffer (the push constants have no room
-// left), with bit 1 of `flags` saying it is on. The tensor-core kernels read the operands they
-// stage tile by tile from f16 copies made here (tile_operands).
+// sizes live in the shaders' //!variant lines and defines; the tables here (and, for the fast and
+// coopmat kernels, in ops/attention_coopmat.cpp beside their choice) mirror them so the host can
+// size the grids. Attention dropout's parameters travel in a six-word buffer (the push constants
+// have no room left), with bit 1 of `flags` saying it is on. The tensor-core kernels read the
+// operands they stage tile by tile from f16 copies made here (tile_operands).
 #include "ops/attention.h"
 
 #include <cmath>
@@ -45,8 +44,8 @@ struct DqPush {
   uint32_t flags;
 };
 
-// The register-tiled dk/dv kernel runs without dropout; its tenth address is instead the buffer
-// for the score gradients it can store (0: none), in the same place.
+// The register-tiled and tensor-core dk/dv kernels run without dropout; their tenth address is
+// instead the buffer for the score gradients they can store (0: none), in the same place.
 struct DkvPush {
   uint64_t q, k, v, mask, dout, lse, delta, dk, dv, dropout_or_ds;
   AttnParams a;
@@ -256,19 +255,16 @@ TileOperands tile_operands(const SavedForward& s, const Tensor& a, const Tensor&
   return t;
 }
 
-// The families whose dk/dv kernel can store the score gradients for dq: the fp32 register-tiled
-// one, and the tensor-core one where its dq_ds kernel is built.
-bool stores_ds(AttentionKernels kernels) {
-  return kernels == AttentionKernels::Fast ||
-         (kernels == AttentionKernels::Coopmat && detail::flash_dq_from_stored_ds_available());
-}
-
-bool stores_by_default(AttentionKernels kernels) {
-  return kernels != AttentionKernels::Coopmat || detail::kFlashStoresDsByDefault;
-}
-
+// Bytes of the score gradients a backward of family `kernels` stores for its dq (`elements` =
+// B Hq Tk Tq: floats for the fp32 register-tiled kernels, halves for the tensor-core ones where
+// their dq_ds kernel is built), or 0 where it recomputes them (detail::fast_dq_from_stored_ds).
 uint64_t stored_ds_bytes(AttentionKernels kernels, int64_t elements) {
-  return static_cast<uint64_t>(elements) * (kernels == AttentionKernels::Coopmat ? 2 : 4);
+  const bool fast = kernels == AttentionKernels::Fast;
+  const bool coopmat =
+      kernels == AttentionKernels::Coopmat && detail::flash_dq_from_stored_ds_available();
+  if (!fast && !coopmat) return 0;
+  const uint64_t bytes = static_cast<uint64_t>(elements) * (coopmat ? 2 : 4);
+  return detail::fast_dq_from_stored_ds(bytes, fast || detail::kFlashStoresDsByDefault) ? bytes : 0;
 }
 
 // flash_attn_dq_ds.comp: dq from the stored f16 score gradients.
@@ -306,13 +302,11 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
   launch("attention_bwd_delta", dp, grid_1d(delta.numel() * kDeltaLanes, 128), {&dout, &s.out},
          {&delta}, {}, {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
-  // The fp32 register-tiled family can take dq from the score gradients its dk/dv kernel stores
-  // (detail::fast_dq_from_stored_ds): then dk/dv run first and dq reads them.
+  // The fp32 register-tiled and tensor-core families can take dq from the score gradients their
+  // dk/dv kernel stores (stored_ds_bytes): then dk/dv run first and dq reads them.
   const bool need_dq = ctx.needs_grad(0), need_dkv = ctx.needs_grad(1) || ctx.needs_grad(2);
   const int64_t ds_elements = dims.b * dims.hq * dims.tk * dims.tq;
-  const bool stored_ds = stores_ds(s.kernels) && need_dq && need_dkv &&
-                         detail::fast_dq_from_stored_ds(stored_ds_bytes(s.kernels, ds_elements),
-                                                        stores_by_default(s.kernels));
+  const bool stored_ds = need_dq && need_dkv && stored_ds_bytes(s.kernels, ds_elements) > 0;
   if (stored_ds) (void)checked_u32(ds_elements, "attention: stored score gradients");
   const Tensor ds = stored_ds ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq},
                                               s.coopmat() ? DType::F16 : DType::F32)
@@ -432,10 +426,7 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
 
 uint64_t attention_backward_stored_ds_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
                                             int64_t head_dim, float dropout_p) {
-  const AttentionKernels kernels = detail::attention_kernels(head_dim, dropout_p);
-  if (!stores_ds(kernels)) return 0;
-  const uint64_t bytes = stored_ds_bytes(kernels, batch * hq * tk * tq);
-  return detail::fast_dq_from_stored_ds(bytes, stores_by_default(kernels)) ? bytes : 0;
+  return stored_ds_bytes(detail::attention_kernels(head_dim, dropout_p), batch * hq * tk * tq);
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,

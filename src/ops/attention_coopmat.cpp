@@ -245,10 +245,7 @@ bool flash_dq_from_stored_ds_available() {
 }
 
 uint64_t fast_stored_ds_max_bytes() {
-  uint64_t heap = 0;
-  for (const auto& h : vk::Context::get().info().heaps)
-    if (h.device_local) heap = std::max<uint64_t>(heap, h.size);
-  return std::min(kFastStoredDsMaxBytes, heap / 32);
+  return std::min(kFastStoredDsMaxBytes, vk::Context::get().info().device_local_bytes() / 32);
 }
 
 bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores) {

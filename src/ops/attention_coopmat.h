@@ -94,7 +94,7 @@ void set_flash_dkv_per_head(bool on);
 // in fp32 (the tensor cores' sums may be ordered otherwise). Recompute:
 // attention_fast_bwd_dq.comp (flash_attn_dq.comp) forms q.k and do.v again. Auto stores where the
 // buffer takes at most fast_stored_ds_max_bytes(): kFastStoredDsMaxBytes (1B Llama at 8 x 1024
-// tokens: exactly 1 GiB), or a 32nd of the largest device-local heap where that is less (so that a
+// tokens: exactly 1 GiB), or a 32nd of the device-local memory where that is less (so that a
 // small GPU does not give up a large share of its memory to save time); recomputes beyond. The env
 // VKF_ATTENTION_DQ=stored|recompute (read once) and set_fast_dq_source override Auto (A/B
 // timing, tests).

@@ -118,15 +118,7 @@ void main() {
       const uint at = (ds_head + uint(j0) + r) * p.a.tq + q0 + c;
       uvec4 x = uvec4(0u);
       if (r < kv_rows && c < q_rows) {
-        if (ds_vec8 && c + 8u <= q_rows) {
-          x = TileVec8Buf(p.ds).v[at / 8u];
-        } else {
-          uint e[8];
-          [[unroll]] for (uint u = 0; u < 8u; ++u)
-            e[u] = c + u < q_rows ? uint(U16Buf(p.ds).v[at + u]) : 0u;
-          x = uvec4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16),
-                    e[6] | (e[7] << 16));
-        }
+        x = read_chunk8_f16(p.ds, ds_vec8, at, c, q_rows);  // queries past q_rows read as zero
         if (!whole) {
           [[unroll]] for (uint u = 0; u < 8u; ++u)
             if (!position_visible(p.a, pos_first + int(c + u), j0 + int(r)))
