@@ -301,25 +301,6 @@ bool fast_backward_split(uint64_t score_bytes) {
   return kFastSplitsByDefault && score_bytes <= fast_stored_ds_max_bytes();
 }
 
-namespace {
-std::optional<bool> g_fast_scores_direct;  // unset: VKF_ATTENTION_SCORES, else exchange
-}  // namespace
-
-bool fast_scores_direct() {
-  if (!g_fast_scores_direct) {
-    const char* env = std::getenv("VKF_ATTENTION_SCORES");
-    const std::string v = env ? env : "";
-    VKF_REQUIRE(v.empty() || v == "exchange" || v == "direct",
-                "VKF_ATTENTION_SCORES='{}': use exchange or direct", v);
-    g_fast_scores_direct = v == "direct";
-  }
-  return *g_fast_scores_direct;
-}
-
-void set_fast_scores_direct(bool direct) {
-  g_fast_scores_direct = direct;
-}
-
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   if (matmul_precision() != MatmulPrecision::F16) return "matmul precision is fp32";
   if (math_mode() != MathMode::Fast) return "math mode is precise";
@@ -373,8 +354,7 @@ FastAttentionModules fast_attention_modules() {
   pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
   pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
   pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
-  // The scores builds have the dk/dv kernel's tiles and at most its shared memory.
-  m.dkv_scores = m.dkv + (fast_scores_direct() ? "d" : "s");
+  m.dkv_scores = m.dkv + "s";  // q32s or q16s: the same tiles and shared memory
   return m;
 }
 

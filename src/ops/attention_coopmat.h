@@ -120,12 +120,6 @@ void set_fast_backward_form(FastBackwardForm form);
 bool fast_backward_split(uint64_t score_bytes);
 // Auto's choice: fused until the split form is timed on a GPU.
 constexpr bool kFastSplitsByDefault = false;
-// How the split form's scores build writes p and ds: through the exchange regions of shared
-// memory as 16-byte rows (Exchange, the q32s / q16s builds), or from each lane's registers
-// without the exchange barrier (Direct: q32d / q16d). VKF_ATTENTION_SCORES=exchange|direct (read
-// once) or set_fast_scores_direct choose; Exchange until both are timed.
-bool fast_scores_direct();
-void set_fast_scores_direct(bool direct);
 // Whether this build and device have the tensor-core dq kernel that reads stored score gradients.
 bool flash_dq_from_stored_ds_available();
 // Auto's choice for the tensor-core kernels: recompute until the stored path is timed on a GPU

@@ -37,10 +37,7 @@
 // form p and ds exactly as above and store both, p^T into the buffer in dv's place and ds^T into
 // the ds buffer, and accumulate nothing; attention_fast_bwd_kv_ds.comp then sums dv from p and
 // dk from ds, and attention_fast_bwd_dq_ds.comp dq from ds (each one product per pair of tiles
-// where this kernel does four; see ops/attention.cpp). The direct builds (SCORES_DIRECT: q32d,
-// q16d) store each lane's values straight from its registers (the 8 lanes of a row group write 8
-// consecutive queries of a key row) instead of through the exchange regions, which saves the
-// exchange barrier and its shared memory (A/B: VKF_ATTENTION_SCORES=direct|exchange).
+// where this kernel does four; see ops/attention.cpp).
 //
 // Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB) and q16 (31.1
 // KiB, lavapipe's 32 KiB). The kernel synchronises through workgroup barriers only, so it needs
@@ -52,8 +49,6 @@
 //!variant q16 -DBQ=16
 //!variant q32s -DBQ=32 -DSCORES_ONLY=1
 //!variant q16s -DBQ=16 -DSCORES_ONLY=1
-//!variant q32d -DBQ=32 -DSCORES_ONLY=1 -DSCORES_DIRECT=1
-//!variant q16d -DBQ=16 -DSCORES_ONLY=1 -DSCORES_DIRECT=1
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -68,9 +63,6 @@
 #define XW BQ             // columns of the exchange regions
 #ifndef SCORES_ONLY
 #define SCORES_ONLY 0
-#endif
-#ifndef SCORES_DIRECT
-#define SCORES_DIRECT 0
 #endif
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
@@ -99,12 +91,10 @@ shared vec4 sK[BK * ROW4];   // K row j of the block at j * ROW4
 shared vec4 sV[BK * ROW4];   // V row j
 shared vec4 sQ[BQ * ROW4];   // Q row i of the tile at i * ROW4
 shared vec4 sDO[BQ * ROW4];  // dO row i
-#if !SCORES_DIRECT
 // Row group g's exchange regions: key r, query i at float 4 (g XG4 + r XP4) + i. sP holds p for
 // half 0's dv, sG ds for half 1's dk, each written by the half that scored query i.
 shared vec4 sP[NRG * XG4];
 shared vec4 sG[NRG * XG4];
-#endif
 shared float sLse2[BQ];      // the tile's logsumexp in log2 units (0 past the end)
 shared float sDelta[BQ];
 
@@ -280,22 +270,12 @@ void main() {
           if (!whole && (!key_ok[r] || ii >= q_rows ||
                          !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))))
             pr = 0.0;
-#if SCORES_DIRECT
-          const uint jj = rg + NRG * r;
-          if (jj < k_rows && ii < q_rows) {
-            const uint at = ((b * p.a.hq + h) * p.a.tk + k0 + jj) * p.a.tq + uint(i0) + ii;
-            p.pt.v[at] = pr;
-            p.ds.v[at] = (pr * dfac) * (dp[r][c] - dlt);
-          }
-#else
           const uint at = 4u * (xg + r * XP4) + ii;
           sP[at / 4u][at % 4u] = pr;
           sG[at / 4u][at % 4u] = (pr * dfac) * (dp[r][c] - dlt);
-#endif
         }
       }
     }
-#if !SCORES_DIRECT
     barrier();  // both halves' p and ds reach every row group
 
     // With a ds^T buffer, the tile's ds (keys of the block x queries i0 ..) goes to it for the dq
@@ -309,7 +289,6 @@ void main() {
       STORE_SCORES(p.pt, sP)
 #endif
     }
-#endif  // !SCORES_DIRECT
 
 #if !SCORES_ONLY
     // dv[r] += sum_i p[r][i] dO[i] (half 0) or dk[r] += sum_i ds[r][i] Q[i] (half 1) over the

@@ -195,22 +195,15 @@ TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
 TEST(Attention, FastSplitBackwardGivesTheFusedBits) {
   using ops::detail::FastBackwardForm;
   using ops::detail::FastDqSource;
-  struct ResetScoresStore {
-    ~ResetScoresStore() { ops::detail::set_fast_scores_direct(false); }
-  } reset_store;
-  for (const bool direct : {false, true}) {
-    SCOPED_TRACE(direct ? "scores stored from registers" : "scores stored through shared memory");
-    ops::detail::set_fast_scores_direct(direct);
-    for_small_cases_in_both_builds(1300, [](const Inputs& in) {
-      for (const FastDqSource fused_dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
-        expect_deterministic(in, [&](int run) {
-          ops::detail::set_fast_dq_source(fused_dq);
-          ops::detail::set_fast_backward_form(run == 0 ? FastBackwardForm::Fused
-                                                       : FastBackwardForm::Split);
-        });
-      }
-    });
-  }
+  for_small_cases_in_both_builds(1300, [](const Inputs& in) {
+    for (const FastDqSource fused_dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
+      expect_deterministic(in, [&](int run) {
+        ops::detail::set_fast_dq_source(fused_dq);
+        ops::detail::set_fast_backward_form(run == 0 ? FastBackwardForm::Fused
+                                                     : FastBackwardForm::Split);
+      });
+    }
+  });
   struct ResetForm {
     ~ResetForm() { ops::detail::set_fast_backward_form(FastBackwardForm::Auto); }
   } reset;
