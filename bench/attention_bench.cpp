@@ -97,9 +97,7 @@ Shape parse_shape(const std::string& text) {
 // Which part of the attention a profiled kernel label belongs to ("" for anything else).
 std::string part_of(const std::string& label) {
   if (label.find("bwd_delta") != std::string::npos) return "delta";
-  // dk/dv: the fused kernel (or, in the split form, its scores build and the two products).
-  if (label.find("dkv") != std::string::npos || label.find("kv_ds") != std::string::npos)
-    return "dkv";
+  if (label.find("dkv") != std::string::npos) return "dkv";
   if (label.find("dq") != std::string::npos) return "dq";
   if (label.find("fwd") != std::string::npos) return "fwd";
   return "";

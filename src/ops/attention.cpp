@@ -255,36 +255,17 @@ TileOperands tile_operands(const SavedForward& s, const Tensor& a, const Tensor&
   return t;
 }
 
-// What a backward of family `kernels` stores of its [B, Hq, Tk, Tq] pair values (`elements`):
-// the score gradients ds for dq (floats from the fp32 register-tiled kernels, halves from the
-// tensor-core ones where their dq_ds kernel is built; detail::fast_dq_from_stored_ds), and in the
-// fp32 kernels' split form the probabilities p as well, for dk and dv
-// (detail::fast_backward_split); nothing where it recomputes them.
-struct StoredScores {
-  uint64_t ds_bytes = 0;  // 0: dq recomputes its scores
-  bool split = false;     // p stored too (as many bytes); dk and dv summed from p and ds
-  uint64_t total_bytes() const { return split ? 2 * ds_bytes : ds_bytes; }
-};
-StoredScores stored_scores(AttentionKernels kernels, int64_t elements) {
+// Bytes of the score gradients a backward of family `kernels` stores for its dq (`elements` =
+// B Hq Tk Tq: floats for the fp32 register-tiled kernels, halves for the tensor-core ones where
+// their dq_ds kernel is built), or 0 where it recomputes them (detail::fast_dq_from_stored_ds).
+uint64_t stored_ds_bytes(AttentionKernels kernels, int64_t elements) {
   const bool fast = kernels == AttentionKernels::Fast;
   const bool coopmat =
       kernels == AttentionKernels::Coopmat && detail::flash_dq_from_stored_ds_available();
-  if (!fast && !coopmat) return {};
+  if (!fast && !coopmat) return 0;
   const uint64_t bytes = static_cast<uint64_t>(elements) * (coopmat ? 2 : 4);
-  if (fast && detail::fast_backward_split(bytes)) return {bytes, true};
-  if (detail::fast_dq_from_stored_ds(bytes, fast || detail::kFlashStoresDsByDefault))
-    return {bytes, false};
-  return {};
+  return detail::fast_dq_from_stored_ds(bytes, fast || detail::kFlashStoresDsByDefault) ? bytes : 0;
 }
-
-// attention_fast_bwd_kv_ds.comp: dk or dv from stored ds or p (the split backward).
-struct KvFromScoresPush {
-  uint64_t x, y, mask, out;
-  AttnParams a;
-  uint32_t flags;
-  float out_scale;
-};
-constexpr int64_t kKvFromScoresRows = 64;  // keys per workgroup (BKB in the shader)
 
 // flash_attn_dq_ds.comp: dq from the stored f16 score gradients.
 struct FlashDqFromDsPush {
@@ -322,19 +303,14 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
          {&delta}, {}, {2.0 * static_cast<double>(s.q.numel()), 2.0 * qbytes});
 
   // The fp32 register-tiled and tensor-core families can take dq from the score gradients their
-  // dk/dv kernel stores (stored_scores): then dk/dv run first and dq reads them.
+  // dk/dv kernel stores (stored_ds_bytes): then dk/dv run first and dq reads them.
   const bool need_dq = ctx.needs_grad(0), need_dkv = ctx.needs_grad(1) || ctx.needs_grad(2);
-  // The fp32 family's split form stores p as well and sums dk and dv from p and ds.
   const int64_t ds_elements = dims.b * dims.hq * dims.tk * dims.tq;
-  const StoredScores stored =
-      need_dq && need_dkv ? stored_scores(s.kernels, ds_elements) : StoredScores{};
-  const bool stored_ds = stored.ds_bytes > 0;
+  const bool stored_ds = need_dq && need_dkv && stored_ds_bytes(s.kernels, ds_elements) > 0;
   if (stored_ds) (void)checked_u32(ds_elements, "attention: stored score gradients");
   const Tensor ds = stored_ds ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq},
                                               s.coopmat() ? DType::F16 : DType::F32)
                               : Tensor();
-  const Tensor pt =
-      stored.split ? Tensor::empty({dims.b, dims.hq, dims.tk, dims.tq}, DType::F32) : Tensor();
   // 16-byte rows of the stored ds: chunks of 4 floats, or of 8 halves.
   const uint32_t ds_flags =
       stored_ds && dims.tq % (s.coopmat() ? 8 : 4) == 0 ? detail::kFastFlagDsVec4 : 0u;
@@ -390,60 +366,33 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     const Tensor dv_out =
         partials ? Tensor::empty({dims.b, dims.tk, dims.hq, dims.d}, DType::F32) : dv;
     const TileOperands qdo = tile_operands(s, s.q, dout);
+    const DkvPush push{qdo.a.address(),
+                       s.k.address(),
+                       s.v.address(),
+                       s.mask_address(),
+                       qdo.b.address(),
+                       s.lse.address(),
+                       delta.address(),
+                       dk_out.address(),
+                       dv_out.address(),
+                       stored_ds ? ds.address() : s.dropout_address(),
+                       s.params,
+                       flags | qdo.flags | ds_flags |
+                           (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
     const int64_t rows = s.coopmat() ? detail::flash_rows("dkv")
                          : s.fast()  ? s.fast_modules.dkv_rows
                                      : kDkvTiles[vi].bk;
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
-    const Grid grid = block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b);
-    if (stored.split) {
-      // The scores build stores p^T (in dv's place) and ds^T; then one product each for dv
-      // (p dO) and dk (ds q, times the scale where ds does not carry it).
-      const DkvPush scores{s.q.address(),  s.k.address(),   s.v.address(),   s.mask_address(),
-                           dout.address(), s.lse.address(), delta.address(), 0,
-                           pt.address(),   ds.address(),    s.params,        flags | ds_flags};
-      launch(s.fast_modules.dkv_scores, scores, grid,
-             {&s.q, &s.k, &s.v, &s.mask, &dout, &s.lse, &delta}, {&pt, &ds}, {},
-             pair_cost(dims, 2,
-                       2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes()) +
-                           static_cast<double>(pt.nbytes() + ds.nbytes()) / 2));
-      const int64_t kv_blocks = (dims.tk + kKvFromScoresRows - 1) / kKvFromScoresRows;
-      check_grid(kv_blocks, "the dk/dv key blocks");
-      const Grid kv_grid = block_grid(s.kernels, kv_blocks, dims.hq, dims.b);
-      const auto from_scores = [&](const Tensor& x, const Tensor& y, const Tensor& out,
-                                   float out_scale) {
-        const KvFromScoresPush push{x.address(), y.address(),      s.mask_address(), out.address(),
-                                    s.params,    flags | ds_flags, out_scale};
-        launch("attention_fast_bwd_kv_ds", push, kv_grid, {&x, &y, &s.mask}, {&out}, {},
-               pair_cost(dims, 1,
-                         static_cast<double>(x.nbytes()) / 2 + qbytes +
-                             static_cast<double>(out.nbytes())));
-      };
-      from_scores(pt, dout, dv_out, 1.0f);
-      from_scores(ds, s.q, dk_out, s.params.softcap > 0 ? 1.0f : s.params.scale);
-    } else {
-      const DkvPush push{qdo.a.address(),
-                         s.k.address(),
-                         s.v.address(),
-                         s.mask_address(),
-                         qdo.b.address(),
-                         s.lse.address(),
-                         delta.address(),
-                         dk_out.address(),
-                         dv_out.address(),
-                         stored_ds ? ds.address() : s.dropout_address(),
-                         s.params,
-                         flags | qdo.flags | ds_flags |
-                             (s.coopmat() && partials ? detail::kFlashFlagHeadPartials : 0u)};
-      launch(s.coopmat() ? detail::flash_module("dkv")
-             : s.fast()  ? s.fast_modules.dkv
-                         : variant_name("attention_bwd_dkv", vi),
-             push, grid, {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout},
-             {&dk_out, &dv_out, &ds}, quad_spec(s),
-             pair_cost(dims, 4,
-                       2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes()) +
-                           (stored_ds ? static_cast<double>(ds.nbytes()) / 2 : 0.0)));
-    }
+    launch(s.coopmat() ? detail::flash_module("dkv")
+           : s.fast()  ? s.fast_modules.dkv
+                       : variant_name("attention_bwd_dkv", vi),
+           push, block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b),
+           {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout},
+           {&dk_out, &dv_out, &ds}, quad_spec(s),
+           pair_cost(dims, 4,
+                     2 * qbytes + 2.0 * static_cast<double>(s.k.nbytes() + dk_out.nbytes()) +
+                         (stored_ds ? static_cast<double>(ds.nbytes()) / 2 : 0.0)));
     if (partials) {
       const GroupSumPush sum{dk_out.address(),
                              dv_out.address(),
@@ -475,10 +424,9 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
 
 }  // namespace
 
-uint64_t attention_backward_stored_score_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
-                                               int64_t head_dim, float dropout_p) {
-  return stored_scores(detail::attention_kernels(head_dim, dropout_p), batch * hq * tk * tq)
-      .total_bytes();
+uint64_t attention_backward_stored_ds_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
+                                            int64_t head_dim, float dropout_p) {
+  return stored_ds_bytes(detail::attention_kernels(head_dim, dropout_p), batch * hq * tk * tq);
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,

@@ -51,13 +51,11 @@ struct AttentionOptions {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                  const AttentionOptions& opts);
 
-// Bytes the backward of such a call allocates, under the current settings, for the pair values
-// it stores ([B, Hq, Tk, Tq] each): the score gradients its dk/dv kernel stores for dq (f32 from
-// the fp32 register-tiled kernels, f16 from the tensor-core ones; see
-// detail::fast_dq_from_stored_ds), and in the fp32 kernels' split form the probabilities as well
-// (detail::fast_backward_split); 0 where it recomputes them or runs the plain kernels. For
-// train::plan_memory.
-uint64_t attention_backward_stored_score_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
-                                               int64_t head_dim, float dropout_p);
+// Bytes the backward of such a call allocates, under the current settings, for the score
+// gradients its dk/dv kernel stores for dq ([B, Hq, Tk, Tq]: f32 from the fp32 register-tiled
+// kernels, f16 from the tensor-core ones; see detail::fast_dq_from_stored_ds), or 0 where it
+// recomputes them or runs the plain kernels. For train::plan_memory.
+uint64_t attention_backward_stored_ds_bytes(int64_t batch, int64_t tq, int64_t tk, int64_t hq,
+                                            int64_t head_dim, float dropout_p);
 
 }  // namespace vkf::ops

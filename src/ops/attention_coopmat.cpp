@@ -271,36 +271,6 @@ bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores) {
   return auto_stores && ds_bytes <= fast_stored_ds_max_bytes();
 }
 
-namespace {
-std::optional<FastBackwardForm> g_fast_backward_form;  // unset: VKF_ATTENTION_BWD, else Auto
-}  // namespace
-
-void set_fast_backward_form(FastBackwardForm form) {
-  g_fast_backward_form = form;
-}
-
-bool fast_backward_split(uint64_t score_bytes) {
-  if (!g_fast_backward_form) {
-    const char* env = std::getenv("VKF_ATTENTION_BWD");
-    const std::string v = env ? env : "";
-    VKF_REQUIRE(v.empty() || v == "split" || v == "fused",
-                "VKF_ATTENTION_BWD='{}': use split (dk, dv and dq from stored p and ds) or fused",
-                v);
-    g_fast_backward_form = v == "split"   ? FastBackwardForm::Split
-                           : v == "fused" ? FastBackwardForm::Fused
-                                          : FastBackwardForm::Auto;
-  }
-  switch (*g_fast_backward_form) {
-    case FastBackwardForm::Split:
-      return true;
-    case FastBackwardForm::Fused:
-      return false;
-    case FastBackwardForm::Auto:
-      break;
-  }
-  return kFastSplitsByDefault && score_bytes <= fast_stored_ds_max_bytes();
-}
-
 std::string attention_coopmat_unfit(int64_t head_dim, float dropout_p) {
   if (matmul_precision() != MatmulPrecision::F16) return "matmul precision is fp32";
   if (math_mode() != MathMode::Fast) return "math mode is precise";
@@ -354,7 +324,6 @@ FastAttentionModules fast_attention_modules() {
   pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
   pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
   pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
-  m.dkv_scores = m.dkv + "s";  // q32s or q16s: the same tiles and shared memory
   return m;
 }
 

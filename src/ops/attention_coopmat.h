@@ -39,7 +39,6 @@ void set_fast_attention_builds(FastAttentionBuilds builds);
 // kernels are not chosen) on a device whose shared memory cannot hold them.
 struct FastAttentionModules {
   std::string fwd, dq, dkv;
-  std::string dkv_scores;  // the dk/dv kernel's scores build (split backward), same rows as dkv
   uint32_t fwd_rows = 0;  // queries per forward workgroup
   uint32_t dq_rows = 0;   // queries per dq workgroup
   uint32_t dkv_rows = 0;  // keys per dk/dv workgroup
@@ -106,20 +105,6 @@ uint64_t fast_stored_ds_max_bytes();
 // `auto_stores`: whether Auto stores at all for this family (kFlashStoresDsByDefault for the
 // tensor-core kernels).
 bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores = true);
-// How the fp32 register-tiled backward forms dk and dv. Fused: attention_fast_bwd_dkv.comp sums
-// them while it scores each pair of tiles (four products per pair: k.q, v.do, p do, ds q), and
-// stores ds for dq where fast_dq_from_stored_ds says so. Split: its scores build only forms p and
-// ds and stores both ([B, Hq, Tk, Tq] floats each), then attention_fast_bwd_kv_ds.comp sums dv
-// from p and dk from ds, and attention_fast_bwd_dq_ds.comp dq from ds: one product per pair and
-// kernel, the same bits as Fused. Auto splits where kFastSplitsByDefault and each buffer takes at
-// most fast_stored_ds_max_bytes() (so twice that in all), else Fused. The env
-// VKF_ATTENTION_BWD=split|fused (read once) and set_fast_backward_form override Auto (A/B timing,
-// tests); a split backward takes dq from ds whatever VKF_ATTENTION_DQ says.
-enum class FastBackwardForm { Auto, Fused, Split };
-void set_fast_backward_form(FastBackwardForm form);
-bool fast_backward_split(uint64_t score_bytes);
-// Auto's choice: fused until the split form is timed on a GPU.
-constexpr bool kFastSplitsByDefault = false;
 // Whether this build and device have the tensor-core dq kernel that reads stored score gradients.
 bool flash_dq_from_stored_ds_available();
 // Auto's choice for the tensor-core kernels: recompute until the stored path is timed on a GPU

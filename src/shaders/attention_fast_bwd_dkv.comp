@@ -33,12 +33,6 @@
 // them instead of recomputing q.k and do.v (hidden pairs are stored as the zeros used here; pairs
 // of query tiles the block never visits are not written).
 //
-// The scores builds (SCORES_ONLY: q32s, q16s) are the first kernel of the split backward: they
-// form p and ds exactly as above and store both, p^T into the buffer in dv's place and ds^T into
-// the ds buffer, and accumulate nothing; attention_fast_bwd_kv_ds.comp then sums dv from p and
-// dk from ds, and attention_fast_bwd_dq_ds.comp dq from ds (each one product per pair of tiles
-// where this kernel does four; see ops/attention.cpp).
-//
 // Variants by queries per tile: q32 (43.8 KiB of shared memory, NVIDIA's 48 KiB) and q16 (31.1
 // KiB, lavapipe's 32 KiB). The kernel synchronises through workgroup barriers only, so it needs
 // no subgroup operations (ROW_SHUFFLE 0) and one build of each serves every device, the
@@ -47,8 +41,6 @@
 //!novariant_base
 //!variant q32 -DBQ=32
 //!variant q16 -DBQ=16
-//!variant q32s -DBQ=32 -DSCORES_ONLY=1
-//!variant q16s -DBQ=16 -DSCORES_ONLY=1
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -61,9 +53,6 @@
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
 #define XW BQ             // columns of the exchange regions
-#ifndef SCORES_ONLY
-#define SCORES_ONLY 0
-#endif
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
@@ -75,13 +64,8 @@ layout(push_constant, std430) uniform Push {
   F32Buf dout;   // [B, Tq, Hq, D]
   F32Buf lse;    // [B, Hq, Tq]
   F32Buf delta;  // [B, Hq, Tq]
-#if SCORES_ONLY
-  F32Buf unused;  // (dk's place)
-  F32Buf pt;      // p^T [B, Hq, Tk, Tq] (dv's place)
-#else
   F32Buf dk;     // [B, Tk, Hq, D]: dk itself when Hq = Hkv, else head h's partial
   F32Buf dv;     // [B, Tk, Hq, D]
-#endif
   F32Buf ds;     // 0, or ds^T [B, Hq, Tk, Tq] for attention_fast_bwd_dq_ds.comp (see below)
   AttnParams a;
   uint flags;
@@ -112,22 +96,6 @@ shared float sDelta[BQ];
         acc[r][1] = fma(vec4(w[r][u]), x1, acc[r][1]);                          \
       }                                                                         \
     }                                                                           \
-  }
-
-// Stores the tile's values of exchange array X (sP or sG) into rows (b, h, key) of the [B, Hq,
-// Tk, Tq] buffer BUF at queries i0 ..; needs ds_vec4, k_rows and q_rows in scope.
-#define STORE_SCORES(BUF, X)                                                                   \
-  [[unroll]] for (uint n = 0; n < (BK * BQ / 4 + NT - 1) / NT; ++n) {                          \
-    const uint e = t + n * NT, jj = e / (BQ / 4), i4 = (e % (BQ / 4)) * 4u;                     \
-    if (jj >= k_rows || i4 >= q_rows) continue;                                                \
-    const vec4 x = X[(jj % NRG) * XG4 + (jj / NRG) * XP4 + i4 / 4u];                           \
-    const uint at = ((b * p.a.hq + h) * p.a.tk + k0 + jj) * p.a.tq + uint(i0) + i4;            \
-    if (ds_vec4 && i4 + 4u <= q_rows) {                                                        \
-      Vec4Buf(uint64_t(BUF)).v[at / 4u] = x;                                                   \
-    } else {                                                                                   \
-      [[unroll]] for (uint u = 0; u < 4u; ++u)                                                 \
-        if (i4 + u < q_rows) BUF.v[at + u] = x[u];                                             \
-    }                                                                                          \
   }
 
 void main() {
@@ -162,11 +130,9 @@ void main() {
     if (key_ok[r] && (p.flags & FLAG_MASK) != 0u) key_ok[r] = p.mask.v[b * p.a.tk + k0 + jj] != 0;
   }
   all_keys_ok = all_keys_ok && (p.flags & FLAG_MASK) == 0u;
-#if !SCORES_ONLY
   // dv rows (half 0) or dk rows (half 1), dims 4 lane + (0..3) and 32 + 4 lane + (0..3).
   vec4 acc[RQ][2];
   [[unroll]] for (uint r = 0; r < RQ; ++r) acc[r][0] = acc[r][1] = vec4(0.0);
-#endif
 
   // Queries that can see a key of the block: position i + q_offset >= k0 (causal) and
   // position - (k0 + k_rows - 1) < window.
@@ -279,18 +245,24 @@ void main() {
     barrier();  // both halves' p and ds reach every row group
 
     // With a ds^T buffer, the tile's ds (keys of the block x queries i0 ..) goes to it for the dq
-    // kernel that reads them instead of recomputing them, and in the scores builds p goes to p^T
-    // likewise: key rows of BQ queries, vec4 where the rows allow (FLAG_DS_VEC4 and i0 a multiple
-    // of 4), only queries that exist.
+    // kernel that reads them instead of recomputing them: key rows of BQ queries, vec4 where the
+    // rows allow (FLAG_DS_VEC4 and i0 a multiple of 4), only queries that exist.
     if (uint64_t(p.ds) != 0ul) {
       const bool ds_vec4 = (p.flags & FLAG_DS_VEC4) != 0u && i0 % 4 == 0;
-      STORE_SCORES(p.ds, sG)
-#if SCORES_ONLY
-      STORE_SCORES(p.pt, sP)
-#endif
+      [[unroll]] for (uint n = 0; n < (BK * BQ / 4 + NT - 1) / NT; ++n) {
+        const uint e = t + n * NT, jj = e / (BQ / 4), i4 = (e % (BQ / 4)) * 4u;
+        if (jj >= k_rows || i4 >= q_rows) continue;
+        const vec4 x = sG[(jj % NRG) * XG4 + (jj / NRG) * XP4 + i4 / 4u];
+        const uint at = ((b * p.a.hq + h) * p.a.tk + k0 + jj) * p.a.tq + uint(i0) + i4;
+        if (ds_vec4 && i4 + 4u <= q_rows) {
+          Vec4Buf(uint64_t(p.ds)).v[at / 4u] = x;
+        } else {
+          [[unroll]] for (uint u = 0; u < 4u; ++u)
+            if (i4 + u < q_rows) p.ds.v[at + u] = x[u];
+        }
+      }
     }
 
-#if !SCORES_ONLY
     // dv[r] += sum_i p[r][i] dO[i] (half 0) or dk[r] += sum_i ds[r][i] Q[i] (half 1) over the
     // tile's queries, in order (one loop per half: a selection between two shared arrays would
     // read both).
@@ -299,9 +271,7 @@ void main() {
     } else {
       ACCUMULATE_ROWS(sG, sQ);
     }
-#endif
   }
-#if !SCORES_ONLY
 
   const vec4 grad_scale = vec4(first_half || softcap ? 1.0 : p.a.scale);
   F32Buf grad_out = first_half ? p.dv : p.dk;  // an address, not a shared read
@@ -312,5 +282,4 @@ void main() {
     store_chunk(grad_out, row, lane, D, vec4_rows, acc[r][0] * grad_scale);
     store_chunk(grad_out, row, LANES + lane, D, vec4_rows, acc[r][1] * grad_scale);
   }
-#endif
 }

@@ -527,9 +527,8 @@ MemoryPlan plan_memory(const ArchSpec& s, const MemoryPlanInput& in) {
       m.workspace.add(d.N * d.qd, kF32, q_like);
       m.workspace.add(d.N * d.kvd, kF32, 2);
       m.workspace.add(d.B * d.Hq * d.T);
-      // The score gradients the dk/dv kernel may store for dq, [B, Hq, T, T] (and the
-      // probabilities too in the fp32 kernels' split form).
-      const uint64_t stored_ds = ops::attention_backward_stored_score_bytes(
+      // The score gradients the dk/dv kernel may store for dq, [B, Hq, T, T].
+      const uint64_t stored_ds = ops::attention_backward_stored_ds_bytes(
           d.B, d.T, d.T, d.Hq, d.D, static_cast<float>(s.attention_dropout));
       if (stored_ds > 0) m.workspace.add(static_cast<int64_t>(stored_ds), 1);
       m.workspace.add(d.N * d.H, kF32, 2);

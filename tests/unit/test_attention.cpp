@@ -5,7 +5,6 @@
 // backward against central finite differences; determinism; and the errors raised on bad input.
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <string>
 
 #include "attention_cases.h"
@@ -151,90 +150,32 @@ TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
   }
 }
 
-// Runs `check` on every small-head case (padding, windows, soft-caps, GQA, Tq != Tk, tile edges,
-// head dims off the vec4 chunks) with each build of the register-tiled kernels (the subgroup one
-// and the workgroup-barrier one, whose dk/dv tiles hold 16 queries); afterwards every choice of
-// the fast kernels is back on Auto.
-void for_small_cases_in_both_builds(uint64_t seed,
-                                    const std::function<void(const Inputs&)>& check) {
-  struct ResetChoices {
-    ~ResetChoices() {
-      ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
-      ops::detail::set_fast_backward_form(ops::detail::FastBackwardForm::Auto);
+// The fp32 register-tiled backward takes dq from the score gradients its dk/dv kernel stores
+// (attention_fast_bwd_dq_ds.comp; Auto does so for every case above) or recomputes them
+// (attention_fast_bwd_dq.comp): both must give the same bits, and dk, dv and the output must not
+// change either. Over every small-head case (padding, windows, soft-caps, GQA, Tq != Tk, tile
+// edges, head dims off the vec4 chunks), and with the workgroup-barrier builds (16-query dk/dv
+// tiles).
+TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
+  using ops::detail::FastDqSource;
+  struct ResetSource {
+    ~ResetSource() {
+      ops::detail::set_fast_dq_source(FastDqSource::Auto);
       ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto);
     }
   } reset;
+  uint64_t seed = 900;
   for (const auto builds : {ops::detail::FastAttentionBuilds::Auto,
                             ops::detail::FastAttentionBuilds::WorkgroupBarriers}) {
     ops::detail::set_fast_attention_builds(builds);
     for (const Case& c : kCases) {
       if (c.d > 64) continue;
       SCOPED_TRACE(c.name);
-      check(make_inputs(c, ++seed));
-    }
-  }
-}
-
-// The fp32 register-tiled backward takes dq from the score gradients its dk/dv kernel stores
-// (attention_fast_bwd_dq_ds.comp; Auto does so for every case above) or recomputes them
-// (attention_fast_bwd_dq.comp): both must give the same bits, and dk, dv and the output must not
-// change either.
-TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
-  using ops::detail::FastDqSource;
-  for_small_cases_in_both_builds(900, [](const Inputs& in) {
-    expect_deterministic(in, [](int run) {
-      ops::detail::set_fast_dq_source(run == 0 ? FastDqSource::Recompute : FastDqSource::Stored);
-    });
-  });
-}
-
-// The split backward (the dk/dv kernel's scores build stores p and ds, then one product each for
-// dv, dk and dq: attention_fast_bwd_kv_ds.comp and attention_fast_bwd_dq_ds.comp) must give the
-// bits of the fused kernel, recomputing dq or storing ds for it; and the reference check passes
-// under it.
-TEST(Attention, FastSplitBackwardGivesTheFusedBits) {
-  using ops::detail::FastBackwardForm;
-  using ops::detail::FastDqSource;
-  for_small_cases_in_both_builds(1300, [](const Inputs& in) {
-    for (const FastDqSource fused_dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
-      expect_deterministic(in, [&](int run) {
-        ops::detail::set_fast_dq_source(fused_dq);
-        ops::detail::set_fast_backward_form(run == 0 ? FastBackwardForm::Fused
-                                                     : FastBackwardForm::Split);
+      expect_deterministic(make_inputs(c, ++seed), [](int run) {
+        ops::detail::set_fast_dq_source(run == 0 ? FastDqSource::Recompute : FastDqSource::Stored);
       });
     }
-  });
-  struct ResetForm {
-    ~ResetForm() { ops::detail::set_fast_backward_form(FastBackwardForm::Auto); }
-  } reset;
-  ops::detail::set_fast_backward_form(FastBackwardForm::Split);
-  uint64_t ref_seed = 1400;
-  for (const Case& c : kCases) {
-    if (c.d > 64) continue;
-    SCOPED_TRACE(c.name);
-    expect_forward_and_backward_match_reference(make_inputs(c, ++ref_seed), c.name);
   }
-}
-
-// The split form stores p beside ds: twice the bytes the fused form stores, in the memory plan's
-// count too.
-TEST(Attention, FastSplitBackwardStoresProbabilitiesBesideScoreGradients) {
-  using ops::detail::FastBackwardForm;
-  struct ResetForm {
-    ~ResetForm() { ops::detail::set_fast_backward_form(FastBackwardForm::Auto); }
-  } reset;
-  ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Stored);
-  ops::detail::set_fast_backward_form(FastBackwardForm::Fused);
-  const uint64_t fused = ops::attention_backward_stored_score_bytes(2, 48, 48, 6, 64, 0);
-  ops::detail::set_fast_backward_form(FastBackwardForm::Split);
-  const uint64_t split = ops::attention_backward_stored_score_bytes(2, 48, 48, 6, 64, 0);
-  ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
-  EXPECT_EQ(fused, uint64_t{2} * 6 * 48 * 48 * 4);
-  EXPECT_EQ(split, 2 * fused);
-  EXPECT_TRUE(ops::detail::fast_backward_split(uint64_t{1} << 40));
-  ops::detail::set_fast_backward_form(FastBackwardForm::Auto);
-  EXPECT_EQ(ops::detail::fast_backward_split(1024), ops::detail::kFastSplitsByDefault);
-  EXPECT_FALSE(ops::detail::fast_backward_split(ops::detail::fast_stored_ds_max_bytes() + 1));
 }
 
 // Auto stores the score gradients up to fast_stored_ds_max_bytes() (1 GiB, or a 32nd of the

@@ -282,7 +282,7 @@ TEST(MemoryPlan, CountsParametersOfARealShape) {
   // the fp32 register-tiled kernels) the first layer's attention backward becomes the peak, by
   // less than that buffer.
   ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
-  const uint64_t ds = ops::attention_backward_stored_score_bytes(8, 1024, 1024, 32, 64, 0);
+  const uint64_t ds = ops::attention_backward_stored_ds_bytes(8, 1024, 1024, 32, 64, 0);
   in.fused_loss = true;
   const auto stored = train::plan_memory(models::spec_from_config(c, "config.json"), in);
   if (ds > 0) {
