@@ -108,6 +108,14 @@ void stage_row_stats(uint b, uint h, uint i0, uint rows) {
 
 // Bit of flags beyond FLAG_VEC4: the grid's y is a query head, dk / dv are per-head partials.
 const uint FLAG_HEAD_PARTIALS = 8u;
+// And (kFastFlagDsVec4 on the host): Tq is a multiple of 8, so rows of the stored ds^T start
+// 16-byte aligned wherever the query tile does.
+const uint FLAG_DS_VEC8 = 32u;
+
+#if !VKF_EMULATE_COOPMAT
+// The stored ds^T as 8-half units, for whole-fragment stores.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer DsRows { uvec4 v[]; };
+#endif
 
 void main() {
   const uint tid = gl_LocalInvocationIndex;
@@ -184,6 +192,15 @@ void main() {
                                                  sg_k_first + 15);
 
       FRAG_H p_h[QT], ds_h[QT];
+#if VKF_EMULATE_COOPMAT
+      const bool ds_whole = false;
+#else
+      // The subgroup's 16 keys and the tile's queries all exist and the rows are 16-byte
+      // aligned: each 16 x 16 block of ds^T goes out as one f16 fragment store (rounded as the
+      // stores of single components are, to nearest even), else component by component.
+      const bool ds_whole = p.ds != 0ul && sg_keys == 16 && q_rows == uint(BQT) &&
+                            (p.flags & FLAG_DS_VEC8) != 0u && i0 % 8 == 0;
+#endif
       UNROLL for (uint qt = 0; qt < QT; ++qt) {
         FRAG_F st = FRAG_F_ZERO, dpt = FRAG_F_ZERO;  // s^T and dp^T: (key, query)
         if (sees_tile) {
@@ -206,13 +223,20 @@ void main() {
             }
             COMP(st, t) = pr;
             COMP(dpt, t) = g;
-            if (p.ds != 0ul && kr < k_rows && qr < q_rows)
+            if (p.ds != 0ul && !ds_whole && kr < k_rows && qr < q_rows)
               U16Buf(p.ds).v[((b * p.a.hq + h) * p.a.tk + k0 + kr) * p.a.tq + uint(i0) + qr] =
                   uint16_t(pack2(g, 0.0) & 0xffffu);
           }
         }
         TO_H(p_h[qt], st, sees_tile, conv + qt * 2u, BQT / 8u);
         TO_H(ds_h[qt], dpt, sees_tile, conv + CONV_VEC / 2u + qt * 2u, BQT / 8u);
+#if !VKF_EMULATE_COOPMAT
+        if (ds_whole && sees_tile)
+          coopMatStoreNV(ds_h[qt], DsRows(p.ds).v,
+                         (((b * p.a.hq + h) * p.a.tk + k0 + sg_key0) * p.a.tq + uint(i0) +
+                          qt * 16u) / 8u,
+                         p.a.tq / 8u, false);
+#endif
       }
       EMU_SYNC();
       if (sees_tile) {

@@ -359,8 +359,12 @@ TEST(AttentionF16, DqFromStoredOrRecomputedScoreGradients) {
     ~Restore() { ops::detail::set_fast_dq_source(FastDqSource::Auto); }
   } restore;
   ASSERT_TRUE(ops::detail::flash_dq_from_stored_ds_available());
+  // Besides the shared cases, one whose rows of ds^T start 16-byte aligned (Tq a multiple of 8)
+  // under a causal mask: whole 16 x 16 blocks that the hardware build stores as fragments.
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({"t64_gqa2_causal_d64", 1, 64, 64, 4, 2, 64, true, 0, 0, Pad::kNone, 1});
   uint64_t seed = 1700;
-  for (const Case& c : kCases) {
+  for (const Case& c : cases) {
     const Inputs in = make_inputs(c, ++seed);
     Results got[2];
     for (int i = 0; i < 2; ++i) {
