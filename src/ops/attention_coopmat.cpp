@@ -301,27 +301,6 @@ void set_fast_attention_builds(FastAttentionBuilds builds) {
   fast_builds_slot() = builds;
 }
 
-namespace {
-std::optional<std::string> g_fast_dkv_scoring;  // unset: VKF_ATTENTION_DKV_SCORING, else ""
-}  // namespace
-
-std::string fast_dkv_scoring_suffix() {
-  if (!g_fast_dkv_scoring) {
-    const char* env = std::getenv("VKF_ATTENTION_DKV_SCORING");
-    const std::string v = env ? env : "";
-    VKF_REQUIRE(v.empty() || v == "i" || v == "iu" || v == "u",
-                "VKF_ATTENTION_DKV_SCORING='{}': use i (products interleaved), u (unrolled), iu "
-                "or nothing",
-                v);
-    g_fast_dkv_scoring = v;
-  }
-  return *g_fast_dkv_scoring;
-}
-
-void set_fast_dkv_scoring_suffix(const std::string& suffix) {
-  g_fast_dkv_scoring = suffix;
-}
-
 FastAttentionModules fast_attention_modules() {
   const auto& info = vk::Context::get().info();
   const FastAttentionBuilds builds = fast_builds_slot();
@@ -345,7 +324,6 @@ FastAttentionModules fast_attention_modules() {
   pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
   pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
   pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
-  m.dkv += fast_dkv_scoring_suffix();
   return m;
 }
 

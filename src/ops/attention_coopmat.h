@@ -45,10 +45,6 @@ struct FastAttentionModules {
   bool fits = false;
 };
 FastAttentionModules fast_attention_modules();
-// The dk/dv kernel's scoring build (A/B timing): "" as before, "i" both products in one loop,
-// "u" the head-dim loop unrolled, "iu" both (VKF_ATTENTION_DKV_SCORING, read once). The same bits.
-std::string fast_dkv_scoring_suffix();
-void set_fast_dkv_scoring_suffix(const std::string& suffix);
 
 // The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
 // set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees

@@ -41,12 +41,6 @@
 //!novariant_base
 //!variant q32 -DBQ=32
 //!variant q16 -DBQ=16
-//!variant q32i -DBQ=32 -DSCORE_INTERLEAVED=1
-//!variant q16i -DBQ=16 -DSCORE_INTERLEAVED=1
-//!variant q32iu -DBQ=32 -DSCORE_INTERLEAVED=1 -DSCORE_UNROLLED=1
-//!variant q16iu -DBQ=16 -DSCORE_INTERLEAVED=1 -DSCORE_UNROLLED=1
-//!variant q32u -DBQ=32 -DSCORE_UNROLLED=1
-//!variant q16u -DBQ=16 -DSCORE_UNROLLED=1
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -59,20 +53,6 @@
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
 #define XW BQ             // columns of the exchange regions
-// Scoring builds (A/B, VKF_ATTENTION_DKV_SCORING): both products in one loop (16 independent
-// sums per lane instead of 8 at a time) and / or the loop over head-dim chunks unrolled. Every
-// build forms each sum in the same order, so all give the same bits.
-#ifndef SCORE_INTERLEAVED
-#define SCORE_INTERLEAVED 0
-#endif
-#ifndef SCORE_UNROLLED
-#define SCORE_UNROLLED 0
-#endif
-#if SCORE_UNROLLED
-#define D0_LOOP [[unroll]] for
-#else
-#define D0_LOOP for
-#endif
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
@@ -209,27 +189,8 @@ void main() {
     float sc[RQ][CH], dp[RQ][CH];
     [[unroll]] for (uint r = 0; r < RQ; ++r)
       [[unroll]] for (uint c = 0; c < CH; ++c) sc[r][c] = dp[r][c] = 0.0;
-#if SCORE_INTERLEAVED
-    D0_LOOP (uint d0 = 0; d0 < DCH; d0 += 4) {
-      [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-        vec4 qq[CH], oo[CH];
-        [[unroll]] for (uint c = 0; c < CH; ++c) {
-          qq[c] = sQ[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
-          oo[c] = sDO[(lane + LANES * (c0 + c)) * ROW4 + d0 + dc];
-        }
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
-          const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
-          [[unroll]] for (uint c = 0; c < CH; ++c) {
-            sc[r][c] = fma4(qq[c], kk, sc[r][c]);
-            dp[r][c] = fma4(oo[c], vv, dp[r][c]);
-          }
-        }
-      }
-    }
-#else
     // One product after the other: fewer operands live at once than interleaved.
-    D0_LOOP (uint d0 = 0; d0 < DCH; d0 += 4) {
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
       [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
         vec4 qq[CH];
         [[unroll]] for (uint c = 0; c < CH; ++c)
@@ -240,7 +201,7 @@ void main() {
         }
       }
     }
-    D0_LOOP (uint d0 = 0; d0 < DCH; d0 += 4) {
+    for (uint d0 = 0; d0 < DCH; d0 += 4) {
       [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
         vec4 oo[CH];
         [[unroll]] for (uint c = 0; c < CH; ++c)
@@ -251,7 +212,6 @@ void main() {
         }
       }
     }
-#endif
     // p, and ds = p d(score)/d(dot) (dp - delta) (without a soft-cap the derivative is the
     // constant scale, applied to dk once at the end, and the factor here is 1). Hidden pairs get
     // p = 0 (selected, so whatever exp2 made of their scores is dropped); a tile whose queries all

@@ -5,7 +5,6 @@
 // backward against central finite differences; determinism; and the errors raised on bad input.
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <string>
 
 #include "attention_cases.h"
@@ -151,58 +150,31 @@ TEST(Attention, FastKernelsWithWorkgroupBarriersMatchReference) {
   }
 }
 
-// Runs `check` on every small-head case (padding, windows, soft-caps, GQA, Tq != Tk, tile edges,
-// head dims off the vec4 chunks) with each build of the register-tiled kernels (the subgroup one
-// and the workgroup-barrier one, whose dk/dv tiles hold 16 queries); afterwards every choice of
-// the fast kernels is back on its default.
-void for_small_cases_in_both_builds(uint64_t seed,
-                                    const std::function<void(const Inputs&)>& check) {
-  struct ResetChoices {
-    ~ResetChoices() {
-      ops::detail::set_fast_dq_source(ops::detail::FastDqSource::Auto);
-      ops::detail::set_fast_dkv_scoring_suffix("");
+// The fp32 register-tiled backward takes dq from the score gradients its dk/dv kernel stores
+// (attention_fast_bwd_dq_ds.comp; Auto does so for every case above) or recomputes them
+// (attention_fast_bwd_dq.comp): both must give the same bits, and dk, dv and the output must not
+// change either. Over every small-head case (padding, windows, soft-caps, GQA, Tq != Tk, tile
+// edges, head dims off the vec4 chunks), and with the workgroup-barrier builds (16-query dk/dv
+// tiles).
+TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
+  using ops::detail::FastDqSource;
+  struct ResetSource {
+    ~ResetSource() {
+      ops::detail::set_fast_dq_source(FastDqSource::Auto);
       ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto);
     }
   } reset;
+  uint64_t seed = 900;
   for (const auto builds : {ops::detail::FastAttentionBuilds::Auto,
                             ops::detail::FastAttentionBuilds::WorkgroupBarriers}) {
     ops::detail::set_fast_attention_builds(builds);
     for (const Case& c : kCases) {
       if (c.d > 64) continue;
       SCOPED_TRACE(c.name);
-      check(make_inputs(c, ++seed));
+      expect_deterministic(make_inputs(c, ++seed), [](int run) {
+        ops::detail::set_fast_dq_source(run == 0 ? FastDqSource::Recompute : FastDqSource::Stored);
+      });
     }
-  }
-}
-
-// The fp32 register-tiled backward takes dq from the score gradients its dk/dv kernel stores
-// (attention_fast_bwd_dq_ds.comp; Auto does so for every case above) or recomputes them
-// (attention_fast_bwd_dq.comp): both must give the same bits, and dk, dv and the output must not
-// change either.
-TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
-  using ops::detail::FastDqSource;
-  for_small_cases_in_both_builds(900, [](const Inputs& in) {
-    expect_deterministic(in, [](int run) {
-      ops::detail::set_fast_dq_source(run == 0 ? FastDqSource::Recompute : FastDqSource::Stored);
-    });
-  });
-}
-
-// The dk/dv kernel's scoring builds (both products in one loop, the head-dim loop unrolled) form
-// every sum in the same order: the same bits as the default build, whether dq is recomputed or
-// taken from the stored score gradients.
-TEST(Attention, FastDkvScoringBuildsGiveTheSameBits) {
-  using ops::detail::FastDqSource;
-  for (const char* build : {"i", "iu", "u"}) {
-    SCOPED_TRACE(build);
-    for_small_cases_in_both_builds(1300, [&](const Inputs& in) {
-      for (const FastDqSource dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
-        expect_deterministic(in, [&](int run) {
-          ops::detail::set_fast_dq_source(dq);
-          ops::detail::set_fast_dkv_scoring_suffix(run == 0 ? "" : build);
-        });
-      }
-    });
   }
 }
 
