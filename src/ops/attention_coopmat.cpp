@@ -301,25 +301,6 @@ void set_fast_attention_builds(FastAttentionBuilds builds) {
   fast_builds_slot() = builds;
 }
 
-namespace {
-std::optional<bool> g_fast_dkv_by_product;  // unset: VKF_ATTENTION_DKV, else off
-}  // namespace
-
-bool fast_dkv_halves_by_product() {
-  if (!g_fast_dkv_by_product) {
-    const char* env = std::getenv("VKF_ATTENTION_DKV");
-    const std::string v = env ? env : "";
-    VKF_REQUIRE(v.empty() || v == "halves-by-product" || v == "halves-by-query",
-                "VKF_ATTENTION_DKV='{}': use halves-by-product or halves-by-query", v);
-    g_fast_dkv_by_product = v == "halves-by-product";
-  }
-  return *g_fast_dkv_by_product;
-}
-
-void set_fast_dkv_halves_by_product(bool on) {
-  g_fast_dkv_by_product = on;
-}
-
 FastAttentionModules fast_attention_modules() {
   const auto& info = vk::Context::get().info();
   const FastAttentionBuilds builds = fast_builds_slot();
@@ -343,7 +324,6 @@ FastAttentionModules fast_attention_modules() {
   pick("attention_fast_fwd", kFastFwd, &m.fwd, &m.fwd_rows);
   pick("attention_fast_bwd_dq", kFastDq, &m.dq, &m.dq_rows);
   pick("attention_fast_bwd_dkv", kFastDkv, &m.dkv, &m.dkv_rows);
-  if (fast_dkv_halves_by_product()) m.dkv += "h";
   return m;
 }
 

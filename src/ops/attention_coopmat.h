@@ -45,12 +45,6 @@ struct FastAttentionModules {
   bool fits = false;
 };
 FastAttentionModules fast_attention_modules();
-// Whether the fp32 dk/dv kernel's halves split its scoring by product (the q32h / q16h builds:
-// half 0 the scores, half 1 dp, for every query of the tile) instead of by queries (both
-// products for half the queries each). The same bits; VKF_ATTENTION_DKV=halves-by-product
-// (read once) or set_fast_dkv_halves_by_product choose, by query until timed.
-bool fast_dkv_halves_by_product();
-void set_fast_dkv_halves_by_product(bool on);
 
 // The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
 // set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees

@@ -41,8 +41,6 @@
 //!novariant_base
 //!variant q32 -DBQ=32
 //!variant q16 -DBQ=16
-//!variant q32h -DBQ=32 -DHALVES_BY_PRODUCT=1
-//!variant q16h -DBQ=16 -DHALVES_BY_PRODUCT=1
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -55,14 +53,6 @@
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
 #define XW BQ             // columns of the exchange regions
-// HALVES_BY_PRODUCT (the q32h / q16h builds, A/B: VKF_ATTENTION_DKV=halves-by-product): without a
-// soft-cap, half 0 forms the scores and p and half 1 dp - delta, each one product over a 4 x CQ
-// block of every query of the tile (8 vec4 reads feed 64 multiply-adds, where each half forming
-// both products for half the queries reads 12), and ds = p (dp - delta) is multiplied out where
-// it is read (the store of ds, half 1's dk). The same values and sums: the same bits.
-#ifndef HALVES_BY_PRODUCT
-#define HALVES_BY_PRODUCT 0
-#endif
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
@@ -108,36 +98,6 @@ shared float sDelta[BQ];
     }                                                                           \
   }
 
-// The same with W = W1 * W2 (element by element): half 1's dk from p and dp - delta.
-#define ACCUMULATE_ROWS_PRODUCT(W1, W2, X)                                      \
-  [[unroll]] for (uint i4 = 0; i4 < BQ / 4; ++i4) {                             \
-    vec4 w[RQ];                                                                 \
-    [[unroll]] for (uint r = 0; r < RQ; ++r)                                    \
-      w[r] = W1[xg + r * XP4 + i4] * W2[xg + r * XP4 + i4];                     \
-    [[unroll]] for (uint u = 0; u < 4; ++u) {                                   \
-      const vec4 x0 = X[(4 * i4 + u) * ROW4 + lane];                            \
-      const vec4 x1 = X[(4 * i4 + u) * ROW4 + LANES + lane];                    \
-      [[unroll]] for (uint r = 0; r < RQ; ++r) {                                \
-        acc[r][0] = fma(vec4(w[r][u]), x0, acc[r][0]);                          \
-        acc[r][1] = fma(vec4(w[r][u]), x1, acc[r][1]);                          \
-      }                                                                         \
-    }                                                                           \
-  }
-
-// X[r][c] = A[query lane + 8 c] . B[key rg + NRG r] over the head dims, for every query of the
-// tile (c < CQ): one product of the HALVES_BY_PRODUCT builds.
-#define SCORE_BLOCK(X, A, B)                                                                \
-  for (uint d0 = 0; d0 < DCH; d0 += 4) {                                                    \
-    [[unroll]] for (uint dc = 0; dc < 4; ++dc) {                                            \
-      vec4 aa[CQ];                                                                          \
-      [[unroll]] for (uint c = 0; c < CQ; ++c) aa[c] = A[(lane + LANES * c) * ROW4 + d0 + dc]; \
-      [[unroll]] for (uint r = 0; r < RQ; ++r) {                                            \
-        const vec4 bb = B[(rg + NRG * r) * ROW4 + d0 + dc];                                 \
-        [[unroll]] for (uint c = 0; c < CQ; ++c) X[r][c] = fma4(aa[c], bb, X[r][c]);       \
-      }                                                                                     \
-    }                                                                                       \
-  }
-
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const bool first_half = t < HALF;  // accumulates dv; else dk
@@ -154,7 +114,6 @@ void main() {
   const uint k_rows = min(uint(BK), p.a.tk - k0);
   const bool vec4_rows = (p.flags & FLAG_ROWS_VEC4) != 0u;
   const bool softcap = p.a.softcap > 0.0;
-  const bool by_product = HALVES_BY_PRODUCT != 0 && !softcap;  // (a soft-cap's ds needs the score)
   const float to_log2 = p.a.scale * LOG2E;
   const uint q_stride = p.a.hq * D;
   const uint kv_base = ((b * p.a.tk + k0) * p.a.hkv + hk) * D;
@@ -225,39 +184,6 @@ void main() {
     }
     barrier();
 
-    const int pos_first = i0 + p.a.q_offset;
-    const bool whole = all_keys_ok && q_rows == BQ &&
-                       (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
-                       (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
-#if HALVES_BY_PRODUCT
-    if (by_product) {
-      float x[RQ][CQ];
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CQ; ++c) x[r][c] = 0.0;
-      if (first_half) {
-        SCORE_BLOCK(x, sQ, sK)
-      } else {
-        SCORE_BLOCK(x, sDO, sV)
-      }
-      [[unroll]] for (uint c = 0; c < CQ; ++c) {
-        const uint ii = lane + LANES * c;
-        const float lse2 = sLse2[ii], dlt = sDelta[ii];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const uint at = 4u * (xg + r * XP4) + ii;
-          if (first_half) {
-            float pr = exp2(x[r][c] * to_log2 - lse2);
-            if (!whole && (!key_ok[r] || ii >= q_rows ||
-                           !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))))
-              pr = 0.0;
-            sP[at / 4u][at % 4u] = pr;
-          } else {
-            sG[at / 4u][at % 4u] = x[r][c] - dlt;
-          }
-        }
-      }
-    } else
-#endif
-    {
     // Both halves, for this lane's keys (rg + NRG r) and its half's queries (lane + 8 (c0 + c)):
     // sc = K . Q and dp = V . dO.
     float sc[RQ][CH], dp[RQ][CH];
@@ -291,6 +217,10 @@ void main() {
     // p = 0 (selected, so whatever exp2 made of their scores is dropped); a tile whose queries all
     // see every key of the block skips the tests.
     {
+      const int pos_first = i0 + p.a.q_offset;
+      const bool whole = all_keys_ok && q_rows == BQ &&
+                         (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
+                         (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
       [[unroll]] for (uint c = 0; c < CH; ++c) {
         const uint ii = lane + LANES * (c0 + c);
         const float lse2 = sLse2[ii], dlt = sDelta[ii];
@@ -312,8 +242,7 @@ void main() {
         }
       }
     }
-    }
-    barrier();  // both halves' p and ds (or dp - delta) reach every row group
+    barrier();  // both halves' p and ds reach every row group
 
     // With a ds^T buffer, the tile's ds (keys of the block x queries i0 ..) goes to it for the dq
     // kernel that reads them instead of recomputing them: key rows of BQ queries, vec4 where the
@@ -323,9 +252,7 @@ void main() {
       [[unroll]] for (uint n = 0; n < (BK * BQ / 4 + NT - 1) / NT; ++n) {
         const uint e = t + n * NT, jj = e / (BQ / 4), i4 = (e % (BQ / 4)) * 4u;
         if (jj >= k_rows || i4 >= q_rows) continue;
-        const uint xi = (jj % NRG) * XG4 + (jj / NRG) * XP4 + i4 / 4u;
-        vec4 x = sG[xi];
-        if (by_product) x = sP[xi] * x;
+        const vec4 x = sG[(jj % NRG) * XG4 + (jj / NRG) * XP4 + i4 / 4u];
         const uint at = ((b * p.a.hq + h) * p.a.tk + k0 + jj) * p.a.tq + uint(i0) + i4;
         if (ds_vec4 && i4 + 4u <= q_rows) {
           Vec4Buf(uint64_t(p.ds)).v[at / 4u] = x;
@@ -341,8 +268,6 @@ void main() {
     // read both).
     if (first_half) {
       ACCUMULATE_ROWS(sP, sDO);
-    } else if (by_product) {
-      ACCUMULATE_ROWS_PRODUCT(sP, sG, sQ);
     } else {
       ACCUMULATE_ROWS(sG, sQ);
     }

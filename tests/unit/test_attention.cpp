@@ -178,37 +178,6 @@ TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
   }
 }
 
-// The dk/dv kernel's halves split by product (scores on one, dp on the other, ds multiplied out
-// where it is read) form the same values and sums as split by queries: the same bits, whether dq
-// is recomputed or taken from the stored score gradients, over every small-head case and both
-// builds (soft-capped cases take the by-query path in either build).
-TEST(Attention, FastDkvHalvesByProductGiveTheSameBits) {
-  using ops::detail::FastDqSource;
-  struct Reset {
-    ~Reset() {
-      ops::detail::set_fast_dkv_halves_by_product(false);
-      ops::detail::set_fast_dq_source(FastDqSource::Auto);
-      ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto);
-    }
-  } reset;
-  uint64_t seed = 1300;
-  for (const auto builds : {ops::detail::FastAttentionBuilds::Auto,
-                            ops::detail::FastAttentionBuilds::WorkgroupBarriers}) {
-    ops::detail::set_fast_attention_builds(builds);
-    for (const Case& c : kCases) {
-      if (c.d > 64) continue;
-      SCOPED_TRACE(c.name);
-      const Inputs in = make_inputs(c, ++seed);
-      for (const FastDqSource dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
-        expect_deterministic(in, [&](int run) {
-          ops::detail::set_fast_dq_source(dq);
-          ops::detail::set_fast_dkv_halves_by_product(run == 1);
-        });
-      }
-    }
-  }
-}
-
 // Auto stores the score gradients up to fast_stored_ds_max_bytes() (1 GiB, or a 32nd of the
 // device's memory where that is less) and recomputes beyond.
 TEST(Attention, FastDqSourceAutoFollowsTheBufferSize) {
