@@ -107,9 +107,9 @@ uint64_t fast_stored_ds_max_bytes();
 bool fast_dq_from_stored_ds(uint64_t ds_bytes, bool auto_stores = true);
 // Whether this build and device have the tensor-core dq kernel that reads stored score gradients.
 bool flash_dq_from_stored_ds_available();
-// Auto's choice for the tensor-core kernels: recompute until the stored path is timed on a GPU
-// (built and tested in the thirty-fifth session, when no GPU could be had for it;
-// bench/RESULTS.md).
+// Auto's choice for the tensor-core kernels: recompute. Storing was timed on an H100 (thirty-
+// sixth session, bench/RESULTS.md) as a wash: dq 0.35 ms per 1B layer faster, dk/dv 0.38 slower
+// for writing ds, 0.5 GiB more peak; VKF_ATTENTION_DQ=stored still turns it on.
 constexpr bool kFlashStoresDsByDefault = false;
 // Bit of the fast kernels' `flags` (FLAG_DS_VEC4 in attention_fast.glsl): Tq is a multiple of 4,
 // so the rows of the stored ds are written and read as vec4.

@@ -16,7 +16,8 @@
 // Where the host passes a ds buffer (f16 ds^T, [B, Hq, Tk, Tq]), every ds the kernel forms on a
 // tile its subgroup sees is also stored there, rounded as for dk's product, for
 // flash_attn_dq_ds.comp, which then forms dq without recomputing q.k and do.v (hidden pairs and
-// padding keys as the zeros used here; pairs of tiles a subgroup skips are not written).
+// padding keys as the zeros used here; pairs of tiles a subgroup skips are not written). Whole
+// 16 x 16 blocks with aligned rows go out as fragment stores, the rest component by component.
 //
 // A workgroup of NUM_SG subgroups takes BK = NUM_SG * 16 keys; each subgroup holds its 16 keys'
 // k and v as f16 fragments and dk, dv as f32 accumulators in registers, and computes the

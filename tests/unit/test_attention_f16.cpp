@@ -348,7 +348,7 @@ TEST(AttentionF16, MatchesRoundedReference) {
   }
 }
 
-// dq from the score gradients the dk/dv kernel stores (flash_attn_dq_ds.comp; opt-in for now,
+// dq from the score gradients the dk/dv kernel stores (flash_attn_dq_ds.comp; opt-in,
 // kFlashStoresDsByDefault) and from recomputed ones (flash_attn_dq.comp): both within the bounds on
 // every case, and close to each other (they differ only in how the tensor cores order the f32 sums
 // of s and dp: k q^T in dk/dv, q k^T in the recomputing kernel).
