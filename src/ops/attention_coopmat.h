@@ -112,7 +112,8 @@ bool flash_dq_from_stored_ds_available();
 // for writing ds, 0.5 GiB more peak; VKF_ATTENTION_DQ=stored still turns it on.
 constexpr bool kFlashStoresDsByDefault = false;
 // Bit of the fast kernels' `flags` (FLAG_DS_VEC4 in attention_fast.glsl): Tq is a multiple of 4,
-// so the rows of the stored ds are written and read as vec4.
+// so the rows of the stored ds are written and read as vec4; the tensor-core kernels take the
+// same bit for Tq a multiple of 8 (FLAG_DS_VEC8 in flash_frag.glsl, 16-byte chunks of halves).
 constexpr uint32_t kFastFlagDsVec4 = 32;
 
 }  // namespace vkf::ops::detail

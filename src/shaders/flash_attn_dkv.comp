@@ -109,10 +109,6 @@ void stage_row_stats(uint b, uint h, uint i0, uint rows) {
 
 // Bit of flags beyond FLAG_VEC4: the grid's y is a query head, dk / dv are per-head partials.
 const uint FLAG_HEAD_PARTIALS = 8u;
-// And (kFastFlagDsVec4 on the host): Tq is a multiple of 8, so rows of the stored ds^T start
-// 16-byte aligned wherever the query tile does.
-const uint FLAG_DS_VEC8 = 32u;
-
 #if !VKF_EMULATE_COOPMAT
 // The stored ds^T as 8-half units, for whole-fragment stores.
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer DsRows { uvec4 v[]; };
@@ -175,6 +171,7 @@ void main() {
 
   // Query tiles run through the heads of the group, each over [i_lo, i_hi).
   for (uint h = h_first; h < h_end; ++h) {
+    const uint ds_key0 = (b * p.a.hq + h) * p.a.tk + k0;  // ds^T row of the block's first key
     for (int i0 = i_lo; i0 < i_hi; i0 += BQT) {
       barrier();  // the previous tile (and, the first time, the v staging) is consumed
       const uint q_rows = min(uint(BQT), p.a.tq - uint(i0));
@@ -225,7 +222,7 @@ void main() {
             COMP(st, t) = pr;
             COMP(dpt, t) = g;
             if (p.ds != 0ul && !ds_whole && kr < k_rows && qr < q_rows)
-              U16Buf(p.ds).v[((b * p.a.hq + h) * p.a.tk + k0 + kr) * p.a.tq + uint(i0) + qr] =
+              U16Buf(p.ds).v[(ds_key0 + kr) * p.a.tq + uint(i0) + qr] =
                   uint16_t(pack2(g, 0.0) & 0xffffu);
           }
         }
@@ -234,9 +231,8 @@ void main() {
 #if !VKF_EMULATE_COOPMAT
         if (ds_whole && sees_tile)
           coopMatStoreNV(ds_h[qt], DsRows(p.ds).v,
-                         (((b * p.a.hq + h) * p.a.tk + k0 + sg_key0) * p.a.tq + uint(i0) +
-                          qt * 16u) / 8u,
-                         p.a.tq / 8u, false);
+                         ((ds_key0 + sg_key0) * p.a.tq + uint(i0) + qt * 16u) / 8u, p.a.tq / 8u,
+                         false);
 #endif
       }
       EMU_SYNC();

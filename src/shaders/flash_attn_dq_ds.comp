@@ -61,10 +61,6 @@ layout(push_constant, std430) uniform Push {
   uint flags;
 } p;
 
-// Bit of `flags` (kFastFlagDsVec4 on the host, the same bit): Tq is a multiple of 8, so the ds^T
-// rows' 8-query chunks are 16-byte reads.
-const uint FLAG_DS_VEC8 = 32u;
-
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint sg = SUBGROUP_ID;

@@ -206,6 +206,10 @@ void emu_store_h(FragF f, uint element, uint stride) {
 // src/ops/attention_coopmat.cpp): q, k, v and dout start 16-byte aligned and D is a multiple of 4,
 // so rows may be read as vec4.
 const uint FLAG_VEC4 = 4u;
+// And (kFastFlagDsVec4 on the host): Tq is a multiple of 8, so rows of the stored f16 score
+// gradients ds^T ([B, Hq, Tk, Tq], written by flash_attn_dkv, read by flash_attn_dq_ds) start
+// 16-byte aligned wherever a chunk of 8 queries does.
+const uint FLAG_DS_VEC8 = 32u;
 
 // Elements d..d+7 of the f32 row at addr[at - d ..] (zeros from D on): two 16-byte reads where
 // vec4_ok and the chunk lies whole inside the row, else eight scalar reads.
