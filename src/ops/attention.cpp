@@ -385,9 +385,8 @@ void backward(const SavedForward& s, autograd::GradContext& ctx) {
     const int64_t blocks = (dims.tk + rows - 1) / rows;
     check_grid(blocks, "the dk/dv key blocks");
     launch(s.coopmat() ? detail::flash_module("dkv")
-           : s.fast()  ? s.fast_modules.dkv +
-                            (detail::fast_dkv_exchange_scores() && s.params.softcap <= 0 ? "x" : "")
-                      : variant_name("attention_bwd_dkv", vi),
+           : s.fast()  ? s.fast_modules.dkv
+                       : variant_name("attention_bwd_dkv", vi),
            push, block_grid(s.kernels, blocks, per_head ? dims.hq : dims.hkv, dims.b),
            {&qdo.a, &s.k, &s.v, &s.mask, &qdo.b, &s.lse, &delta, &s.dropout},
            {&dk_out, &dv_out, &ds}, quad_spec(s),

@@ -301,25 +301,6 @@ void set_fast_attention_builds(FastAttentionBuilds builds) {
   fast_builds_slot() = builds;
 }
 
-namespace {
-std::optional<bool> g_fast_dkv_exchange;  // unset: VKF_ATTENTION_DKV, else plain
-}  // namespace
-
-bool fast_dkv_exchange_scores() {
-  if (!g_fast_dkv_exchange) {
-    const char* env = std::getenv("VKF_ATTENTION_DKV");
-    const std::string v = env ? env : "";
-    VKF_REQUIRE(v.empty() || v == "exchange" || v == "plain",
-                "VKF_ATTENTION_DKV='{}': use exchange or plain", v);
-    g_fast_dkv_exchange = v == "exchange";
-  }
-  return *g_fast_dkv_exchange;
-}
-
-void set_fast_dkv_exchange_scores(bool on) {
-  g_fast_dkv_exchange = on;
-}
-
 FastAttentionModules fast_attention_modules() {
   const auto& info = vk::Context::get().info();
   const FastAttentionBuilds builds = fast_builds_slot();

@@ -45,13 +45,6 @@ struct FastAttentionModules {
   bool fits = false;
 };
 FastAttentionModules fast_attention_modules();
-// Whether calls without a soft-cap take the fp32 dk/dv kernel's x builds (q32x / q16x: half 0
-// forms every score of the tile, half 1 every dp, and they exchange half of each before forming p
-// and ds) instead of each half forming both products for half the queries. The same bits;
-// VKF_ATTENTION_DKV=exchange|plain (read once) or set_fast_dkv_exchange_scores choose, plain until
-// timed.
-bool fast_dkv_exchange_scores();
-void set_fast_dkv_exchange_scores(bool on);
 
 // The embedded module of one tensor-core kernel ("fwd", "dq" or "dkv"): the emulated build while
 // set_coopmat_emulation(true) (tests), the hardware-conversion build where the device guarantees

@@ -41,8 +41,6 @@
 //!novariant_base
 //!variant q32 -DBQ=32
 //!variant q16 -DBQ=16
-//!variant q32x -DBQ=32 -DEXCHANGE_SCORES=1
-//!variant q16x -DBQ=16 -DEXCHANGE_SCORES=1
 #version 460
 #include "common.glsl"
 #include "precise_math.glsl"
@@ -55,9 +53,6 @@
 #define HALF (NRG * 8)    // invocations per half
 #define NT (2 * HALF)     // invocations
 #define XW BQ             // columns of the exchange regions
-#ifndef EXCHANGE_SCORES
-#define EXCHANGE_SCORES 0
-#endif
 #include "attention_fast.glsl"
 layout(local_size_x = NT) in;
 
@@ -189,74 +184,6 @@ void main() {
     }
     barrier();
 
-#if EXCHANGE_SCORES
-    // The x builds (no soft-cap; the host keeps soft-capped calls on the plain ones): half 0 forms
-    // sc = K . Q and half 1 dp = V . dO, each for this lane's keys and all CQ of its queries (a 4 x 4
-    // block: 8 vec4 reads feed 64 multiply-adds, against 12 when each half forms both products for
-    // half the queries). Then each half hands the other the values of the queries it does not
-    // finish, through the exchange regions at the very places where p and ds go, and after one more
-    // barrier forms p and ds for its own queries as below: half 0 queries c < CH, half 1 the rest.
-    // The same expressions in the same order as the plain builds, so the same bits.
-    {
-      float s4[RQ][CQ];
-      [[unroll]] for (uint r = 0; r < RQ; ++r)
-        [[unroll]] for (uint c = 0; c < CQ; ++c) s4[r][c] = 0.0;
-      if (first_half) {
-        for (uint d0 = 0; d0 < DCH; d0 += 4) {
-          [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-            vec4 qq[CQ];
-            [[unroll]] for (uint c = 0; c < CQ; ++c) qq[c] = sQ[(lane + LANES * c) * ROW4 + d0 + dc];
-            [[unroll]] for (uint r = 0; r < RQ; ++r) {
-              const vec4 kk = sK[(rg + NRG * r) * ROW4 + d0 + dc];
-              [[unroll]] for (uint c = 0; c < CQ; ++c) s4[r][c] = fma4(qq[c], kk, s4[r][c]);
-            }
-          }
-        }
-      } else {
-        for (uint d0 = 0; d0 < DCH; d0 += 4) {
-          [[unroll]] for (uint dc = 0; dc < 4; ++dc) {
-            vec4 oo[CQ];
-            [[unroll]] for (uint c = 0; c < CQ; ++c) oo[c] = sDO[(lane + LANES * c) * ROW4 + d0 + dc];
-            [[unroll]] for (uint r = 0; r < RQ; ++r) {
-              const vec4 vv = sV[(rg + NRG * r) * ROW4 + d0 + dc];
-              [[unroll]] for (uint c = 0; c < CQ; ++c) s4[r][c] = fma4(oo[c], vv, s4[r][c]);
-            }
-          }
-        }
-      }
-      // Half 0 passes the scores of half 1's queries (into sP), half 1 the dp of half 0's (sG).
-      [[unroll]] for (uint c = 0; c < CH; ++c)
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const uint ii = lane + LANES * (first_half ? CH + c : c);
-          const uint at = 4u * (xg + r * XP4) + ii;
-          if (first_half) {
-            sP[at / 4u][at % 4u] = s4[r][CH + c];
-          } else {
-            sG[at / 4u][at % 4u] = s4[r][c];
-          }
-        }
-      barrier();
-      const int pos_first = i0 + p.a.q_offset;
-      const bool whole = all_keys_ok && q_rows == BQ &&
-                         (p.a.causal == 0 || int(k0) + BK - 1 <= pos_first) &&
-                         (p.a.window == 0 || pos_first + BQ - 1 - int(k0) < int(p.a.window));
-      [[unroll]] for (uint c = 0; c < CH; ++c) {
-        const uint ii = lane + LANES * (c0 + c);
-        const float lse2 = sLse2[ii], dlt = sDelta[ii];
-        [[unroll]] for (uint r = 0; r < RQ; ++r) {
-          const uint at = 4u * (xg + r * XP4) + ii;
-          const float score = first_half ? s4[r][c] : sP[at / 4u][at % 4u];
-          const float dpv = first_half ? sG[at / 4u][at % 4u] : s4[r][CH + c];
-          float pr = exp2(score * to_log2 - lse2);
-          if (!whole && (!key_ok[r] || ii >= q_rows ||
-                         !position_visible(p.a, pos_first + int(ii), int(k0 + rg + NRG * r))))
-            pr = 0.0;
-          sP[at / 4u][at % 4u] = pr;
-          sG[at / 4u][at % 4u] = (pr * 1.0) * (dpv - dlt);
-        }
-      }
-    }
-#else
     // Both halves, for this lane's keys (rg + NRG r) and its half's queries (lane + 8 (c0 + c)):
     // sc = K . Q and dp = V . dO.
     float sc[RQ][CH], dp[RQ][CH];
@@ -315,7 +242,6 @@ void main() {
         }
       }
     }
-#endif
     barrier();  // both halves' p and ds reach every row group
 
     // With a ds^T buffer, the tile's ds (keys of the block x queries i0 ..) goes to it for the dq

@@ -178,37 +178,6 @@ TEST(Attention, FastDqFromStoredScoreGradientsGivesTheRecomputedBits) {
   }
 }
 
-// The dk/dv kernel's x builds (half 0 every score, half 1 every dp, half of each exchanged before
-// p and ds) form the same values and sums as the plain builds: the same bits, whether dq is
-// recomputed or taken from the stored score gradients, over every small-head case and both
-// builds (soft-capped cases stay on the plain builds either way).
-TEST(Attention, FastDkvExchangedScoresGiveTheSameBits) {
-  using ops::detail::FastDqSource;
-  struct Reset {
-    ~Reset() {
-      ops::detail::set_fast_dkv_exchange_scores(false);
-      ops::detail::set_fast_dq_source(FastDqSource::Auto);
-      ops::detail::set_fast_attention_builds(ops::detail::FastAttentionBuilds::Auto);
-    }
-  } reset;
-  uint64_t seed = 1300;
-  for (const auto builds : {ops::detail::FastAttentionBuilds::Auto,
-                            ops::detail::FastAttentionBuilds::WorkgroupBarriers}) {
-    ops::detail::set_fast_attention_builds(builds);
-    for (const Case& c : kCases) {
-      if (c.d > 64) continue;
-      SCOPED_TRACE(c.name);
-      const Inputs in = make_inputs(c, ++seed);
-      for (const FastDqSource dq : {FastDqSource::Recompute, FastDqSource::Stored}) {
-        expect_deterministic(in, [&](int run) {
-          ops::detail::set_fast_dq_source(dq);
-          ops::detail::set_fast_dkv_exchange_scores(run == 1);
-        });
-      }
-    }
-  }
-}
-
 // Auto stores the score gradients up to fast_stored_ds_max_bytes() (1 GiB, or a 32nd of the
 // device's memory where that is less) and recomputes beyond.
 TEST(Attention, FastDqSourceAutoFollowsTheBufferSize) {
