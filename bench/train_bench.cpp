@@ -360,7 +360,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fused", "unfused", "both"}))
       ->capture_default_str();
   app.add_flag("--check", a.check, "compare one step's loss and gradients of the fused and unfused loss first");
-  app.add_option("--loss-chunk-mib", a.chunk_mib, "fused loss: logits chunk budget in MiB (0: default 256)");
+  app.add_option("--loss-chunk-mib", a.chunk_mib,
+                 "fused loss: logits chunk budget in MiB (0: the default, a 64th of the device's "
+                 "memory within 256-1024)");
   app.add_option("--loss-group-chunks", a.group_chunks,
                  "fused loss in f16: chunks per gradient group (0: by rule, 1: per chunk)");
   app.add_flag("--profile", a.profile,

@@ -58,7 +58,8 @@ void set_linear_cross_entropy_group_chunks(int64_t chunks);
 // arguments and the setting, so memory plans can count it.
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab);
 
-// The chunk budget in bytes (default 256 MiB); 0 restores the default.
+// The chunk budget in bytes (default: a 64th of the device's memory, within 256 MiB .. 1 GiB); 0
+// restores the default.
 // A larger budget means fewer, larger products and fewer passes over dW; a smaller one less memory.
 void set_linear_cross_entropy_chunk_bytes(uint64_t bytes);
 uint64_t linear_cross_entropy_chunk_bytes();

@@ -8,6 +8,7 @@
 // micro-batch (train::backward_micro_batch) on small models, tied and untied, with a soft-cap
 // and a logit scale: every parameter's gradient through the fused loss against the unfused one;
 // and LoRA, which keeps the fused loss unless it adapts the head.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -384,8 +385,9 @@ TEST(LinearCrossEntropy, F16GroupedGradientsMatchPerChunkAndReference) {
 }
 
 TEST(LinearCrossEntropy, AutomaticChunkKeepsTheLogitsBlockInBudget) {
-  // The default 256 MiB: 512 rows of Llama-3's 128256-token vocabulary (523 rounded down to
-  // whole 128-row tiles); everything at once when it fits.
+  // 256 MiB (the smallest default): 512 rows of Llama-3's 128256-token vocabulary (523 rounded
+  // down to whole 128-row tiles); everything at once when it fits.
+  ops::set_linear_cross_entropy_chunk_bytes(uint64_t{256} << 20);
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(8192, 128256), 512);
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(8192, 49152), 1280);
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(100, 128256), 100);
@@ -394,8 +396,14 @@ TEST(LinearCrossEntropy, AutomaticChunkKeepsTheLogitsBlockInBudget) {
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(1000, 1000), 50);  // below a tile: not rounded
   ops::set_linear_cross_entropy_chunk_bytes(1);
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(1000, 1000), 1);
+  // The default: a 64th of the device's memory, within 256 MiB .. 1 GiB (1 GiB, 2048 rows of the
+  // 128256 vocabulary, on an 80 GB GPU).
   ops::set_linear_cross_entropy_chunk_bytes(0);
-  EXPECT_EQ(ops::linear_cross_entropy_chunk_bytes(), uint64_t{256} << 20);
+  const uint64_t sixty_fourth = vk::Context::get().info().device_local_bytes() / 64;
+  EXPECT_EQ(ops::linear_cross_entropy_chunk_bytes(),
+            std::clamp(sixty_fourth, uint64_t{256} << 20, uint64_t{1} << 30));
+  ops::set_linear_cross_entropy_chunk_bytes(uint64_t{1} << 30);
+  EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(8192, 128256), 2048);
   // A vocabulary so large that the 32-bit element limit binds before the budget.
   ops::set_linear_cross_entropy_chunk_bytes(uint64_t{64} << 30);
   EXPECT_EQ(ops::linear_cross_entropy_chunk_rows(100000, 1 << 24), 127);
