@@ -52,13 +52,14 @@ namespace {
 constexpr uint64_t kMinDefaultChunkBytes = uint64_t{256} << 20;
 constexpr uint64_t kMaxDefaultChunkBytes = uint64_t{1} << 30;
 uint64_t g_chunk_bytes = 0;  // 0: default_chunk_bytes()
-
-uint64_t default_chunk_bytes() {
-  static const uint64_t bytes = std::clamp(vk::Context::get().info().device_local_bytes() / 64,
-                                           kMinDefaultChunkBytes, kMaxDefaultChunkBytes);
-  return bytes;
-}
 int64_t g_group_chunks = 0;  // 0: the rule of linear_cross_entropy_group_chunks
+
+// Read from the current device each time (as fast_stored_ds_max_bytes does), not cached, so a
+// process that opens another device gets that device's budget.
+uint64_t default_chunk_bytes() {
+  return std::clamp(vk::Context::get().info().device_local_bytes() / 64, kMinDefaultChunkBytes,
+                    kMaxDefaultChunkBytes);
+}
 
 void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                   const LinearCrossEntropyOptions& o) {

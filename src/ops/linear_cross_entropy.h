@@ -55,7 +55,7 @@ void set_linear_cross_entropy_group_chunks(int64_t chunks);
 // The chunk chosen when options.chunk_rows is 0: as many rows as keep the [rows, V] f32 chunk
 // within linear_cross_entropy_chunk_bytes() (and under 2^31 elements), whole multiples of 128
 // rows (GEMM tiles) when a chunk holds more, at least 1, at most `rows`. Depends only on its
-// arguments and the setting, so memory plans can count it.
+// arguments, the setting and (for the default budget) the device, so memory plans can count it.
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab);
 
 // The chunk budget in bytes (default: a 64th of the device's memory, within 256 MiB .. 1 GiB); 0
