@@ -117,8 +117,8 @@ void dispatch_tiled(const MatDesc& a, const MatDesc& b, const MatDesc& c, float 
       const bool vec_c = v.vec4 && push.c_cs == 1 && push.c % 16 == 0 && push.c_rs % 4 == 0 &&
                          push.sc % 4 == 0 &&
                          (push.bias == 0 || (push.bias % 16 == 0 && push.bias_cs == 1));
-      spec.insert(spec.end(),
-                  {vec_a, vec_b, v.double_buffer, v.group_m, v.warp_blocks, stream_k, vec_c});
+      spec.insert(spec.end(), {vec_a, vec_b, v.double_buffer, v.group_m, v.warp_blocks, stream_k,
+                               vec_c, v.interior_loads});
       ++g_tiled_loads.dispatches;
       g_tiled_loads.vector_a += vec_a;
       g_tiled_loads.vector_b += vec_b;

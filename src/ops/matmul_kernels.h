@@ -147,7 +147,8 @@ TileChoice tile_choice();
 // after "new" change one thing each, for timing: "/bk16" (16-deep slices for the 128x128 tile,
 // 8 otherwise), "/single" (one shared buffer, two barriers per slice), "/scalar" (4-byte loads
 // only), "/rowmajor" (no rasterization bands), "/gm4", "/gm16", "/gm32" (bands of that many
-// tile rows instead of 8), "/warp16x2" (warps of two 16-thread rows), e.g.
+// tile rows instead of 8), "/warp16x2" (warps of two 16-thread rows), "/checked" (every chunk
+// read with bounds tests, also in slices inside the matrix), e.g.
 // "new/bk16/single". The default comes from VKF_TILED_GEMM; an unknown name throws, naming the
 // choices. Where a device lacks the shared memory for two buffers, one is used.
 void set_tiled_variant(const std::string& variant);

@@ -26,8 +26,9 @@ int64_t g_stream_k = 0;
 int64_t g_stream_k_region = 1;  // rounds of tiles the stream-K region holds at most
 
 constexpr const char* kTiledVariantChoices =
-    "use old, new, or new followed by any of /bk16 /single /scalar /rowmajor /warp16x2 /gm4 /gm16 "
-    "/gm32 (e.g. new/bk16/single)";
+    "use old, new, or new followed by any of /bk16 /single /scalar /rowmajor /warp16x2 /checked "
+    "/gm4 "
+    "/gm16 /gm32 (e.g. new/bk16/single)";
 
 std::optional<TiledVariant> parse_tiled_variant(const std::string& text) {
   TiledVariant v;
@@ -52,6 +53,8 @@ std::optional<TiledVariant> parse_tiled_variant(const std::string& text) {
       v.group_m = 1;
     } else if (option == "warp16x2") {
       v.warp_blocks = false;
+    } else if (option == "checked") {
+      v.interior_loads = false;
     } else if (option == "gm4" || option == "gm16" || option == "gm32") {
       v.group_m = static_cast<uint32_t>(std::stoul(option.substr(2)));
     } else {

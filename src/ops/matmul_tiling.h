@@ -28,6 +28,8 @@ struct TiledVariant {
   bool vec4 = true;           // 16-byte loads where the operand allows
   uint32_t group_m = 8;       // tile rows per rasterization band (1: row-major)
   bool warp_blocks = true;    // warps of 8x4 threads
+  bool interior_loads =
+      true;  // slices inside the matrix read without bounds tests ("/checked": off)
 };
 
 // Stream-K (matmul_tiled_pipelined.comp with STREAM_K, stream_k.glsl): `workers` workgroups, one

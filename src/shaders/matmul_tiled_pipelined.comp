@@ -20,6 +20,11 @@
 //   wavefront instead of two.
 // - Workgroups are rasterized in bands of GROUP_M tile rows (as matmul_coopmat.comp) so that tiles
 //   running at the same time share their operands' slices in L2.
+// - Unchecked interior loads (INTERIOR_LOADS): a slice of a 16-byte-loaded operand that lies
+//   wholly inside the matrix (every slice but the k tail of a tile away from the M / N edges) is
+//   read at indices computed once per tile plus one offset per slice, without the per-chunk
+//   coordinates, bounds tests and address products of the checked path: integer instructions
+//   that take issue slots from the multiply-adds. The same elements are read, so the same sums.
 // Each option can be turned off (for A/B timing: ops::detail::set_tiled_variant, VKF_TILED_GEMM).
 // With ROUND_F16 every f32 operand element is rounded to f16 as it is loaded (see f16_round.glsl).
 // Grid: x = N tiles, y = M tiles (re-mapped by the rasterization), z = batch entries.
@@ -60,6 +65,7 @@ layout(constant_id = 11) const bool STREAM_K = false;
 // 4 columns at once where they are in range (a warp's store then covers 4 rows of 128 bytes, not
 // 32 scattered words per instruction).
 layout(constant_id = 12) const bool VEC4_C = false;
+layout(constant_id = 13) const bool INTERIOR_LOADS = true;
 
 const uint BM = TY * TM;
 const uint BN = TX * TN;
@@ -101,6 +107,10 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Half4Buf { u
 // Per-invocation state shared by the helpers below (private to the invocation).
 uint tid, tx, ty, batch_z, m0, n0, abase, bbase;
 float ra[LA], rb[LB];  // the next slice of A and B, as read from global memory
+// INTERIOR_LOADS: whether the tile's rows of A (columns of B) all lie inside the matrix, and the
+// 16-byte (f16b: 8-byte) index of each of this thread's chunks in the slice at k = 0.
+bool a_inside, b_inside;
+uint a_first[A_CHUNKS], b_first[B_CHUNKS];
 VACC4 acc[TM][GN];     // acc[row][h].c is column 64*h + 4*tx + c
 
 // An f32 operand element as multiplied: rounded to f16 with ROUND_F16.
@@ -118,8 +128,28 @@ void b_chunk(uint l, out uint line, out uint elem) {
   elem = (c % (B_LEN / B_CW)) * B_CW;
 }
 
-// Reads the slice starting at k = k0 into ra / rb; elements outside the matrix read as zero.
-void fetch(uint k0) {
+// Sets a_inside / b_inside and a_first / b_first for the tile at (m0, n0) (see INTERIOR_LOADS);
+// an index of a tile that is not inside is never used.
+void plan_interior_loads() {
+  a_inside = INTERIOR_LOADS && A_CW == 4 && m0 + BM <= p.M;
+  b_inside = INTERIOR_LOADS && B_CW == 4 && n0 + BN <= p.N;
+  [[unroll]] for (uint l = 0; l < A_CHUNKS; ++l) {
+    uint line, elem;
+    a_chunk(l, line, elem);
+    const uint o = TRANS_A ? line : m0 + line, i = TRANS_A ? m0 + elem : elem;
+    a_first[l] = (abase + o * p.lda + i) / 4;
+  }
+  [[unroll]] for (uint l = 0; l < B_CHUNKS; ++l) {
+    uint line, elem;
+    b_chunk(l, line, elem);
+    const uint o = TRANS_B ? n0 + line : line, i = TRANS_B ? elem : n0 + elem;
+    b_first[l] = (bbase + o * p.ldb + i) / 4;
+  }
+}
+
+// The checked reads of fetch (below): every chunk's coordinates tested against the matrix;
+// elements outside it read as zero.
+void fetch_a_checked(uint k0) {
   [[unroll]] for (uint l = 0; l < A_CHUNKS; ++l) {
     uint line, elem;
     a_chunk(l, line, elem);
@@ -138,6 +168,8 @@ void fetch(uint k0) {
       }
     }
   }
+}
+void fetch_b_checked(uint k0) {
   [[unroll]] for (uint l = 0; l < B_CHUNKS; ++l) {
     uint line, elem;
     b_chunk(l, line, elem);
@@ -170,6 +202,37 @@ void fetch(uint k0) {
       }
     }
 #endif
+  }
+}
+
+// Reads the slice starting at k = k0 into ra / rb; elements outside the matrix read as zero.
+void fetch(uint k0) {
+  const bool k_inside = k0 + BK <= p.K;
+  // Offsets of the slice from k = 0, in chunks: k runs along the lines (TRANS_A) or across them
+  // (16-byte loads imply lda and ldb multiples of 4, and k0 is a multiple of BK, of 4).
+  const uint a_step = TRANS_A ? k0 * (p.lda / 4) : k0 / 4;
+  const uint b_step = TRANS_B ? k0 / 4 : k0 * (p.ldb / 4);
+  if (a_inside && k_inside) {
+    [[unroll]] for (uint l = 0; l < A_CHUNKS; ++l) {
+      const vec4 v = Vec4Buf(uint64_t(p.a)).v[a_first[l] + a_step];
+      [[unroll]] for (uint e = 0; e < 4; ++e) ra[l * 4 + e] = operand_value(v[e]);
+    }
+  } else {
+    fetch_a_checked(k0);
+  }
+  if (b_inside && k_inside) {
+    [[unroll]] for (uint l = 0; l < B_CHUNKS; ++l) {
+#if defined(B_F16)
+      const uvec2 w = Half4Buf(uint64_t(p.b)).v[b_first[l] + b_step];
+      [[unroll]] for (uint e = 0; e < 4; ++e)
+        rb[l * 4 + e] = unpackHalf2x16((w[e / 2] >> (16 * (e % 2))) & 0xffffu).x;
+#else
+      const vec4 v = Vec4Buf(uint64_t(p.b)).v[b_first[l] + b_step];
+      [[unroll]] for (uint e = 0; e < 4; ++e) rb[l * 4 + e] = operand_value(v[e]);
+#endif
+    }
+  } else {
+    fetch_b_checked(k0);
   }
 }
 
@@ -223,6 +286,7 @@ void multiply(uint stage) {
 // Sums slices [s0, s1) of the tile at (m0, n0) into acc, k in increasing order. Ends with a
 // barrier after the last multiply, so the shared buffers are free for the next segment.
 void accumulate_slices(uint s0, uint s1) {
+  plan_interior_loads();
   [[unroll]] for (uint i = 0; i < TM; ++i)
     [[unroll]] for (uint h = 0; h < GN; ++h) acc[i][h] = VACC4(0.0);
   fetch(s0 * BK);

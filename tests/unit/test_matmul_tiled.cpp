@@ -176,13 +176,16 @@ TEST(MatmulTiled, SameBitsAsOldEveryTranspose) {
 }
 
 // The 128x128 tile (8- and 16-deep slices: one and two chunks per thread and operand) and the
-// pipelined kernel's options, on a grid of 3 x 3 (64x64) tiles.
+// pipelined kernel's options, on a grid of 3 x 3 (64x64) tiles. The first tile of each grid lies
+// inside the matrix, so every slice but its k tail takes the unchecked interior loads unless
+// "/checked" turns them off.
 TEST(MatmulTiled, SameBitsAsOldLargeTileAndOptions) {
   Rng rng(2);
   Restore restore;
   const Pitch al = Pitch::Aligned;
   check_product(rng, 140, 150, 45, false, false, al, al,
                 {{"new", TileChoice::Large},
+                 {"new/checked", TileChoice::Large},
                  {"new/bk16", TileChoice::Large},
                  {"new/single/warp16x2", TileChoice::Medium},
                  {"new/scalar/rowmajor", TileChoice::Medium}},
@@ -249,24 +252,30 @@ TEST(MatmulTiled, SameBitsAsOldGridsAndSplitK) {
 }
 
 // The f16b variant: activations [37, 61] (element loads) against a weight stored in f16 whose rows
-// of 61 halves lie 64 apart (8-byte loads inside, element loads across k = 60).
+// of 61 halves lie 64 apart (8-byte loads inside, element loads across k = 60); with 72 outputs
+// the first column of tiles lies inside the weight, whose slices but the k tail then take the
+// unchecked interior loads.
 TEST(MatmulTiled, SameBitsAsOldF16Weight) {
   Rng rng(5);
   Restore restore;
-  const int64_t rows = 37, in = 61, pitch = 64, out = 45;
-  const auto wv = rng.uniform(static_cast<size_t>(out * pitch));
-  std::vector<uint16_t> bits(wv.size());
-  std::vector<double> w;
-  for (size_t i = 0; i < wv.size(); ++i) {
-    bits[i] = f32_to_f16_bits(static_cast<float>(wv[i]));
-    if (static_cast<int64_t>(i) % pitch < in) w.push_back(f16_bits_to_f32(bits[i]));
+  for (const int64_t out : {45, 72}) {
+    const int64_t rows = 37, in = 61, pitch = 64;
+    const auto wv = rng.uniform(static_cast<size_t>(out * pitch));
+    std::vector<uint16_t> bits(wv.size());
+    std::vector<double> w;
+    for (size_t i = 0; i < wv.size(); ++i) {
+      bits[i] = f32_to_f16_bits(static_cast<float>(wv[i]));
+      if (static_cast<int64_t>(i) % pitch < in) w.push_back(f16_bits_to_f32(bits[i]));
+    }
+    const Tensor wt = Tensor::from_bytes(bits.data(), DType::F16, {out, pitch}).slice(1, 0, in);
+    const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
+    const auto bias = test::as_f32(rng.uniform(static_cast<size_t>(out)));
+    const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(bias, {out});
+    expect_same_bits([&] { return ops::linear(xt, wt, bt); },
+                     ref::linear(x, w, bias, rows, in, out), product_atol(in), {{}},
+                     "f16 weight, " + std::to_string(out) + " outputs",
+                     VectorLoads{false, wt.address() % 8 == 0});
   }
-  const Tensor wt = Tensor::from_bytes(bits.data(), DType::F16, {out, pitch}).slice(1, 0, in);
-  const auto x = test::as_f32(rng.uniform(static_cast<size_t>(rows * in)));
-  const auto bias = test::as_f32(rng.uniform(static_cast<size_t>(out)));
-  const Tensor xt = test::to_gpu(x, {rows, in}), bt = test::to_gpu(bias, {out});
-  expect_same_bits([&] { return ops::linear(xt, wt, bt); }, ref::linear(x, w, bias, rows, in, out),
-                   product_atol(in), {{}}, "f16 weight", VectorLoads{false, wt.address() % 8 == 0});
 }
 
 // F16 matmul precision on the portable kernel (every operand element rounded to f16 as it is
@@ -425,7 +434,7 @@ TEST(MatmulTiled, VariantNamesAndPlans) {
                        {"tiled GEMM variant", "old", "new", "/bk16"});
   for (const char* good :
        {"old", "new", "new/bk16", "new/single", "new/scalar", "new/rowmajor", "new/warp16x2",
-        "new/gm16", "new/bk16/single/scalar/rowmajor/warp16x2"}) {
+        "new/checked", "new/gm16", "new/bk16/single/scalar/rowmajor/warp16x2/checked"}) {
     ops::detail::set_tiled_variant(good);
     EXPECT_EQ(ops::detail::tiled_variant(), good);
   }
